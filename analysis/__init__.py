@@ -1,0 +1,1 @@
+"""Run files (schema and Parquet sink) and the PySpark report job."""

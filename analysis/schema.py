@@ -1,0 +1,156 @@
+"""Arrow schemas of the run tables (see docs/run-format.md).
+
+Every timestamp is microseconds since the epoch, UTC: Spark cannot read nanosecond Parquet
+timestamps. Latencies are integer nanoseconds. The schema version is stored in run.json and in
+each Parquet file's schema metadata; bump it on any incompatible change.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+LATENCY_KINDS: tuple[str, ...] = ("e2e", "publish", "delay")
+
+# per-tick latency summary columns, one group per kind: "<kind>_<stat>"
+SUMMARY_STATS: tuple[tuple[str, pa.DataType], ...] = (
+    ("count", pa.int64()),
+    ("sum", pa.int64()),
+    ("min", pa.int64()),
+    ("p50", pa.float64()),
+    ("p99", pa.float64()),
+    ("p999", pa.float64()),
+    ("max", pa.int64()),
+)
+
+TABLE_NAMES: tuple[str, ...] = ("ticks", "latency", "lag", "broker", "events", "raw")
+
+
+def _req(name: str, type_: pa.DataType) -> pa.Field:
+    return pa.field(name, type_, nullable=False)
+
+
+def _opt(name: str, type_: pa.DataType) -> pa.Field:
+    return pa.field(name, type_, nullable=True)
+
+
+def _key_fields() -> list[pa.Field]:
+    return [
+        _req("run_id", pa.string()),
+        _req("target", pa.string()),
+        _req("seq", pa.int64()),
+        _req("time", TIMESTAMP),
+        _req("phase", pa.string()),
+    ]
+
+
+def _summary_fields() -> list[pa.Field]:
+    fields = []
+    for kind in LATENCY_KINDS:
+        for stat, type_ in SUMMARY_STATS:
+            # count and sum are 0 for an empty interval; the rest are null then
+            make = _req if stat in ("count", "sum") else _opt
+            fields.append(make(f"{kind}_{stat}", type_))
+    return fields
+
+
+def _with_meta(name: str, fields: list[pa.Field]) -> pa.Schema:
+    return pa.schema(
+        fields,
+        metadata={
+            "streambench.table": name,
+            "streambench.schema_version": str(SCHEMA_VERSION),
+        },
+    )
+
+
+TICKS = _with_meta(
+    "ticks",
+    [
+        _req("run_id", pa.string()),
+        _req("target", pa.string()),
+        _req("seq", pa.int64()),
+        _req("time", TIMESTAMP),
+        _req("interval_s", pa.float64()),
+        _req("phase", pa.string()),
+        _req("elapsed_s", pa.float64()),
+        _req("produced", pa.int64()),
+        _req("produced_bytes", pa.int64()),
+        _req("consumed", pa.int64()),
+        _req("consumed_bytes", pa.int64()),
+        _req("send_errors", pa.int64()),
+        _req("target_rate", pa.float64()),
+        _req("produced_total", pa.int64()),
+        _req("consumed_total", pa.int64()),
+        _opt("lag_total", pa.int64()),
+        _opt("cpu_percent", pa.float64()),
+        _req("memory_bytes", pa.int64()),
+        _req("disk_read_bytes", pa.int64()),
+        _req("disk_write_bytes", pa.int64()),
+        _req("net_rx_bytes", pa.int64()),
+        _req("net_tx_bytes", pa.int64()),
+        *_summary_fields(),
+    ],
+)
+
+LATENCY = _with_meta(
+    "latency",
+    [
+        *_key_fields(),
+        _req("kind", pa.string()),
+        _req("bucket", pa.int64()),
+        _req("value_ns", pa.int64()),
+        _req("count", pa.int64()),
+    ],
+)
+
+LAG = _with_meta(
+    "lag",
+    [
+        *_key_fields(),
+        _req("partition", pa.int32()),
+        _req("lag", pa.int64()),
+        _req("source", pa.string()),
+    ],
+)
+
+BROKER = _with_meta(
+    "broker",
+    [
+        *_key_fields(),
+        _req("name", pa.string()),
+        _req("value", pa.float64()),
+    ],
+)
+
+EVENTS = _with_meta(
+    "events",
+    [
+        _req("run_id", pa.string()),
+        _req("target", pa.string()),
+        _req("time", TIMESTAMP),
+        _req("phase", pa.string()),
+        _req("kind", pa.string()),
+        _req("detail", pa.string()),
+    ],
+)
+
+RAW = _with_meta(
+    "raw",
+    [
+        *_key_fields(),
+        _req("kind", pa.string()),
+        _req("value_ns", pa.int64()),
+    ],
+)
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "ticks": TICKS,
+    "latency": LATENCY,
+    "lag": LAG,
+    "broker": BROKER,
+    "events": EVENTS,
+    "raw": RAW,
+}

@@ -1,0 +1,338 @@
+"""The Parquet sink: a bus subscriber that writes the run tables as small rotated files.
+
+Rows are buffered per table. Every `rotate_s` seconds (checked on each call) each table's
+buffered rows become one Parquet file, written under a hidden temporary name and renamed into
+place once closed. A killed process therefore loses at most the last `rotate_s` seconds, and a
+visible `part-NNNNN.parquet` always has its footer. Readers (Spark, pyarrow datasets) skip names
+starting with "." or "_", so a leftover temporary file is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from analysis.schema import LATENCY_KINDS, SCHEMA_VERSION, SCHEMAS, TIMESTAMP
+from loadgen.errors import OutputError
+from loadgen.histogram import HistogramSnapshot, bucket_value, percentiles
+from loadgen.tick import Phase, PhaseChange, RunEvent, Tick
+
+_PART_RE = re.compile(r"^part-(\d+)\.parquet$")
+_TMP_SUFFIX = ".inprogress"
+_SUMMARY_PS = [50.0, 99.0, 99.9]
+
+
+@dataclass(frozen=True, slots=True)
+class RawSamples:
+    """Every latency value of one interval, unbinned: published on the bus only when raw
+    recording is on (a test switch used to check the report against exact percentiles)."""
+
+    target: str
+    seq: int
+    time_ns: int
+    phase: Phase
+    kind: str  # "e2e" | "publish" | "delay"
+    values: npt.NDArray[np.int64]  # nanoseconds
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def _ensure_dir(path: Path, what: str) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise OutputError(f"cannot write {what} {path}: it exists and is not a directory") from None
+    except OSError as exc:
+        raise OutputError(f"cannot write {what} {path}: {_reason(exc)}") from None
+
+
+def write_run_json(run_dir: Path, meta: dict[str, Any]) -> Path:
+    """Write run.json atomically (temporary file + rename), with the schema version added.
+
+    `meta` is expected to hold at least run_id, workload (OMB field names) and targets; any
+    JSON-serialisable content is kept as given (other values are written as strings).
+    """
+    run_dir = Path(run_dir)
+    _ensure_dir(run_dir, "run directory")
+    doc = {"schema_version": SCHEMA_VERSION, **meta}
+    doc["schema_version"] = SCHEMA_VERSION
+    final = run_dir / "run.json"
+    tmp = run_dir / ".run.json.inprogress"
+    try:
+        tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, final)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"cannot write {final}: {_reason(exc)}") from None
+    return final
+
+
+class _Buffer:
+    """Rows of one table waiting for the next rotation: scalar rows as column lists, vector
+    rows (latency buckets, raw samples) as ready-made record batches."""
+
+    __slots__ = ("batches", "cols", "rows", "schema")
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.cols: dict[str, list[Any]] = {name: [] for name in schema.names}
+        self.batches: list[pa.RecordBatch] = []
+        self.rows = 0
+
+    def append(self, row: dict[str, Any]) -> None:
+        for name, col in self.cols.items():
+            col.append(row[name])
+        self.rows += 1
+
+    def add_batch(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self.batches.append(batch)
+            self.rows += batch.num_rows
+
+    def to_table(self) -> pa.Table:
+        batches = list(self.batches)
+        if any(self.cols.values()):
+            arrays = [
+                pa.array(self.cols[f.name], type=f.type) for f in self.schema
+            ]
+            batches.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        return pa.Table.from_batches(batches, schema=self.schema)
+
+    def clear(self) -> None:
+        for col in self.cols.values():
+            col.clear()
+        self.batches.clear()
+        self.rows = 0
+
+
+def _summary(snap: HistogramSnapshot) -> tuple[int, int, int | None, float | None,
+                                               float | None, float | None, int | None]:
+    n = snap.total
+    if n == 0:
+        return 0, 0, None, None, None, None, None
+    p50, p99, p999 = (float(v) for v in percentiles(snap, _SUMMARY_PS))
+    return n, int(snap.sum), int(snap.min), p50, p99, p999, int(snap.max)
+
+
+class ParquetSink:
+    """Callable bus subscriber writing Tick, PhaseChange, RunEvent and RawSamples items into
+    `<run_dir>/<table>/part-NNNNN.parquet` files (zstd), one file per table per rotation."""
+
+    def __init__(
+        self, run_dir: Path, run_id: str, rotate_s: float = 5.0, raw: bool = False
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_id = run_id
+        self.rotate_s = rotate_s
+        self.raw = raw
+        self._tables = [t for t in SCHEMAS if raw or t != "raw"]
+        _ensure_dir(self.run_dir, "run directory")
+        for table in self._tables:
+            _ensure_dir(self.run_dir / table, "run directory")
+        self._buffers = {t: _Buffer(SCHEMAS[t]) for t in self._tables}
+        self._next_part = {t: self._first_free_part(self.run_dir / t) for t in self._tables}
+        self._phase = Phase.STARTING
+        self._last_rotate = time.monotonic()
+        self._closed = False
+        self.files_written = 0
+
+    @staticmethod
+    def _first_free_part(table_dir: Path) -> int:
+        used = [int(m.group(1)) for p in table_dir.iterdir() if (m := _PART_RE.match(p.name))]
+        return max(used) + 1 if used else 0
+
+    # -- bus interface ------------------------------------------------------------------
+
+    def __call__(self, item: object) -> None:
+        if self._closed:
+            return
+        if isinstance(item, Tick):
+            self._add_tick(item)
+        elif isinstance(item, PhaseChange):
+            self._phase = item.phase
+            detail = item.phase.value + (f": {item.message}" if item.message else "")
+            self._buffers["events"].append(
+                {
+                    "run_id": self.run_id,
+                    "target": "",
+                    "time": item.time_ns // 1000,
+                    "phase": item.phase.value,
+                    "kind": "phase",
+                    "detail": detail,
+                }
+            )
+        elif isinstance(item, RunEvent):
+            self._buffers["events"].append(
+                {
+                    "run_id": self.run_id,
+                    "target": item.target,
+                    "time": item.time_ns // 1000,
+                    "phase": self._phase.value,
+                    "kind": item.kind,
+                    "detail": item.detail,
+                }
+            )
+        elif isinstance(item, RawSamples):
+            if self.raw:
+                self._add_raw(item)
+        else:
+            return  # other bus traffic is not ours
+        now = time.monotonic()
+        if now - self._last_rotate >= self.rotate_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every table's buffered rows as one new file each (nothing when empty)."""
+        self._last_rotate = time.monotonic()
+        for table in self._tables:
+            buf = self._buffers[table]
+            if buf.rows:
+                self._write(table, buf.to_table())
+                buf.clear()
+
+    def close(self) -> None:
+        """Flush what is buffered; later calls and items are ignored."""
+        if self._closed:
+            return
+        self._closed = True
+        self.flush()
+
+    # -- rows ------------------------------------------------------------------------------
+
+    def _add_tick(self, t: Tick) -> None:
+        time_us = t.time_ns // 1000
+        phase = t.phase.value
+        res = t.resources
+        cpu = res.cpu_percent
+        row: dict[str, Any] = {
+            "run_id": self.run_id,
+            "target": t.target,
+            "seq": t.seq,
+            "time": time_us,
+            "interval_s": float(t.interval_s),
+            "phase": phase,
+            "elapsed_s": float(t.elapsed_s),
+            "produced": t.produced,
+            "produced_bytes": t.produced_bytes,
+            "consumed": t.consumed,
+            "consumed_bytes": t.consumed_bytes,
+            "send_errors": t.send_errors,
+            "target_rate": float(t.target_rate),
+            "produced_total": t.produced_total,
+            "consumed_total": t.consumed_total,
+            "lag_total": t.lag.total if t.lag is not None else None,
+            "cpu_percent": None if cpu is None or math.isnan(cpu) else float(cpu),
+            "memory_bytes": res.memory_bytes,
+            "disk_read_bytes": res.disk_read_bytes,
+            "disk_write_bytes": res.disk_write_bytes,
+            "net_rx_bytes": res.net_rx_bytes,
+            "net_tx_bytes": res.net_tx_bytes,
+        }
+        snaps = {"e2e": t.e2e_latency, "publish": t.publish_latency, "delay": t.publish_delay}
+        for kind in LATENCY_KINDS:
+            snap = snaps[kind]
+            n, total, lo, p50, p99, p999, hi = _summary(snap)
+            row[f"{kind}_count"] = n
+            row[f"{kind}_sum"] = total
+            row[f"{kind}_min"] = lo
+            row[f"{kind}_p50"] = p50
+            row[f"{kind}_p99"] = p99
+            row[f"{kind}_p999"] = p999
+            row[f"{kind}_max"] = hi
+            if n:
+                self._add_buckets(t, kind, snap)
+        self._buffers["ticks"].append(row)
+
+        if t.lag is not None and t.lag.per_partition:
+            lag = self._buffers["lag"]
+            for partition, value in t.lag.per_partition.items():
+                lag.append(
+                    {
+                        "run_id": self.run_id,
+                        "target": t.target,
+                        "seq": t.seq,
+                        "time": time_us,
+                        "phase": phase,
+                        "partition": int(partition),
+                        "lag": int(value),
+                        "source": t.lag.source,
+                    }
+                )
+        if t.broker:
+            broker = self._buffers["broker"]
+            for name, value in t.broker.items():
+                broker.append(
+                    {
+                        "run_id": self.run_id,
+                        "target": t.target,
+                        "seq": t.seq,
+                        "time": time_us,
+                        "phase": phase,
+                        "name": str(name),
+                        "value": float(value),
+                    }
+                )
+
+    def _key_arrays(
+        self, target: str, seq: int, time_ns: int, phase: Phase, n: int
+    ) -> list[pa.Array]:
+        return [
+            pa.repeat(pa.scalar(self.run_id, pa.string()), n),
+            pa.repeat(pa.scalar(target, pa.string()), n),
+            pa.repeat(pa.scalar(seq, pa.int64()), n),
+            pa.repeat(pa.scalar(time_ns // 1000, TIMESTAMP), n),
+            pa.repeat(pa.scalar(phase.value, pa.string()), n),
+        ]
+
+    def _add_buckets(self, t: Tick, kind: str, snap: HistogramSnapshot) -> None:
+        index = np.asarray(snap.index, dtype=np.int64)
+        n = len(index)
+        arrays = [
+            *self._key_arrays(t.target, t.seq, t.time_ns, t.phase, n),
+            pa.repeat(pa.scalar(kind, pa.string()), n),
+            pa.array(index, type=pa.int64()),
+            pa.array(bucket_value(index), type=pa.int64()),
+            pa.array(np.asarray(snap.count, dtype=np.int64), type=pa.int64()),
+        ]
+        buf = self._buffers["latency"]
+        buf.add_batch(pa.RecordBatch.from_arrays(arrays, schema=buf.schema))
+
+    def _add_raw(self, r: RawSamples) -> None:
+        values = np.asarray(r.values, dtype=np.int64)
+        n = len(values)
+        arrays = [
+            *self._key_arrays(r.target, r.seq, r.time_ns, r.phase, n),
+            pa.repeat(pa.scalar(r.kind, pa.string()), n),
+            pa.array(values, type=pa.int64()),
+        ]
+        buf = self._buffers["raw"]
+        buf.add_batch(pa.RecordBatch.from_arrays(arrays, schema=buf.schema))
+
+    # -- files -----------------------------------------------------------------------------
+
+    def _write(self, table: str, data: pa.Table) -> None:
+        part = self._next_part[table]
+        name = f"part-{part:05d}.parquet"
+        final = self.run_dir / table / name
+        tmp = final.with_name(f".{name}{_TMP_SUFFIX}")
+        try:
+            pq.write_table(data, tmp, compression="zstd")
+            os.replace(tmp, final)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise OutputError(f"cannot write {final}: {_reason(exc)}") from None
+        self._next_part[table] = part + 1
+        self.files_written += 1

@@ -1,0 +1,1 @@
+"""Telemetry collectors: broker resources, consumer lag, broker-native counters."""

@@ -1,0 +1,59 @@
+"""What a collector hands the run loop once per tick."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from loadgen.tick import LagSnapshot
+
+
+@dataclass
+class Reading:
+    """Part of a tick's telemetry; fields a collector does not know stay None."""
+
+    cpu_percent: float | None = None
+    memory_bytes: int | None = None
+    disk_read_bytes: int | None = None
+    disk_write_bytes: int | None = None
+    net_rx_bytes: int | None = None
+    net_tx_bytes: int | None = None
+    lag: LagSnapshot | None = None
+    broker: dict[str, float] = field(default_factory=dict)
+
+    def merge(self, other: Reading) -> Reading:
+        out = Reading(broker={**self.broker, **other.broker})
+        for name in ("cpu_percent", "memory_bytes", "disk_read_bytes", "disk_write_bytes",
+                     "net_rx_bytes", "net_tx_bytes", "lag"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            setattr(out, name, theirs if theirs is not None else mine)
+        return out
+
+
+class Collector(ABC):
+    """Sampled once per tick by the run loop; a sample must return well within a second."""
+
+    name: str = "collector"
+
+    async def start(self) -> None:
+        """Take the first reading that later deltas are measured against."""
+
+    @abstractmethod
+    async def sample(self) -> Reading: ...
+
+    async def close(self) -> None:
+        """Release connections."""
+
+
+class CounterDeltas:
+    """Turns monotonically growing counters into per-interval deltas (first call gives 0)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+
+    def delta(self, name: str, value: float) -> float:
+        prev = self._last.get(name)
+        self._last[name] = value
+        if prev is None or value < prev:  # first reading, or the counter was reset
+            return 0.0
+        return value - prev

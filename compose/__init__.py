@@ -1,0 +1,2 @@
+"""streambench stacks: bringing the brokers under test up and down (local processes, containers,
+or an existing cluster)."""

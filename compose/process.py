@@ -1,0 +1,78 @@
+"""Local broker processes: free loopback ports, a process group per broker that dies with
+streambench, and a stop that always leaves nothing behind."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from loadgen.errors import StackError
+
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the broker binding it can still race; callers
+    retry on a bind failure)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def _die_with_parent() -> None:
+    # New process group so a Ctrl-C in the terminal reaches streambench only, which then stops
+    # the broker itself; and the kernel kills the broker should streambench be killed outright.
+    os.setpgrp()
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def start_process(argv: list[str], log_path: Path, cwd: Path | None = None,
+                  env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a broker in its own process group with output to log_path. Must be called from
+    the main thread: the death signal fires when the thread that started the child exits."""
+    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+    try:
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=cwd, env=env, preexec_fn=_die_with_parent, close_fds=True,
+        )
+    except FileNotFoundError:
+        raise StackError(f"{argv[0]} not found") from None
+    finally:
+        log.close()
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """SIGTERM the process group, wait, then SIGKILL what is left."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+def tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(text[-lines:])

@@ -1,0 +1,41 @@
+"""The Stack interface: up, ready, down, describe — one per target."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class StackDescription:
+    """What drivers and collectors need to know about a running stack."""
+
+    runtime: str  # local | docker | external
+    endpoints: dict[str, str]  # e.g. {"redis": "127.0.0.1:6379"}
+    pids: tuple[int, ...] = ()  # broker processes (local runtime)
+    container_ids: tuple[str, ...] = ()  # broker containers (docker runtime)
+    version: str = ""
+    config: dict[str, str] = field(default_factory=dict)  # settings worth recording in run.json
+
+
+class Stack(ABC):
+    runtime: str = "local"
+
+    @abstractmethod
+    async def up(self, progress: Progress) -> None:
+        """Start the brokers (nothing for the external runtime)."""
+
+    @abstractmethod
+    async def ready(self, timeout_s: float, progress: Progress) -> None:
+        """Wait until the brokers answer, or raise StackError naming what did not."""
+
+    @abstractmethod
+    async def down(self) -> None:
+        """Stop everything up() started and remove its data. Safe to call more than once and
+        after a failed up()."""
+
+    @abstractmethod
+    def describe(self) -> StackDescription: ...

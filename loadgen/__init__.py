@@ -1,0 +1,1 @@
+"""streambench load generator: workloads, platform drivers, pacing, latency recording, the run loop."""

@@ -1,0 +1,197 @@
+"""Log-linear latency histogram with bounded memory and <= 0.1 % relative bucket width.
+
+Values are non-negative integers (nanoseconds). Values below 2048 get a bucket each (exact);
+above, every power of two is split into 1024 equal sub-buckets, so a bucket's width is at most
+1/1024 of its lower bound (< 0.098 %) and its midpoint is within 0.05 % of any value in it.
+Recording appends to a small buffer that is folded into the counts with numpy, which keeps the
+per-message cost to one list append.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+SUB_BITS = 10
+SUB_COUNT = 1 << SUB_BITS  # sub-buckets per octave above the exact range
+EXACT_LIMIT = SUB_COUNT << 1  # values below this are their own bucket
+MAX_VALUE = (1 << 62) - 1
+_BUFFER_LIMIT = 65_536
+
+
+def _n_buckets() -> int:
+    shift = MAX_VALUE.bit_length() - (SUB_BITS + 1)
+    return EXACT_LIMIT + shift * SUB_COUNT
+
+
+N_BUCKETS = _n_buckets()
+
+
+def bucket_index(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Bucket index of each value (vectorised). Values are clipped to [0, MAX_VALUE]."""
+    v = np.clip(values.astype(np.int64, copy=False), 0, MAX_VALUE)
+    # bit_length via log2 is exact for the integer range used here once corrected below
+    bl = np.zeros(v.shape, dtype=np.int64)
+    nz = v > 0
+    bl[nz] = np.floor(np.log2(v[nz].astype(np.float64))).astype(np.int64) + 1
+    # float rounding near powers of two can be off by one: fix it exactly with shifts
+    too_low = (bl < 63) & ((v >> np.minimum(bl, 62)) > 0)
+    bl[too_low] += 1
+    too_high = (bl > 0) & ((v >> np.maximum(bl - 1, 0)) == 0)
+    bl[too_high] -= 1
+    shift = np.maximum(bl - (SUB_BITS + 1), 0)
+    top = v >> shift
+    return np.where(shift == 0, v, EXACT_LIMIT + (shift - 1) * SUB_COUNT + (top - SUB_COUNT))
+
+
+def bucket_bounds(index: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Lower bound (inclusive) and width of each bucket index."""
+    idx = np.asarray(index, dtype=np.int64)
+    exact = idx < EXACT_LIMIT
+    rel = np.maximum(idx - EXACT_LIMIT, 0)
+    shift = rel // SUB_COUNT + 1
+    top = rel % SUB_COUNT + SUB_COUNT
+    lower = np.where(exact, idx, top << shift)
+    width = np.where(exact, 1, np.left_shift(np.int64(1), shift))
+    return lower, width
+
+
+def bucket_value(index: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The value that stands for a bucket: exact values as they are, else the midpoint."""
+    lower, width = bucket_bounds(index)
+    return lower + width // 2
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSnapshot:
+    """Non-empty buckets of one interval: parallel arrays of bucket index and count."""
+
+    index: npt.NDArray[np.int64]
+    count: npt.NDArray[np.int64]
+    min: int
+    max: int
+    sum: int
+
+    @property
+    def total(self) -> int:
+        return int(self.count.sum())
+
+    @property
+    def mean(self) -> float:
+        n = self.total
+        return self.sum / n if n else float("nan")
+
+    def values(self) -> npt.NDArray[np.int64]:
+        return bucket_value(self.index)
+
+    def percentile(self, p: float) -> float:
+        """Value at percentile p (0-100), linear interpolation like numpy's default,
+        on bucket representative values clamped to the observed min and max."""
+        return float(percentiles(self, [p])[0])
+
+    @staticmethod
+    def empty() -> HistogramSnapshot:
+        z = np.zeros(0, dtype=np.int64)
+        return HistogramSnapshot(z, z, 0, 0, 0)
+
+    @staticmethod
+    def merge(snaps: list[HistogramSnapshot]) -> HistogramSnapshot:
+        snaps = [s for s in snaps if s.total]
+        if not snaps:
+            return HistogramSnapshot.empty()
+        idx = np.concatenate([s.index for s in snaps])
+        cnt = np.concatenate([s.count for s in snaps])
+        uniq, inv = np.unique(idx, return_inverse=True)
+        summed = np.bincount(inv, weights=cnt, minlength=len(uniq)).astype(np.int64)
+        return HistogramSnapshot(
+            uniq,
+            summed,
+            min(s.min for s in snaps),
+            max(s.max for s in snaps),
+            sum(s.sum for s in snaps),
+        )
+
+
+def percentiles(snap: HistogramSnapshot, ps: list[float]) -> npt.NDArray[np.float64]:
+    """Percentiles (0-100) of a snapshot; NaN when it is empty."""
+    n = snap.total
+    if n == 0:
+        return np.full(len(ps), np.nan)
+    vals = np.clip(snap.values(), snap.min, snap.max).astype(np.float64)
+    cum = np.cumsum(snap.count)
+    out = np.empty(len(ps))
+
+    def _at(position: int) -> float:
+        return _sample_value(snap, vals, cum, position)
+
+    for i, p in enumerate(ps):
+        rank = p / 100.0 * (n - 1)  # numpy 'linear' method position
+        lo = int(np.floor(rank))
+        hi = min(lo + 1, n - 1)
+        frac = rank - lo
+        out[i] = _at(lo) + (_at(hi) - _at(lo)) * frac
+    return out
+
+
+def _sample_value(snap: HistogramSnapshot, vals: npt.NDArray[np.float64],
+                  cum: npt.NDArray[np.int64], position: int) -> float:
+    """Value of the sample at a 0-based sorted position: the exact min and max at the ends,
+    the bucket's representative value elsewhere."""
+    if position <= 0:
+        return float(snap.min)
+    if position >= snap.total - 1:
+        return float(snap.max)
+    return float(vals[np.searchsorted(cum, position + 1)])
+
+
+class Histogram:
+    """Accumulates values for one interval; `snapshot_and_reset()` hands them over."""
+
+    __slots__ = ("_buf", "_counts", "_max", "_min", "_sum")
+
+    def __init__(self) -> None:
+        self._counts = np.zeros(N_BUCKETS, dtype=np.int64)
+        self._buf: list[int] = []
+        self._min = MAX_VALUE
+        self._max = 0
+        self._sum = 0
+
+    def record(self, value: int) -> None:
+        self._buf.append(value)
+        if len(self._buf) >= _BUFFER_LIMIT:
+            self._fold()
+
+    def record_n(self, value: int, n: int) -> None:
+        """Record the same value n times (a batch acknowledged at once)."""
+        self._buf.extend([value] * n)
+        if len(self._buf) >= _BUFFER_LIMIT:
+            self._fold()
+
+    def record_many(self, values: list[int]) -> None:
+        self._buf.extend(values)
+        if len(self._buf) >= _BUFFER_LIMIT:
+            self._fold()
+
+    def _fold(self) -> None:
+        if not self._buf:
+            return
+        arr = np.clip(np.fromiter(self._buf, dtype=np.int64, count=len(self._buf)), 0, MAX_VALUE)
+        self._buf.clear()
+        np.add.at(self._counts, bucket_index(arr), 1)
+        self._min = min(self._min, int(arr.min()))
+        self._max = max(self._max, int(arr.max()))
+        self._sum += int(arr.sum())
+
+    def snapshot_and_reset(self) -> HistogramSnapshot:
+        self._fold()
+        nz = np.flatnonzero(self._counts)
+        if len(nz) == 0:
+            return HistogramSnapshot.empty()
+        snap = HistogramSnapshot(
+            nz.astype(np.int64), self._counts[nz].copy(), self._min, self._max, self._sum
+        )
+        self._counts[nz] = 0
+        self._min, self._max, self._sum = MAX_VALUE, 0, 0
+        return snap

@@ -1,0 +1,84 @@
+"""The driver interface every platform implements, in the spirit of OpenMessaging Benchmark's
+driver SPI: connect, create a topic, make producers and consumers, close."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class OutMessage:
+    """A message to send. `intended_ns` is the wall-clock time its schedule slot falls on; the
+    driver carries it with the message in the platform's native way (field, header, property)."""
+
+    payload: bytes
+    key: bytes | None
+    intended_ns: int
+
+
+@dataclass(slots=True)
+class ReceivedBatch:
+    """Messages one consumer read at once. They arrived together, so one receive time stands
+    for all of them."""
+
+    receive_ns: int
+    intended_ns: list[int]
+    payload_bytes: int
+    # (partition, message id) of each message, filled only when the run tracks delivery
+    ids: list[tuple[int, str]] | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.intended_ns)
+
+
+class Producer(ABC):
+    # batches this producer may have awaiting acknowledgement at once
+    max_in_flight: int = 1
+
+    @abstractmethod
+    async def send_batch(self, batch: Sequence[OutMessage]) -> None:
+        """Send the messages in order; return when the broker acknowledged all of them."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+
+class Consumer(ABC):
+    @abstractmethod
+    async def receive(self) -> ReceivedBatch | None:
+        """Wait briefly (about 100 ms at most) for messages; None when none came. Messages
+        returned are acknowledged to the broker."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+
+class Driver(ABC):
+    """One connection family to one target's broker(s)."""
+
+    @abstractmethod
+    async def connect(self) -> None:
+        """Reach the broker or raise DriverError with a line the user can act on."""
+
+    @abstractmethod
+    async def create_topic(self, name: str, partitions: int, subscriptions: list[str]) -> None:
+        """Create the topic and the subscriptions (consumer groups) that will read it, so
+        that nothing produced before the consumers start is missed."""
+
+    @abstractmethod
+    async def producer(self, topic: str, index: int) -> Producer: ...
+
+    @abstractmethod
+    async def consumer(self, topic: str, subscription: str, index: int, track_ids: bool) -> Consumer: ...
+
+    async def delete_topic(self, name: str) -> None:
+        """Remove what the run created on a cluster that outlives it (external runtime)."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    def version(self) -> str:
+        return ""

@@ -1,0 +1,37 @@
+"""The headless status line: one line per target per tick, in the spirit of OpenMessaging
+Benchmark's live line."""
+
+from __future__ import annotations
+
+import math
+
+from loadgen.tick import Tick
+
+
+def _ms(ns: float) -> str:
+    if math.isnan(ns):
+        return "-"
+    ms = ns / 1e6
+    return f"{ms:.3f}" if ms < 10 else f"{ms:.1f}" if ms < 1000 else f"{ms:.0f}"
+
+
+def status_line(tick: Tick, width: int = 12) -> str:
+    e2e = tick.e2e_latency
+    pub = tick.publish_latency
+    p50, p99, p999 = (e2e.percentile(p) if e2e.total else float("nan") for p in (50, 99, 99.9))
+    e2e_max = float(e2e.max) if e2e.total else float("nan")
+    pub_p99 = pub.percentile(99) if pub.total else float("nan")
+    target = f"{tick.target_rate:,.0f}/s" if tick.target_rate > 0 else "max"
+    lag = f"{tick.lag.total:,}" if tick.lag is not None else "-"
+    cpu = tick.resources.cpu_percent
+    cpu_text = "-" if math.isnan(cpu) else f"{cpu:.0f}%"
+    mem = tick.resources.memory_bytes
+    mem_text = f"{mem / 2**20:.0f}MiB" if mem else "-"
+    errors = f" | err {tick.send_errors}" if tick.send_errors else ""
+    return (
+        f"{tick.phase.value:<9} {tick.elapsed_s:6.0f}s {tick.target[:width]:<{width}} "
+        f"pub {tick.produce_rate:9,.0f}/s {tick.produce_mb_s:7.2f} MB/s (target {target}) | "
+        f"cons {tick.consume_rate:9,.0f}/s | lag {lag} | "
+        f"e2e ms p50 {_ms(p50)} p99 {_ms(p99)} p99.9 {_ms(p999)} max {_ms(e2e_max)} | "
+        f"pub p99 {_ms(pub_p99)} | cpu {cpu_text} mem {mem_text}{errors}"
+    )

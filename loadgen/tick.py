@@ -1,0 +1,101 @@
+"""The Tick: one per target per second, the bus between the run loop and its subscribers
+(dashboard, Parquet sink, headless status line)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from loadgen.histogram import HistogramSnapshot
+
+
+class Phase(str, Enum):
+    STARTING = "starting"
+    WARMUP = "warm-up"
+    MEASURING = "measuring"
+    DRAINING = "draining"
+    WRITING = "writing"
+    REPORT = "report"
+    DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """Broker resource use over the interval (sum over the broker's processes/containers)."""
+
+    cpu_percent: float = float("nan")  # 100 % = one core
+    memory_bytes: int = 0
+    disk_read_bytes: int = 0  # during the interval
+    disk_write_bytes: int = 0
+    net_rx_bytes: int = 0
+    net_tx_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LagSnapshot:
+    """Consumer lag (messages not yet consumed) per subscription, summed and per partition."""
+
+    total: int
+    per_partition: dict[int, int] = field(default_factory=dict)
+    source: str = ""  # what the figure comes from, e.g. "XINFO GROUPS lag+pending"
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """What happened to one target during one interval (normally one second)."""
+
+    target: str  # the target's label, unique within the run
+    seq: int  # 0, 1, 2 … per target
+    time_ns: int  # wall clock at the end of the interval
+    interval_s: float  # actual length of the interval
+    phase: Phase
+    elapsed_s: float  # since the load started
+    produced: int  # messages acknowledged by the broker in the interval
+    produced_bytes: int  # payload bytes of those
+    consumed: int
+    consumed_bytes: int
+    send_errors: int
+    target_rate: float  # msg/s the producers aim for (0 = as fast as possible)
+    publish_latency: HistogramSnapshot  # send -> ack, ns
+    publish_delay: HistogramSnapshot  # actual - intended send time, ns
+    e2e_latency: HistogramSnapshot  # receive - intended send time, ns
+    lag: LagSnapshot | None
+    resources: Resources
+    broker: dict[str, float] = field(default_factory=dict)  # broker-native counters (deltas)
+    produced_total: int = 0
+    consumed_total: int = 0
+
+    @property
+    def produce_rate(self) -> float:
+        return self.produced / self.interval_s if self.interval_s > 0 else 0.0
+
+    @property
+    def consume_rate(self) -> float:
+        return self.consumed / self.interval_s if self.interval_s > 0 else 0.0
+
+    @property
+    def produce_mb_s(self) -> float:
+        return self.produced_bytes / self.interval_s / 1e6 if self.interval_s > 0 else 0.0
+
+    @property
+    def consume_mb_s(self) -> float:
+        return self.consumed_bytes / self.interval_s / 1e6 if self.interval_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseChange:
+    """Published on the bus when the run moves to another phase."""
+
+    phase: Phase
+    time_ns: int
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """Something worth keeping in the run files: a stack started, a fault injected, a warning."""
+
+    time_ns: int
+    target: str
+    kind: str
+    detail: str = ""

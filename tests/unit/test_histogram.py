@@ -1,0 +1,78 @@
+import numpy as np
+import pytest
+
+from loadgen.histogram import (
+    EXACT_LIMIT,
+    Histogram,
+    HistogramSnapshot,
+    bucket_bounds,
+    bucket_index,
+    bucket_value,
+    percentiles,
+)
+
+
+def test_bucket_contains_its_values_and_is_narrow():
+    rng = np.random.default_rng(1)
+    values = np.concatenate([
+        np.arange(0, 5000),
+        rng.integers(0, 2**40, 200_000),
+        np.array([2**k for k in range(1, 61)] + [2**k - 1 for k in range(1, 61)]),
+    ]).astype(np.int64)
+    idx = bucket_index(values)
+    lower, width = bucket_bounds(idx)
+    assert np.all(lower <= values)
+    assert np.all(values < lower + width)
+    big = values >= EXACT_LIMIT
+    assert np.all(width[big] / lower[big] <= 1 / 1024)
+    assert np.all(width[~big] == 1)
+    # representative value within 0.05 % of every member
+    rel = np.abs(bucket_value(idx)[big] - values[big]) / values[big]
+    assert rel.max() <= 0.0005
+
+
+def test_indices_are_monotonic():
+    v = np.arange(0, 3_000_000, 7, dtype=np.int64)
+    idx = bucket_index(v)
+    assert np.all(np.diff(idx) >= 0)
+
+
+@pytest.mark.parametrize("dist", ["lognormal", "uniform", "bimodal"])
+def test_percentiles_match_numpy(dist):
+    rng = np.random.default_rng(7)
+    if dist == "lognormal":
+        raw = rng.lognormal(mean=13.5, sigma=0.8, size=100_000)
+    elif dist == "uniform":
+        raw = rng.uniform(1e5, 5e7, size=100_000)
+    else:
+        raw = np.concatenate([rng.normal(4e5, 3e4, 90_000), rng.normal(9e7, 1e6, 10_000)])
+    raw = np.maximum(raw, 0).astype(np.int64)
+    h = Histogram()
+    for chunk in np.array_split(raw, 7):
+        h.record_many(chunk.tolist())
+    snap = h.snapshot_and_reset()
+    assert snap.total == len(raw)
+    assert snap.min == raw.min() and snap.max == raw.max() and snap.sum == raw.sum()
+    ps = [0, 1, 25, 50, 75, 90, 99, 99.9, 99.99, 100]
+    ours = percentiles(snap, ps)
+    exact = np.percentile(raw, ps)
+    np.testing.assert_allclose(ours, exact, rtol=1e-3)
+
+
+def test_reset_and_merge():
+    h = Histogram()
+    h.record_n(1_000_000, 10)
+    a = h.snapshot_and_reset()
+    assert h.snapshot_and_reset().total == 0
+    h.record_many([5, 5, 3_000_000])
+    b = h.snapshot_and_reset()
+    m = HistogramSnapshot.merge([a, b, HistogramSnapshot.empty()])
+    assert m.total == 13
+    assert m.min == 5 and m.max == 3_000_000
+    assert m.sum == 10_000_000 + 10 + 3_000_000
+    assert m.percentile(0) == 5
+    assert m.percentile(100) == 3_000_000
+
+
+def test_empty_percentile_is_nan():
+    assert np.isnan(HistogramSnapshot.empty().percentile(50))

@@ -1,0 +1,1 @@
+"""streambench's terminal front end: the Textual dashboard and the command line."""

@@ -1,0 +1,328 @@
+"""The `streambench` command line: run, report, platforms, workloads.
+
+Every error a user can cause ends here as one line on stderr and exit code 2. Textual is only
+imported when the live dashboard is wanted, so `--headless` runs without it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from loadgen.errors import StreambenchError, WorkloadError
+
+EXIT_USAGE = 2
+EXIT_INTERNAL = 1
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+MAIN_HELP = """\
+Live benchmark bench for streaming platforms. Starts the brokers, drives them with paced
+producers and consumers, shows throughput, lag, latency, CPU and memory live, writes the run
+as Parquet files, and turns runs into reports with PySpark.
+
+examples:
+  streambench run redis                             one local redis-server, 1,000 msg/s, 60 s
+  streambench run redis redis:aof --rate 5000 --size 1024 --partitions 2 --consumers 2
+  streambench run redis@127.0.0.1:6379 --headless   an existing server, status lines only
+  streambench run redis --workload redis-latency-1kb --report
+  streambench report runs/20261121T101500Z-adhoc
+"""
+
+RUN_HELP = """\
+TARGET is PLATFORM[:OPTION[=VALUE],...][@ADDRESS]:
+  redis                  a redis-server started for the run on a free loopback port
+  redis:aof              the same with the append-only file, fsync every second
+  redis:aof,fsync=always per-write fsync
+  redis@HOST:PORT        an existing server: nothing is started or stopped
+Several targets run side by side. `streambench platforms` lists every option.
+
+The workload (--workload FILE or a bundled name, see `streambench workloads`) uses
+OpenMessaging Benchmark field names; the flags below override it. Without a workload:
+1 topic, 1 partition, 1 kB, 1,000 msg/s, 1 producer, 1 consumer, 10 s warm-up, 60 s measuring.
+
+Keys in the dashboard: q ends the run (drain, write files; q again skips the drain),
+p pauses the display, ? help. Ctrl-C and SIGTERM end the run like q.
+"""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="streambench", description=MAIN_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+
+    run = sub.add_parser("run", help="run a benchmark against one or more targets",
+                         description=RUN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("targets", nargs="+", metavar="TARGET", help="what to benchmark (see above)")
+    run.add_argument("--workload", metavar="FILE|NAME", help="workload YAML file or bundled name")
+    run.add_argument("--rate", type=_positive_float, metavar="MSG_S",
+                     help="aggregate produce rate in msg/s over all producers")
+    run.add_argument("--max-rate", action="store_true",
+                     help="produce as fast as the broker acknowledges (producerRate 0)")
+    run.add_argument("--size", type=_positive_int, metavar="BYTES", help="message payload size")
+    run.add_argument("--duration", type=_positive_float, metavar="S",
+                     help="measuring phase in seconds (after the warm-up)")
+    run.add_argument("--warmup", type=_non_negative_float, metavar="S", help="warm-up in seconds")
+    run.add_argument("--partitions", type=_positive_int, metavar="N", help="partitions per topic")
+    run.add_argument("--producers", type=_positive_int, metavar="N", help="producers per topic")
+    run.add_argument("--consumers", type=_positive_int, metavar="N",
+                     help="consumers per subscription (one consumer group)")
+    run.add_argument("--subscriptions", type=_positive_int, metavar="N",
+                     help="subscriptions (consumer groups) per topic")
+    run.add_argument("--headless", action="store_true",
+                     help="no dashboard: one status line per target per second")
+    run.add_argument("--out", type=Path, metavar="DIR",
+                     help="run directory (default runs/<UTC time>-<workload>)")
+    run.add_argument("--report", action="store_true", help="write the report when the run ends")
+    run.add_argument("--record-raw-samples", action="store_true",
+                     help="also keep every latency sample (large; for verifying the report)")
+    run.add_argument("--track-delivery", action="store_true",
+                     help="check that every message is consumed exactly once (uses memory)")
+
+    rep = sub.add_parser("report", help="turn one or more runs into a report (PySpark)")
+    rep.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories")
+    rep.add_argument("--out", type=Path, metavar="DIR",
+                     help="report directory (default: report/ inside the run)")
+    rep.add_argument("--master", metavar="URL",
+                     help="Spark master (default local[*]; spark-submit's when run under it)")
+
+    sub.add_parser("platforms", help="list platforms and their TARGET options")
+    sub.add_parser("workloads", help="list the bundled workloads")
+    return parser
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"streambench: warning: {message}\n")
+
+
+def _workload_from(args: argparse.Namespace) -> Any:
+    from loadgen.workload import Workload, load_workload
+
+    base = load_workload(args.workload) if args.workload else Workload(warmup_s=10.0)
+    for w in base.warnings:
+        _warn(w)
+    if args.max_rate and args.rate is not None:
+        raise WorkloadError("--rate and --max-rate exclude each other")
+    overrides = {
+        "rate": 0.0 if args.max_rate else args.rate,
+        "message_size": args.size,
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        "partitions": args.partitions,
+        "producers": args.producers,
+        "consumers": args.consumers,
+        "subscriptions": args.subscriptions,
+    }
+    if args.max_rate:
+        # with_overrides refuses a zero --rate; max rate is asked for explicitly here
+        import dataclasses
+
+        base = dataclasses.replace(base, rate=0.0)
+        overrides["rate"] = None
+    return base.with_overrides(**overrides)
+
+
+def _report(run_dirs: list[Path], out: Path | None, master: str | None) -> Path:
+    from analysis.report import build_report
+
+    def progress(message: str) -> None:
+        sys.stderr.write(f"report: {message}\n")
+        sys.stderr.flush()
+
+    return build_report(run_dirs, out_dir=out, master=master, progress=progress)
+
+
+def _install_signals(loop: asyncio.AbstractEventLoop, on_signal: Callable[[int], None]) -> None:
+    for sig in SIGNAL_EXIT:
+        loop.add_signal_handler(sig, on_signal, sig)
+
+
+async def _headless(run: Any) -> tuple[Any, int | None]:
+    from loadgen.status import status_line
+    from loadgen.tick import PhaseChange, RunEvent, Tick
+
+    received: list[int] = []
+
+    def on_signal(sig: int) -> None:
+        received.append(sig)
+        sys.stderr.write("\nstopping: finishing the run and draining (signal again to skip the drain)\n"
+                         if len(received) == 1 else "\nskipping the drain\n")
+        run.request_stop()
+
+    def show(item: Any) -> None:
+        if isinstance(item, Tick):
+            sys.stdout.write(status_line(item) + "\n")
+            sys.stdout.flush()
+        elif isinstance(item, PhaseChange) and item.message:
+            sys.stderr.write(f"[{item.phase.value}] {item.message}\n")
+        elif isinstance(item, RunEvent):
+            sys.stderr.write(f"[event] {item.target} {item.kind}: {item.detail}\n")
+
+    run.subscribe(show)
+    _install_signals(asyncio.get_running_loop(), on_signal)
+    summary = await run.execute()
+    return summary, (received[0] if received else None)
+
+
+def _print_summary(summary: Any) -> None:
+    for t in summary.targets:
+        lost = t.expected - t.consumed if t.expected else 0
+        parts = [f"{t.label}: produced {t.produced:,}, consumed {t.consumed:,}"]
+        if t.send_errors:
+            parts.append(f"send errors {t.send_errors:,}")
+        if t.duplicates:
+            parts.append(f"duplicates {t.duplicates:,}")
+        if not t.drained:
+            parts.append(f"NOT drained (unconsumed {max(lost, 0):,}, lag {t.final_lag})")
+        sys.stderr.write(", ".join(parts) + "\n")
+    print(f"run files: {summary.run_dir}")
+
+
+def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from loadgen.platforms import resolve_target
+    from loadgen.run import Run
+    from loadgen.target import unique_labels
+
+    workload = _workload_from(args)
+    targets = unique_labels([resolve_target(spec) for spec in args.targets])
+    if not args.headless and not (sys.stdout.isatty() and sys.stdin.isatty()):
+        raise StreambenchError("the dashboard needs a terminal; use --headless for scripts and CI")
+    run = Run(workload, targets, out_dir=args.out, record_raw=args.record_raw_samples,
+              track_ids=args.track_delivery, argv=["streambench", *argv])
+    run.prepare()
+
+    if args.headless:
+        summary, sig = asyncio.run(_headless(run))
+        _print_summary(summary)
+        if args.report and summary.measured_ticks:
+            print(f"report: {_report([summary.run_dir], None, None)}")
+        return SIGNAL_EXIT[signal.Signals(sig)] if sig else 0
+
+    from tui.app import DashboardApp
+
+    async def after_run(summary: Any) -> str | None:
+        if not args.report or not summary.measured_ticks:
+            return None
+        return str(await asyncio.to_thread(_report, [summary.run_dir], None, None))
+
+    app = DashboardApp(run, run.labels, workload, after_run=after_run)
+    signal.signal(signal.SIGTERM, lambda *_: run.request_stop())
+    result = app.run()
+    if isinstance(result, BaseException):
+        raise result
+    if result is None:
+        raise StreambenchError("the dashboard ended before the run finished")
+    _print_summary(result)
+    report_path = getattr(app, "report_path", None)
+    if report_path:
+        print(f"report: {report_path}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    path = _report(list(args.runs), args.out, args.master)
+    sys.stderr.write(f"report written in {time.monotonic() - started:.1f} s\n")
+    print(path)
+    return 0
+
+
+def _cmd_platforms() -> int:
+    from loadgen.platforms import PLATFORMS
+
+    for p in PLATFORMS.values():
+        print(f"{p.name}: {p.summary}")
+        print(f"  runtimes: {', '.join(p.runtimes)} (external: {p.name}@HOST:PORT)")
+        for name, opt in p.options.items():
+            values = f" [{'|'.join(opt.choices)}]" if opt.choices else ""
+            print(f"  {name}{values}: {opt.help} (default {opt.default!r})")
+    return 0
+
+
+def _cmd_workloads() -> int:
+    from loadgen.workload import bundled_workloads, load_workload
+
+    for name in bundled_workloads():
+        w = load_workload(name)
+        rate = f"{w.rate:,.0f} msg/s" if w.rate else "max rate"
+        print(f"{name}: {w.topics} topic × {w.partitions} partitions, {w.message_size} B, {rate}, "
+              f"{w.producers} producer(s), {w.subscriptions} × {w.consumers} consumer(s), "
+              f"{w.warmup_s:.0f} s warm-up + {w.duration_s:.0f} s")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return _cmd_run(args, argv)
+        if args.command == "report":
+            return _cmd_report(args)
+        if args.command == "platforms":
+            return _cmd_platforms()
+        if args.command == "workloads":
+            return _cmd_workloads()
+        parser.print_help()
+        return EXIT_USAGE
+    except StreambenchError as exc:
+        sys.stderr.write(f"streambench: error: {exc}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("streambench: interrupted\n")
+        return SIGNAL_EXIT[signal.SIGINT]
+    except Exception as exc:
+        if os.environ.get("STREAMBENCH_DEBUG"):
+            raise
+        sys.stderr.write(f"streambench: internal error: {type(exc).__name__}: {exc} "
+                         "(set STREAMBENCH_DEBUG=1 for the traceback)\n")
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())
