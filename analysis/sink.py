@@ -14,6 +14,7 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,9 +133,16 @@ class ParquetSink:
     `<run_dir>/<table>/part-NNNNN.parquet` files (zstd), one file per table per rotation."""
 
     def __init__(
-        self, run_dir: Path, run_id: str, rotate_s: float = 5.0, raw: bool = False
+        self,
+        run_dir: Path,
+        run_id: str,
+        rotate_s: float = 5.0,
+        raw: bool = False,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.run_dir = Path(run_dir)
+        self._clock = clock
         self.run_id = run_id
         self.rotate_s = rotate_s
         self.raw = raw
@@ -145,7 +153,7 @@ class ParquetSink:
         self._buffers = {t: _Buffer(SCHEMAS[t]) for t in self._tables}
         self._next_part = {t: self._first_free_part(self.run_dir / t) for t in self._tables}
         self._phase = Phase.STARTING
-        self._last_rotate = time.monotonic()
+        self._last_rotate = clock()
         self._closed = False
         self.files_written = 0
 
@@ -190,13 +198,12 @@ class ParquetSink:
                 self._add_raw(item)
         else:
             return  # other bus traffic is not ours
-        now = time.monotonic()
-        if now - self._last_rotate >= self.rotate_s:
+        if self._clock() - self._last_rotate >= self.rotate_s:
             self.flush()
 
     def flush(self) -> None:
         """Write every table's buffered rows as one new file each (nothing when empty)."""
-        self._last_rotate = time.monotonic()
+        self._last_rotate = self._clock()
         for table in self._tables:
             buf = self._buffers[table]
             if buf.rows:

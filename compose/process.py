@@ -6,11 +6,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 from loadgen.errors import StackError
 
@@ -76,3 +80,13 @@ def tail(path: Path, lines: int = 5) -> str:
     except OSError:
         return ""
     return " | ".join(text[-lines:])
+
+
+def remove_stale_dirs(prefix: str) -> None:
+    """Remove data dirs `<tmp>/<prefix><pid>-*` left by a streambench that was killed outright
+    (its pid no longer runs)."""
+    root = Path(tempfile.gettempdir())
+    for path in root.glob(f"{prefix}*"):
+        pid_text = path.name[len(prefix):].split("-", 1)[0]
+        if pid_text.isdigit() and not psutil.pid_exists(int(pid_text)):
+            shutil.rmtree(path, ignore_errors=True)

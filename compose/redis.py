@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import subprocess
@@ -12,11 +13,19 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from compose.process import free_port, port_in_use, start_process, stop_process, tail
+from compose.process import (
+    free_port,
+    port_in_use,
+    remove_stale_dirs,
+    start_process,
+    stop_process,
+    tail,
+)
 from compose.stack import Progress, Stack, StackDescription
 from loadgen.errors import StackError
 from loadgen.target import Target
 
+DATA_PREFIX = "streambench-redis-"
 MIN_VERSION = (7, 0)  # XINFO GROUPS reports `lag` from 7.0 on
 
 
@@ -40,6 +49,18 @@ async def ping(host: str, port: int, timeout_s: float) -> str:
         return str(info.get("redis_version", ""))
     finally:
         await conn.aclose()
+
+
+def connect_failure(exc: BaseException) -> str:
+    """A short reason for a failed connection, without the client library's noise."""
+    text = str(exc)
+    if "refused" in text or "111" in text:
+        return "connection refused (nothing listens there?)"
+    if isinstance(exc, TimeoutError) or "imed out" in text:
+        return "timed out"
+    if "Name or service not known" in text or "resolve" in text:
+        return "unknown host"
+    return text.split(". ")[0] or type(exc).__name__
 
 
 def _check_version(version: str, where: str) -> None:
@@ -79,7 +100,8 @@ class RedisLocalStack(Stack):
         if self._port and port_in_use(self._port):
             raise StackError(f"port {self._port} on 127.0.0.1 is already in use; choose another "
                              f"with {self._target.platform}:port=N or leave port unset")
-        self._dir = Path(tempfile.mkdtemp(prefix="streambench-redis-"))
+        remove_stale_dirs(DATA_PREFIX)
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
         progress(f"{self._label}: starting redis-server")
         for _attempt in range(3):
             port = self._port or free_port()
@@ -127,7 +149,7 @@ class RedisLocalStack(Stack):
 
     def describe(self) -> StackDescription:
         opts = self._target.options
-        config = {"appendonly": "yes" if opts.get("aof") else "no"}
+        config = {"appendonly": "yes" if opts.get("aof") else "no", "data_dir": str(self._dir)}
         if opts.get("aof"):
             config["appendfsync"] = str(opts.get("fsync") or "everysec")
         return StackDescription(
@@ -155,7 +177,7 @@ class RedisExternalStack(Stack):
         try:
             self._version = await asyncio.wait_for(ping(self._host, self._port, 5.0), timeout_s)
         except (OSError, RedisError, TimeoutError) as exc:
-            reason = str(exc) or type(exc).__name__
+            reason = connect_failure(exc)
             raise StackError(f"{self._label}: cannot reach redis at {self._host}:{self._port}: "
                              f"{reason}") from None
         _check_version(self._version, f"{self._host}:{self._port}")

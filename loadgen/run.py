@@ -158,6 +158,8 @@ class TargetRunner:
             "options": {k: v for k, v in self.target.options.items()},
             "runtime": desc.runtime if desc else self.target.runtime,
             "endpoints": desc.endpoints if desc else {},
+            "pids": list(desc.pids) if desc else [],
+            "containers": list(desc.container_ids) if desc else [],
             "version": desc.version if desc else "",
             "config": desc.config if desc else {},
             "topics": self.topics,
@@ -306,7 +308,8 @@ class TargetRunner:
             v.clear()
         reading = await self._sample()
         self._last_reading = reading
-        nan_if_none = (lambda x: float("nan") if x is None else float(x))
+        def nan_if_none(x):
+            return (float("nan") if x is None else float(x))
         tick = Tick(
             target=self.label, seq=seq, time_ns=time_ns, interval_s=interval_s, phase=phase,
             elapsed_s=elapsed_s, produced=produced, produced_bytes=produced_bytes,
@@ -342,9 +345,11 @@ class TargetRunner:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for closable in [*self.producers, *self.consumers, *self.collectors]:
+        closers = [c.close() for c in self.producers] + [c.close() for c in self.consumers]
+        closers += [c.close() for c in self.collectors]
+        for closing in closers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(closable.close(), 5)
+                await asyncio.wait_for(closing, 5)
         if self.driver is not None:
             if self.desc is not None and self.desc.runtime == "external":
                 for topic in self.topics:

@@ -3,6 +3,7 @@ declared options before anything is started."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,5 +109,5 @@ def unique_labels(targets: list[Target]) -> list[Target]:
     for t in targets:
         n = seen.get(t.label, 0) + 1
         seen[t.label] = n
-        out.append(t if n == 1 else Target(t.spec, t.platform, t.options, t.explicit, t.address, f"{t.label}#{n}"))
+        out.append(t if n == 1 else dataclasses.replace(t, label=f"{t.label}#{n}"))
     return out

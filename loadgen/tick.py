@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from loadgen.histogram import HistogramSnapshot
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     STARTING = "starting"
     WARMUP = "warm-up"
     MEASURING = "measuring"

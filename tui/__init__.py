@@ -1,1 +1,5 @@
-"""streambench's terminal front end: the Textual dashboard and the command line."""
+"""streambench's terminal front end: the live dashboard and the command line.
+
+This is the only package that imports Textual; the engine (loadgen, collectors, analysis,
+compose) runs headless.
+"""

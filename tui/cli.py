@@ -56,7 +56,7 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit code 2."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        sys.stderr.write(f"streambench: error: {message} (see {self.prog} --help)\n")
         raise SystemExit(EXIT_USAGE)
 
 

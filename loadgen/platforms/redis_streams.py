@@ -12,9 +12,10 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
+from compose.redis import connect_failure
 from loadgen.errors import DriverError
-from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
 from loadgen.pacing import now_ns
+from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
 
 READ_COUNT = 1000
 BLOCK_MS = 100
@@ -113,7 +114,8 @@ class RedisStreamsDriver(Driver):
             await self._admin.ping()
             info = await self._admin.info("server")
         except (OSError, RedisError) as exc:
-            raise DriverError(f"cannot reach redis at {self._host}:{self._port}: {exc}") from None
+            raise DriverError(f"cannot reach redis at {self._host}:{self._port}: "
+                              f"{connect_failure(exc)}") from None
         self._version = str(info.get("redis_version", b""))
 
     def version(self) -> str:
@@ -141,7 +143,8 @@ class RedisStreamsDriver(Driver):
         try:
             await conn.ping()
         except (OSError, RedisError) as exc:
-            raise DriverError(f"cannot reach redis at {self._host}:{self._port}: {exc}") from None
+            raise DriverError(f"cannot reach redis at {self._host}:{self._port}: "
+                              f"{connect_failure(exc)}") from None
         return conn
 
     async def producer(self, topic: str, index: int) -> Producer:

@@ -1,0 +1,176 @@
+"""Synthetic runs written through the real ParquetSink, with the truth kept for comparison."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from analysis.schema import LATENCY_KINDS
+from analysis.sink import ParquetSink, RawSamples, write_run_json
+from loadgen.histogram import Histogram
+from loadgen.tick import LagSnapshot, Phase, PhaseChange, Resources, RunEvent, Tick
+
+T0_NS = 1_767_225_600_123_456_789  # 2026-01-01T00:00:00.123456789Z
+MESSAGE_SIZE = 1000
+
+
+class FakeClock:
+    """Monotonic clock the tests advance by hand, so rotations are deterministic."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class TargetModel:
+    """How a synthetic target behaves during the measuring phase."""
+
+    mb_s: Callable[[float], float]  # true produce MB/s at elapsed minutes
+    noise_mb_s: float = 0.5
+    e2e_median_ns: float = 2e6
+    publish_median_ns: float = 5e5
+    cpu: float = 120.0
+    memory_bytes: int = 800_000_000
+
+
+@dataclass
+class SyntheticRun:
+    """What was fed into the sink, kept for comparison with what the report says."""
+
+    run_dir: Path
+    run_id: str
+    ticks: list[Tick] = field(default_factory=list)
+    # measuring-phase raw samples by target and kind
+    raw: dict[str, dict[str, list[npt.NDArray[np.int64]]]] = field(default_factory=dict)
+
+    def raw_values(self, target: str, kind: str) -> npt.NDArray[np.int64]:
+        return np.concatenate(self.raw[target][kind])
+
+    def measuring(self, target: str) -> list[Tick]:
+        return [t for t in self.ticks if t.target == target and t.phase == Phase.MEASURING]
+
+
+def _samples(rng: np.random.Generator, kind: str, model: TargetModel, n: int,
+             scale: float) -> npt.NDArray[np.int64]:
+    if kind == "e2e":
+        v = rng.lognormal(np.log(model.e2e_median_ns), 0.6, n)
+    elif kind == "publish":
+        v = rng.lognormal(np.log(model.publish_median_ns), 0.4, n)
+    else:  # publish delay: many small values, some in the exact-bucket range
+        v = rng.exponential(3000.0, n)
+    return np.rint(v * scale).astype(np.int64)
+
+
+def write_synthetic_run(
+    run_dir: Path,
+    run_id: str,
+    targets: dict[str, TargetModel],
+    *,
+    warmup_s: int = 5,
+    measuring_s: int = 60,
+    draining_s: int = 3,
+    samples_per_tick: int = 1000,
+    seed: int = 7,
+    rotate_s: float = 5.0,
+    raw: bool = True,
+    write_meta: bool = True,
+    close: bool = True,
+) -> SyntheticRun:
+    """Feed one tick per target per second through a real ParquetSink and close it (or, with
+    close=False, leave it as a killed process would: the last rows never written)."""
+    rng = np.random.default_rng(seed)
+    clock = FakeClock()
+    sink = ParquetSink(run_dir, run_id, rotate_s=rotate_s, raw=raw, clock=clock)
+    run = SyntheticRun(run_dir=run_dir, run_id=run_id)
+    phases = (
+        [Phase.WARMUP] * warmup_s + [Phase.MEASURING] * measuring_s + [Phase.DRAINING] * draining_s
+    )
+    hists = {kind: Histogram() for kind in LATENCY_KINDS}
+    current: Phase | None = None
+    totals = {name: [0, 0] for name in targets}
+    elapsed = {name: 0.0 for name in targets}
+    for seq, phase in enumerate(phases):
+        if phase != current:
+            sink(PhaseChange(phase, T0_NS + seq * 1_000_000_000, f"entering {phase.value}"))
+            current = phase
+        if seq == warmup_s + measuring_s // 2:
+            sink(RunEvent(T0_NS + seq * 1_000_000_000 + 5, "", "fault", "pause broker 1 s"))
+        for name, model in targets.items():
+            interval = float(1.0 + rng.uniform(-0.02, 0.02))
+            elapsed[name] += interval
+            time_ns = T0_NS + seq * 1_000_000_000 + int(rng.integers(0, 1000))
+            minutes = elapsed[name] / 60.0
+            # warm-up and draining run at a visibly different rate and latency, so a report
+            # that does not keep to the measuring phase fails the comparisons
+            scale = 1.0 if phase == Phase.MEASURING else 10.0
+            mb_s = model.mb_s(minutes) + rng.normal(0.0, model.noise_mb_s)
+            if phase != Phase.MEASURING:
+                mb_s *= 0.3
+            produced = max(round(mb_s * 1e6 * interval / MESSAGE_SIZE), 0)
+            consumed = max(produced - int(rng.integers(0, 50)), 0)
+            totals[name][0] += produced
+            totals[name][1] += consumed
+            snaps = {}
+            for kind in LATENCY_KINDS:
+                values = _samples(rng, kind, model, samples_per_tick, scale)
+                hists[kind].record_many(values.tolist())
+                snaps[kind] = hists[kind].snapshot_and_reset()
+                if phase == Phase.MEASURING:
+                    run.raw.setdefault(name, {}).setdefault(kind, []).append(values)
+                sink(RawSamples(name, seq, time_ns, phase, kind, values))
+            lag = {p: int(rng.integers(0, 200)) for p in range(3)}
+            tick = Tick(
+                target=name,
+                seq=seq,
+                time_ns=time_ns,
+                interval_s=interval,
+                phase=phase,
+                elapsed_s=elapsed[name],
+                produced=produced,
+                produced_bytes=produced * MESSAGE_SIZE,
+                consumed=consumed,
+                consumed_bytes=consumed * MESSAGE_SIZE,
+                send_errors=int(seq % 10 == 3),
+                target_rate=0.0,
+                publish_latency=snaps["publish"],
+                publish_delay=snaps["delay"],
+                e2e_latency=snaps["e2e"],
+                lag=LagSnapshot(sum(lag.values()), lag, "test lag"),
+                resources=Resources(
+                    cpu_percent=model.cpu + float(rng.normal(0.0, 5.0)),
+                    memory_bytes=model.memory_bytes + int(rng.integers(0, 10_000_000)),
+                    disk_write_bytes=produced * MESSAGE_SIZE,
+                ),
+                broker={"bytes_in": float(produced * MESSAGE_SIZE), "requests": 42.0},
+                produced_total=totals[name][0],
+                consumed_total=totals[name][1],
+            )
+            run.ticks.append(tick)
+            sink(tick)
+        clock.now += 1.0
+    if close:
+        sink(PhaseChange(Phase.DONE, T0_NS + len(phases) * 1_000_000_000))
+        sink.close()
+    if write_meta:
+        write_run_json(
+            run_dir,
+            {
+                "run_id": run_id,
+                "started_at": "2026-01-01T00:00:00Z",
+                "workload": {
+                    "name": "synthetic",
+                    "messageSize": MESSAGE_SIZE,
+                    "partitionsPerTopic": 3,
+                    "producerRate": 0,
+                },
+                "targets": [{"label": name} for name in targets],
+            },
+        )
+    return run

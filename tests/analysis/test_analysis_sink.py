@@ -1,0 +1,239 @@
+"""The Parquet sink: rotation, atomic rename, round trip through pyarrow, error lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from synthetic_runs import T0_NS, FakeClock, TargetModel, write_synthetic_run
+
+from analysis.schema import LATENCY_KINDS, SCHEMA_VERSION, SCHEMAS
+from analysis.sink import ParquetSink, write_run_json
+from loadgen.errors import OutputError
+from loadgen.histogram import HistogramSnapshot, bucket_value, percentiles
+from loadgen.tick import Phase, PhaseChange, Resources, RunEvent, Tick
+
+TABLES = ("ticks", "latency", "lag", "broker", "events", "raw")
+MODELS = {
+    "alpha": TargetModel(mb_s=lambda m: 40.0 - 2.0 * m),
+    "beta": TargetModel(mb_s=lambda m: 20.0, e2e_median_ns=8e5),
+}
+
+
+def _visible(table_dir: Path) -> list[Path]:
+    return sorted(p for p in table_dir.iterdir() if not p.name.startswith((".", "_")))
+
+
+def _hidden(table_dir: Path) -> list[Path]:
+    return sorted(p for p in table_dir.iterdir() if p.name.startswith("."))
+
+
+def _read(table_dir: Path) -> pa.Table:
+    return ds.dataset(table_dir, format="parquet").to_table()
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory):
+    run_dir = tmp_path_factory.mktemp("sink") / "run"
+    run = write_synthetic_run(
+        run_dir, "run-sink", MODELS, warmup_s=2, measuring_s=6, draining_s=1,
+        samples_per_tick=200, rotate_s=2.0,
+    )
+    return run
+
+
+def test_rotation_writes_closed_files_only(small_run) -> None:
+    run_dir = small_run.run_dir
+    # 9 seconds, rotation every 2 s (at seconds 2, 4, 6, 8) plus the final flush on close
+    ticks = _visible(run_dir / "ticks")
+    assert [p.name for p in ticks] == [f"part-{i:05d}.parquet" for i in range(5)]
+    for table in TABLES:
+        table_dir = run_dir / table
+        assert _hidden(table_dir) == []
+        files = _visible(table_dir)
+        assert files, table
+        for f in files:
+            data = f.read_bytes()
+            assert data[:4] == b"PAR1" and data[-4:] == b"PAR1", f
+            meta = pq.read_metadata(f)
+            assert meta.num_rows > 0
+            assert meta.row_group(0).column(0).compression == "ZSTD"
+            assert meta.schema.to_arrow_schema().metadata[b"streambench.schema_version"] == (
+                str(SCHEMA_VERSION).encode()
+            )
+
+
+def test_round_trip_counts_and_values(small_run) -> None:
+    run_dir = small_run.run_dir
+    ticks = _read(run_dir / "ticks")
+    assert ticks.num_rows == len(small_run.ticks) == 18
+    assert ticks.schema.field("time").type == pa.timestamp("us", tz="UTC")
+    assert ticks.schema.equals(SCHEMAS["ticks"], check_metadata=False)
+
+    by_key = {(t.target, t.seq): t for t in small_run.ticks}
+    rows = ticks.to_pylist()
+    for row in rows:
+        t = by_key[(row["target"], row["seq"])]
+        assert row["run_id"] == "run-sink"
+        time_us = pc.cast(pa.array([row["time"]], pa.timestamp("us", tz="UTC")), pa.int64())
+        assert time_us[0].as_py() == t.time_ns // 1000
+        assert row["phase"] == t.phase.value
+        assert row["produced"] == t.produced
+        assert row["produced_bytes"] == t.produced_bytes
+        assert row["interval_s"] == t.interval_s
+        assert row["lag_total"] == t.lag.total
+        assert row["cpu_percent"] == t.resources.cpu_percent
+        for kind, snap in (("e2e", t.e2e_latency), ("publish", t.publish_latency),
+                           ("delay", t.publish_delay)):
+            assert row[f"{kind}_count"] == snap.total == 200
+            assert row[f"{kind}_min"] == snap.min
+            assert row[f"{kind}_max"] == snap.max
+            assert row[f"{kind}_sum"] == snap.sum
+            p50, p99, p999 = percentiles(snap, [50, 99, 99.9])
+            assert row[f"{kind}_p50"] == pytest.approx(p50)
+            assert row[f"{kind}_p99"] == pytest.approx(p99)
+            assert row[f"{kind}_p999"] == pytest.approx(p999)
+
+    latency = _read(run_dir / "latency")
+    assert latency.schema.field("time").type == pa.timestamp("us", tz="UTC")
+    np.testing.assert_array_equal(
+        latency["value_ns"].to_numpy(), bucket_value(latency["bucket"].to_numpy())
+    )
+    for target in MODELS:
+        for kind in LATENCY_KINDS:
+            mask = pc.and_(pc.equal(latency["target"], target), pc.equal(latency["kind"], kind))
+            assert pc.sum(latency.filter(mask)["count"]).as_py() == 9 * 200
+
+    raw = _read(run_dir / "raw")
+    assert raw.num_rows == 2 * 3 * 9 * 200
+    measuring = raw.filter(
+        pc.and_(
+            pc.and_(pc.equal(raw["target"], "alpha"), pc.equal(raw["kind"], "e2e")),
+            pc.equal(raw["phase"], "measuring"),
+        )
+    )
+    np.testing.assert_array_equal(
+        np.sort(measuring["value_ns"].to_numpy()), np.sort(small_run.raw_values("alpha", "e2e"))
+    )
+
+    lag = _read(run_dir / "lag")
+    assert lag.num_rows == 18 * 3
+    assert lag.schema.field("partition").type == pa.int32()
+    assert set(lag["source"].to_pylist()) == {"test lag"}
+    broker = _read(run_dir / "broker")
+    assert broker.num_rows == 18 * 2
+    assert set(broker["name"].to_pylist()) == {"bytes_in", "requests"}
+
+    events = _read(run_dir / "events").sort_by("time").to_pylist()
+    phases = [e["detail"].split(":")[0] for e in events if e["kind"] == "phase"]
+    assert phases == ["warm-up", "measuring", "draining", "done"]
+    assert all(e["target"] == "" for e in events if e["kind"] == "phase")
+    (fault,) = [e for e in events if e["kind"] == "fault"]
+    assert fault["detail"] == "pause broker 1 s"
+    assert fault["phase"] == "measuring"
+
+
+def _tick(seq: int, **kw: object) -> Tick:
+    empty = HistogramSnapshot.empty()
+    base: dict[str, object] = dict(
+        target="t", seq=seq, time_ns=T0_NS + seq * 10**9, interval_s=1.0,
+        phase=Phase.MEASURING, elapsed_s=float(seq), produced=10, produced_bytes=100,
+        consumed=10, consumed_bytes=100, send_errors=0, target_rate=10.0,
+        publish_latency=empty, publish_delay=empty, e2e_latency=empty, lag=None,
+        resources=Resources(),
+    )
+    base.update(kw)
+    return Tick(**base)  # type: ignore[arg-type]
+
+
+def test_missing_values_are_null(tmp_path: Path) -> None:
+    sink = ParquetSink(tmp_path / "run", "r", rotate_s=60.0)
+    sink(_tick(0))
+    sink.close()
+    (row,) = _read(tmp_path / "run" / "ticks").to_pylist()
+    assert row["lag_total"] is None
+    assert row["cpu_percent"] is None  # NaN from the collector becomes null
+    assert row["e2e_count"] == 0 and row["e2e_sum"] == 0
+    assert row["e2e_p50"] is None and row["e2e_min"] is None and row["e2e_max"] is None
+    assert not (tmp_path / "run" / "raw").exists()  # raw off: no raw table
+    assert _visible(tmp_path / "run" / "latency") == []
+    assert _visible(tmp_path / "run" / "lag") == []
+
+
+def test_close_is_idempotent_and_final(tmp_path: Path) -> None:
+    clock = FakeClock()
+    sink = ParquetSink(tmp_path / "run", "r", rotate_s=5.0, clock=clock)
+    sink(PhaseChange(Phase.MEASURING, T0_NS))
+    sink(_tick(0))
+    assert _visible(tmp_path / "run" / "ticks") == []  # nothing before the first rotation
+    sink.close()
+    written = sink.files_written
+    assert written == 2  # ticks and events
+    sink.close()
+    clock.now += 100
+    sink(_tick(1))
+    sink(RunEvent(T0_NS, "t", "warning", "late"))
+    sink.close()
+    assert sink.files_written == written
+    assert _read(tmp_path / "run" / "ticks").num_rows == 1
+
+
+def test_rotation_follows_the_clock(tmp_path: Path) -> None:
+    clock = FakeClock()
+    sink = ParquetSink(tmp_path / "run", "r", rotate_s=5.0, clock=clock)
+    for seq in range(12):
+        sink(_tick(seq))
+        clock.now += 1.0
+    # the ticks arriving at 5 s and 10 s trigger a rotation and are written with those before
+    files = _visible(tmp_path / "run" / "ticks")
+    assert [pq.read_metadata(f).num_rows for f in files] == [6, 5]
+    sink.close()
+    assert _read(tmp_path / "run" / "ticks").num_rows == 12
+
+
+def test_reopened_run_does_not_overwrite_parts(tmp_path: Path) -> None:
+    for start in (0, 1):
+        sink = ParquetSink(tmp_path / "run", "r")
+        sink(_tick(start))
+        sink.close()
+    names = [p.name for p in _visible(tmp_path / "run" / "ticks")]
+    assert names == ["part-00000.parquet", "part-00001.parquet"]
+    assert sorted(_read(tmp_path / "run" / "ticks")["seq"].to_pylist()) == [0, 1]
+
+
+def test_unwritable_run_dir_is_one_clear_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(OutputError) as exc:
+        ParquetSink(blocker, "r")
+    msg = str(exc.value)
+    assert str(blocker) in msg and "not a directory" in msg and "\n" not in msg
+
+    with pytest.raises(OutputError) as exc:
+        ParquetSink(blocker / "run", "r")
+    msg = str(exc.value)
+    assert str(blocker / "run") in msg and "\n" not in msg
+
+
+def test_write_run_json(tmp_path: Path) -> None:
+    run_dir = tmp_path / "new" / "run"
+    path = write_run_json(run_dir, {"run_id": "r1", "workload": {"name": "w"}, "host": Path("/")})
+    assert path == run_dir / "run.json"
+    doc = json.loads(path.read_text())
+    assert doc["schema_version"] == SCHEMA_VERSION
+    assert doc["run_id"] == "r1" and doc["workload"] == {"name": "w"} and doc["host"] == "/"
+    assert [p.name for p in run_dir.iterdir()] == ["run.json"]  # no temporary left behind
+    write_run_json(run_dir, {"run_id": "r1", "schema_version": 99, "ended": True})
+    doc = json.loads(path.read_text())
+    assert doc["schema_version"] == SCHEMA_VERSION and doc["ended"] is True
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(OutputError, match="not a directory"):
+        write_run_json(blocker, {"run_id": "r"})

@@ -1,0 +1,80 @@
+"""Helpers for tests against real brokers: the CLI in a subprocess, process and port checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+CLI = [sys.executable, "-m", "tui.cli"]
+
+
+def redis_pids() -> set[int]:
+    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "redis-server"}
+
+
+@pytest.fixture
+def no_leftover_redis() -> Iterator[None]:
+    """Fails the test if it leaves a redis-server running that was not there before."""
+    before = redis_pids()
+    yield
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and redis_pids() - before:
+        time.sleep(0.1)
+    assert redis_pids() - before == set(), "a redis-server started by the test is still running"
+
+
+class CliRun:
+    """`streambench …` in its own session so signals reach only it."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **(env or {})}, start_new_session=True,
+        )
+        self.lines: list[str] = []
+
+    def wait_for_line(self, fragment: str, timeout_s: float) -> str:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            if fragment in line:
+                return line
+        raise AssertionError(f"no line with {fragment!r} within {timeout_s} s; got {self.lines[-5:]}")
+
+    def signal(self, sig: signal.Signals) -> None:
+        self.proc.send_signal(sig)
+
+    def finish(self, timeout_s: float = 120) -> tuple[int, str, str]:
+        out, err = self.proc.communicate(timeout=timeout_s)
+        return self.proc.returncode, "".join(self.lines) + out, err
+
+
+def run_cli(args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout_s,
+                          stdin=subprocess.DEVNULL)
+
+
+def run_json(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run.json").read_text())
+
+
+def port_listening(port: int) -> bool:
+    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+               for c in psutil.net_connections("tcp"))
+
+
+def stop_signal_name(sig: signal.Signals) -> str:
+    return sig.name

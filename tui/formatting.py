@@ -1,0 +1,68 @@
+"""How the dashboard writes numbers: fixed, short, and "–" for a figure that is not known."""
+
+from __future__ import annotations
+
+import math
+
+MISSING = "–"
+
+
+def known(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def count(value: float | None) -> str:
+    """5,002 — whole numbers with thousands separators up to a million, then 1.23M."""
+    if value is None or not known(value):
+        return MISSING
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    return f"{round(value):,}"
+
+
+def short(value: float | None) -> str:
+    """At most four characters for chart scales: 950, 5.0k, 12k, 1.2M, 0.42."""
+    if value is None or not known(value):
+        return MISSING
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            scaled = value / limit
+            return f"{scaled:.1f}{suffix}" if scaled < 10 else f"{scaled:.0f}{suffix}"
+    if abs(value) >= 10 or value == 0:
+        return f"{value:.0f}"
+    return f"{value:.2g}"
+
+
+def millis(value: float | None) -> str:
+    """Three significant figures: 0.123, 1.23, 12.3, 123, 1,234."""
+    if value is None or not known(value):
+        return MISSING
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def megabytes(value: float | None) -> str:
+    """Bytes as MB (10^6): 4.9, 123."""
+    if value is None or not known(value):
+        return MISSING
+    mb = value / 1e6
+    return f"{mb:.1f}" if mb < 100 else f"{mb:,.0f}"
+
+
+def percent(value: float | None) -> str:
+    if value is None or not known(value):
+        return MISSING
+    return f"{value:.1f}%"
+
+
+def duration(seconds: float) -> str:
+    """m:ss below an hour, h:mm:ss above."""
+    total = max(0, int(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

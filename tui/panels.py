@@ -1,0 +1,197 @@
+"""The panels of a target's column: each turns a TargetHistory into a renderable.
+
+A panel is a small object with a name and one method, `render(history, ctx)`; `PANELS` maps
+names to panels and `COLUMN` says which appear, top to bottom. Adding a panel is one class and
+one `register` call here. Panels return plain `Text` with a fixed number of unwrapped lines,
+so a column's height does not depend on the figures, and every figure is written out: styles
+(from the theme) only emphasise, they never carry information on their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rich.style import Style
+from rich.text import Text
+
+from loadgen.tick import Phase
+from tui import formatting as fmt
+from tui.charts import area_chart
+from tui.history import METRICS, LatencySummary, TargetHistory, downsample
+
+ROLES = ("label", "value", "muted", "alert", "chart")
+BEHIND_RATIO = 0.95  # achieved / target rate below which a producer counts as behind
+LABEL_WIDTH = 8
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """Where a panel is drawn: its width in cells and a Rich style per role in ROLES."""
+
+    width: int
+    styles: Mapping[str, Style] = field(default_factory=dict)
+
+    def style(self, role: str) -> Style:
+        return self.styles.get(role, Style.null())
+
+
+class Panel(Protocol):
+    name: str
+
+    def render(self, history: TargetHistory, ctx: RenderContext) -> Text: ...
+
+
+PANELS: dict[str, Panel] = {}
+
+
+def register(panel: Panel) -> Panel:
+    PANELS[panel.name] = panel
+    return panel
+
+
+Part = tuple[str, str]  # (text, role)
+
+
+def line(ctx: RenderContext, *parts: Part) -> Text:
+    text = Text()
+    for content, role in parts:
+        text.append(content, ctx.style(role))
+    return text
+
+
+def lines(rows: list[Text]) -> Text:
+    out = Text("\n").join(rows)
+    out.no_wrap = True
+    out.overflow = "ellipsis"
+    return out
+
+
+def label(name: str) -> Part:
+    return (name.ljust(LABEL_WIDTH), "label")
+
+
+class ThroughputPanel:
+    """Produce and consume rates (messages and MB per second), achieved vs target, lag."""
+
+    name = "throughput"
+
+    def render(self, history: TargetHistory, ctx: RenderContext) -> Text:
+        tick = history.last
+        if tick is None:
+            return lines([
+                line(ctx, label("produce"), (fmt.MISSING, "value")),
+                line(ctx, label(""), ("waiting for the first tick", "muted")),
+                line(ctx, label("consume"), (fmt.MISSING, "value")),
+                line(ctx, label("lag"), (fmt.MISSING, "value")),
+            ])
+        lag = tick.lag.total if tick.lag is not None else None
+        errors = (f"send errors {fmt.count(tick.send_errors)}",
+                  "alert" if tick.send_errors else "muted")
+        return lines([
+            line(ctx, label("produce"), (f"{fmt.count(tick.produce_rate)}/s", "value"),
+                 (f"  {fmt.megabytes(tick.produced_bytes / tick.interval_s)} MB/s", "value")),
+            line(ctx, label(""), self._versus_target(history)),
+            line(ctx, label("consume"), (f"{fmt.count(tick.consume_rate)}/s", "value"),
+                 (f"  {fmt.megabytes(tick.consumed_bytes / tick.interval_s)} MB/s", "value")),
+            line(ctx, label("lag"), (fmt.count(lag), "value"), (" msg  ", "muted"), errors),
+        ])
+
+    @staticmethod
+    def _versus_target(history: TargetHistory) -> Part:
+        tick = history.last
+        assert tick is not None
+        if tick.phase not in (Phase.WARMUP, Phase.MEASURING):
+            return (f"load stopped ({tick.phase.value})", "muted")
+        if tick.target_rate <= 0:
+            return ("max rate (no target)", "muted")
+        ratio = tick.produce_rate / tick.target_rate
+        text = f"{ratio * 100:.1f}% of {fmt.count(tick.target_rate)}/s"
+        if ratio < BEHIND_RATIO:
+            return (f"{text}  behind", "alert")
+        return (text, "muted")
+
+
+class LatencyPanel:
+    """End-to-end latency of the last tick and of the last ten seconds, publish latency."""
+
+    name = "latency"
+    COLUMNS = ("p50", "p99", "p99.9", "max")
+
+    def render(self, history: TargetHistory, ctx: RenderContext) -> Text:
+        cell = max(5, (ctx.width - LABEL_WIDTH) // len(self.COLUMNS))
+        tick = history.last
+        tick_span = f"{tick.interval_s:.0f}s" if tick is not None else "1s"
+        recent_span = f"{history.recent_span_s or history.recent_window_s:.0f}s"
+        header = line(ctx, label("ms"), *((c.rjust(cell), "label") for c in self.COLUMNS))
+        return lines([
+            header,
+            self._row(ctx, f"e2e {tick_span}", history.e2e, cell),
+            self._row(ctx, f"e2e {recent_span}", history.e2e_recent, cell),
+            self._row(ctx, "publish", history.publish, cell),
+        ])
+
+    @staticmethod
+    def _row(ctx: RenderContext, name: str, summary: LatencySummary, cell: int) -> Text:
+        figures = (summary.p50, summary.p99, summary.p999, summary.max)
+        return line(ctx, label(name), *((fmt.millis(v).rjust(cell), "value") for v in figures))
+
+
+class ResourcesPanel:
+    """The broker's CPU and memory (summed over its processes or containers)."""
+
+    name = "resources"
+
+    def render(self, history: TargetHistory, ctx: RenderContext) -> Text:
+        tick = history.last
+        cpu = tick.resources.cpu_percent if tick is not None else None
+        memory = tick.resources.memory_bytes if tick is not None else None
+        memory_text = f"{fmt.megabytes(memory)} MB" if memory else fmt.MISSING
+        return lines([
+            line(ctx, label("cpu"), (fmt.percent(cpu).ljust(9), "value"),
+                 ("mem ", "label"), (memory_text, "value")),
+        ])
+
+
+class ChartsPanel:
+    """Two-row braille charts of the charted metrics over the history window."""
+
+    name = "charts"
+    METRICS = ("produce_rate", "e2e_p99", "lag", "cpu")
+    HEIGHT = 2
+
+    def render(self, history: TargetHistory, ctx: RenderContext) -> Text:
+        width = max(0, ctx.width - LABEL_WIDTH)
+        rows = []
+        for name in self.METRICS:
+            metric = METRICS[name]
+            points = downsample(history.series[name].values(), 2 * width, metric.reduce)
+            top = max((v for v in points if fmt.known(v)), default=0.0)
+            if name == "produce_rate" and history.last is not None:
+                top = max(top, history.last.target_rate)  # so the chart reads against the target
+            chart = area_chart(points, width, self.HEIGHT, top)
+            scale = f"↑{fmt.short(top)}{metric.unit}" if top > 0 else ""
+            captions = [metric.title, scale] + [""] * (self.HEIGHT - 2)
+            for caption, row in zip(captions, chart, strict=True):
+                rows.append(line(ctx, label(caption), (row, "chart")))
+        return lines(rows)
+
+
+class EventsPanel:
+    """The target's latest event (send or receive errors, collector failures)."""
+
+    name = "events"
+
+    def render(self, history: TargetHistory, ctx: RenderContext) -> Text:
+        if not history.events:
+            return lines([line(ctx, label("events"), ("none", "muted"))])
+        last = history.events[-1]
+        return lines([line(ctx, label("events"), (f"{history.event_count}  ", "value"),
+                           (f"{last.kind}: {last.detail}", "alert"))])
+
+
+for _panel in (ThroughputPanel(), LatencyPanel(), ResourcesPanel(), ChartsPanel(), EventsPanel()):
+    register(_panel)
+
+COLUMN: tuple[str, ...] = ("throughput", "latency", "resources", "charts", "events")

@@ -1,0 +1,168 @@
+"""The dashboard's widgets: the status bar, one column per target made of panel views, and
+the help screen generated from the key table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult, RenderResult
+from textual.containers import HorizontalScroll, Vertical
+from textual.screen import ModalScreen
+from textual.widget import Widget
+from textual.widgets import Static
+
+from loadgen.tick import Phase
+from loadgen.workload import Workload
+from tui import formatting as fmt
+from tui.history import TargetHistory
+from tui.keys import KEY_TABLE
+from tui.panels import COLUMN, PANELS, ROLES, RenderContext
+
+LOAD_PHASES = (Phase.WARMUP, Phase.MEASURING)
+# phases whose length is unknown in advance: the status bar counts their time from the clock
+WAITING_PHASES = (Phase.STARTING, Phase.DRAINING, Phase.WRITING, Phase.REPORT)
+MIN_COLUMN_WIDTH = 40  # a target's panels need 36 cells inside border and padding
+
+
+@dataclass
+class RunStatus:
+    """What the status bar shows; the app updates it from the bus messages."""
+
+    workload: Workload
+    phase: Phase = Phase.STARTING
+    phase_since_ns: int | None = None  # wall clock when the phase began
+    message: str = ""  # the latest progress message of the run
+    elapsed_s: float = 0.0  # load time, from the latest tick
+    stop_requests: int = 0
+    paused: bool = False
+
+    @property
+    def planned_s(self) -> float:
+        return self.workload.warmup_s + self.workload.duration_s
+
+
+class StatusBar(Widget):
+    """One line: phase, time, what the run is doing; the workload on the right if it fits."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "status--phase", "status--paused", "status--text", "status--muted"}
+
+    def __init__(self, status: RunStatus, clock: Callable[[], int], id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.status = status
+        self.clock = clock
+
+    def render(self) -> RenderResult:
+        s = self.status
+        style = self.get_component_rich_style
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(f" {s.phase.value.upper()} ", style("status--phase"))
+        if s.paused:
+            text.append(" PAUSED ", style("status--paused"))
+        text.append(" " + self._progress(), style("status--text"))
+        right = self._workload()
+        gap = self.size.width - text.cell_len - len(right) - 1
+        if gap >= 2:
+            text.append(" " * gap + right + " ", style("status--muted"))
+        return text
+
+    def _progress(self) -> str:
+        s = self.status
+        parts: list[str] = []
+        if s.phase in LOAD_PHASES:
+            left = max(0.0, s.planned_s - s.elapsed_s)
+            parts.append(f"{fmt.duration(s.elapsed_s)} / {fmt.duration(s.planned_s)}")
+            if s.stop_requests:
+                parts.append("stopping (q again: skip the drain)")
+            else:
+                parts.append(f"{fmt.duration(left)} left")
+        elif s.phase in WAITING_PHASES and s.phase_since_ns is not None:
+            parts.append(fmt.duration((self.clock() - s.phase_since_ns) / 1e9))
+        if s.message:
+            parts.append(s.message)
+        if s.phase is Phase.DRAINING and s.stop_requests < 2:
+            parts.append("q skips the drain")
+        return " · ".join(parts)
+
+    def _workload(self) -> str:
+        w = self.status.workload
+        rate = f"{fmt.count(w.rate)} msg/s" if w.rate > 0 else "max rate"
+        return f"{w.name} · {rate} · {w.message_size:,} B"
+
+
+class PanelView(Widget):
+    """Shows one panel of one target. A panel that fails to render shows the error in place."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"panel--{role}" for role in ROLES}
+
+    def __init__(self, panel_name: str, history: TargetHistory) -> None:
+        super().__init__(classes=f"-{panel_name}")
+        self.panel = PANELS[panel_name]
+        self.history = history
+
+    def render(self) -> RenderResult:
+        styles = {role: self.get_component_rich_style(f"panel--{role}") for role in ROLES}
+        ctx = RenderContext(self.content_size.width, styles)
+        try:
+            return self.panel.render(self.history, ctx)
+        except Exception as exc:  # a broken panel must not take the dashboard down
+            return Text(f"{self.panel.name}: cannot show ({type(exc).__name__}: {exc})",
+                        style=ctx.style("alert"), no_wrap=True, overflow="ellipsis")
+
+
+class TargetColumns(HorizontalScroll, can_focus=False):
+    """The targets side by side sharing the width; when they would be narrower than
+    MIN_COLUMN_WIDTH they keep that width and the row scrolls sideways."""
+
+    def on_resize(self) -> None:
+        columns = list(self.query_children(TargetColumn))
+        if not columns:
+            return
+        width = self.size.width
+        each = max(MIN_COLUMN_WIDTH, width // len(columns))
+        spare = max(0, width - each * len(columns))  # spread the remainder over the first ones
+        for i, column in enumerate(columns):
+            column.styles.width = each + (1 if i < spare else 0)
+
+    def scroll_columns(self, direction: int) -> None:
+        self.scroll_relative(x=direction * MIN_COLUMN_WIDTH, animate=False)
+
+
+class TargetColumn(Vertical):
+    """All panels of one target, top to bottom, under the target's label."""
+
+    def __init__(self, history: TargetHistory) -> None:
+        super().__init__()
+        self.history = history
+        self.border_title = history.label
+
+    def compose(self) -> ComposeResult:
+        for name in COLUMN:
+            yield PanelView(name, self.history)
+
+    def show(self) -> None:
+        for view in self.query(PanelView):
+            view.refresh()
+
+
+def help_table() -> Table:
+    """The help screen's body, generated from the key table."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(no_wrap=True, style="bold")
+    table.add_column()
+    for key in KEY_TABLE:
+        table.add_row(", ".join(key.shown), key.help)
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """The key table, over the dashboard (which keeps collecting underneath)."""
+
+    def compose(self) -> ComposeResult:
+        help_box = Static(help_table(), id="help")
+        help_box.border_title = "keys"
+        yield help_box
