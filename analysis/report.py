@@ -23,25 +23,25 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # run as a script (spark-submit analysis/report.py)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-import tempfile  # noqa: E402
-from collections.abc import Callable, Iterable, Sequence  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from functools import reduce  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any
 
-import pyarrow as pa  # noqa: E402
-from pyspark import SparkConf, SparkContext  # noqa: E402
-from pyspark.sql import Column, DataFrame, SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql import types as T  # noqa: E402
+import pyarrow as pa
+from pyspark import SparkConf, SparkContext
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from analysis.schema import LATENCY_KINDS, SCHEMA_VERSION, SCHEMAS  # noqa: E402
-from analysis.stats import SlopeCI, ols_slope_ci, theil_sen_slope  # noqa: E402
-from loadgen.errors import OutputError, ReportError  # noqa: E402
+from analysis.schema import LATENCY_KINDS, SCHEMA_VERSION, SCHEMAS
+from analysis.stats import SlopeCI, ols_slope_ci, theil_sen_slope
+from loadgen.errors import OutputError, ReportError
 
 MEASURING = "measuring"
 LATENCY_PERCENTILES: tuple[float, ...] = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 99.99)
@@ -136,6 +136,8 @@ def load_runs(run_dirs: Sequence[Path]) -> list[RunInfo]:
 # -- Spark session --------------------------------------------------------------------------
 
 _QUIET_LOG4J2 = """\
+# Errors only. Spark's own loggers get an explicit level equal to the root's, so its shell
+# logging set-up keeps that level and has nothing to announce.
 status = error
 rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
@@ -144,8 +146,16 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
+logger.spark.name = org.apache.spark
+logger.spark.level = error
+logger.sparkproject.name = org.sparkproject
+logger.sparkproject.level = error
+logger.hadoop.name = org.apache.hadoop
+logger.hadoop.level = error
+logger.parquet.name = org.apache.parquet
+logger.parquet.level = error
+logger.netty.name = io.netty
+logger.netty.level = error
 """
 
 
@@ -619,8 +629,9 @@ def compute_report(
 
 
 def fmt(value: float | int | None, digits: int | None = None) -> str:
-    """A number for a report cell: n/a for missing, thousands separators, sensible places."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    """A number for a report cell: n/a for missing, thousands separators, about four
+    significant digits (fixed notation) unless `digits` decimals are asked for."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
     if isinstance(value, int):
         return f"{value:,}"
@@ -629,32 +640,41 @@ def fmt(value: float | int | None, digits: int | None = None) -> str:
     a = abs(value)
     if a >= 1000:
         return f"{value:,.0f}"
-    if a >= 100:
-        return f"{value:.1f}"
-    if a >= 10:
-        return f"{value:.2f}"
-    if a >= 1 or a == 0:
-        return f"{value:.3f}"
-    return f"{value:.4f}"
+    if a == 0:
+        return "0.000"
+    places = min(max(3 - math.floor(math.log10(a)), 0), 9)
+    text = f"{value:.{places}f}"
+    if places and len(text.lstrip("-").replace(".", "").lstrip("0")) > 4:
+        text = f"{value:.{places - 1}f}"  # rounding carried into a new digit (999.96)
+    return text
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], text_columns: int = 1) -> str:
+    """A markdown table; the first `text_columns` columns left-aligned, the rest right."""
+
     def esc(cell: str) -> str:
         return cell.replace("|", "\\|")
 
+    align = ["---" if i < text_columns else "---:" for i in range(len(headers))]
     lines = [
         "| " + " | ".join(esc(h) for h in headers) + " |",
-        "| " + " | ".join(["---"] + ["---:"] * (len(headers) - 1)) + " |",
+        "| " + " | ".join(align) + " |",
     ]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def _metric_table(
-    targets: Sequence[TargetReport], rows: Sequence[tuple[str, Callable[[TargetReport], str]]]
-) -> str:
+Row = tuple[str, list[str]]  # metric name, one cell per target
+
+
+def _metric_table(targets: Sequence[TargetReport], rows: Sequence[Row]) -> str:
     headers = ["", *(t.label for t in targets)]
-    return _table(headers, [[name, *(cell(t) for t in targets)] for name, cell in rows])
+    return _table(headers, [[name, *cells] for name, cells in rows])
+
+
+def _whole(value: float) -> str:
+    """A count held as float (NaN when missing)."""
+    return "n/a" if math.isnan(value) else fmt(round(value))
 
 
 def _runs_table(runs: Sequence[RunInfo], data: ReportData) -> str:
@@ -678,7 +698,77 @@ def _runs_table(runs: Sequence[RunInfo], data: ReportData) -> str:
     return _table(
         ["run", "workload", "started", "rate (msg/s)", "message (B)", "partitions", "targets"],
         rows,
+        text_columns=3,
     )
+
+
+def throughput_rows(targets: Sequence[TargetReport]) -> list[Row]:
+    tps = [t.throughput for t in targets]
+    rows: list[Row] = [
+        ("measured time (s)", [fmt(x.seconds, 1) for x in tps]),
+        ("target rate (msg/s)", ["max" if x.target_rate == 0 else fmt(x.target_rate)
+                                 for x in tps]),
+        ("messages produced", [fmt(x.produced) for x in tps]),
+        ("messages consumed", [fmt(x.consumed) for x in tps]),
+        ("produce mean (msg/s)", [fmt(x.produce_msg_s) for x in tps]),
+        ("produce mean (MB/s)", [fmt(x.produce_mb_s) for x in tps]),
+        ("consume mean (msg/s)", [fmt(x.consume_msg_s) for x in tps]),
+        ("consume mean (MB/s)", [fmt(x.consume_mb_s) for x in tps]),
+    ]
+    stats = ("min", *(f"p{p:g}" for p in RATE_PERCENTILES), "max")
+    for side in ("produce", "consume"):
+        dists = [x.produce_rate if side == "produce" else x.consume_rate for x in tps]
+        for stat in stats:
+            rows.append((f"{side} per second {stat} (msg/s)",
+                         [fmt(d.get(stat, float("nan"))) for d in dists]))
+    return rows
+
+
+def latency_rows(targets: Sequence[TargetReport], kind: str) -> list[Row]:
+    lats = [t.latency[kind] for t in targets]
+    rows: list[Row] = [
+        ("samples", [fmt(x.samples) for x in lats]),
+        ("mean", [fmt(x.mean_ms) for x in lats]),
+        ("min", [fmt(x.min_ms) for x in lats]),
+    ]
+    rows += [(f"p{p:g}", [fmt(x.percentiles_ms[p]) for x in lats]) for p in LATENCY_PERCENTILES]
+    rows.append(("max", [fmt(x.max_ms) for x in lats]))
+    return rows
+
+
+def degradation_rows(targets: Sequence[TargetReport]) -> list[Row]:
+    degs = [t.degradation for t in targets]
+
+    def ci(d: Degradation) -> str:
+        return "n/a" if math.isnan(d.ci_low) else f"{fmt(d.ci_low)} … {fmt(d.ci_high)}"
+
+    return [
+        ("slope (MB/s per min)", [fmt(d.slope) for d in degs]),
+        ("95 % CI (MB/s per min)", [ci(d) for d in degs]),
+        ("relative (% of mean per min)", [fmt(d.relative_pct_per_min) for d in degs]),
+        ("R²", [fmt(d.r2, 3) for d in degs]),
+        ("Theil–Sen slope (MB/s per min)", [fmt(d.theil_sen) for d in degs]),
+        ("points (s)", [fmt(d.points) for d in degs]),
+    ]
+
+
+def resource_rows(targets: Sequence[TargetReport]) -> list[Row]:
+    res = [t.resources for t in targets]
+    return [
+        ("consumer lag mean (msg)", [fmt(r.lag_mean) for r in res]),
+        ("consumer lag max (msg)", [_whole(r.lag_max) for r in res]),
+        ("CPU mean (%)", [fmt(r.cpu_mean) for r in res]),
+        ("CPU max (%)", [fmt(r.cpu_max) for r in res]),
+        ("memory mean (MB)", [fmt(r.memory_mean_mb) for r in res]),
+        ("memory max (MB)", [fmt(r.memory_max_mb) for r in res]),
+    ]
+
+
+def error_rows(targets: Sequence[TargetReport]) -> list[Row]:
+    return [
+        ("send errors (measuring)", [fmt(t.send_errors_measuring) for t in targets]),
+        ("send errors (whole run)", [fmt(t.send_errors_total) for t in targets]),
+    ]
 
 
 def render_markdown(data: ReportData) -> str:
@@ -699,95 +789,31 @@ def render_markdown(data: ReportData) -> str:
         "",
         "## Throughput",
         "",
+        _metric_table(targets, throughput_rows(targets)),
+        "",
     ]
-
-    def tp(get: Callable[[Throughput], float | int], digits: int | None = None) -> Any:
-        return lambda t: fmt(get(t.throughput), digits)
-
-    tp_rows: list[tuple[str, Callable[[TargetReport], str]]] = [
-        ("measured time (s)", tp(lambda x: x.seconds, 1)),
-        ("target rate (msg/s)", lambda t: "max" if t.throughput.target_rate == 0
-         else fmt(t.throughput.target_rate)),
-        ("messages produced", tp(lambda x: x.produced)),
-        ("messages consumed", tp(lambda x: x.consumed)),
-        ("produce mean (msg/s)", tp(lambda x: x.produce_msg_s)),
-        ("produce mean (MB/s)", tp(lambda x: x.produce_mb_s)),
-        ("consume mean (msg/s)", tp(lambda x: x.consume_msg_s)),
-        ("consume mean (MB/s)", tp(lambda x: x.consume_mb_s)),
-    ]
-    for side in ("produce", "consume"):
-        for stat in ("min", *(f"p{p:g}" for p in RATE_PERCENTILES), "max"):
-            tp_rows.append(
-                (
-                    f"{side} per second {stat} (msg/s)",
-                    lambda t, side=side, stat=stat: fmt(
-                        getattr(t.throughput, f"{side}_rate").get(stat)
-                    ),
-                )
-            )
-    out += [_metric_table(targets, tp_rows), ""]
-
     for kind in LATENCY_KINDS:
-        lat_rows: list[tuple[str, Callable[[TargetReport], str]]] = [
-            ("samples", lambda t, k=kind: fmt(t.latency[k].samples)),
-            ("mean", lambda t, k=kind: fmt(t.latency[k].mean_ms)),
-            ("min", lambda t, k=kind: fmt(t.latency[k].min_ms)),
+        out += [
+            f"## {LATENCY_TITLES[kind]} (ms)",
+            "",
+            _metric_table(targets, latency_rows(targets, kind)),
+            "",
         ]
-        for p in LATENCY_PERCENTILES:
-            lat_rows.append(
-                (f"p{p:g}", lambda t, k=kind, p=p: fmt(t.latency[k].percentiles_ms[p]))
-            )
-        lat_rows.append(("max", lambda t, k=kind: fmt(t.latency[k].max_ms)))
-        out += [f"## {LATENCY_TITLES[kind]} (ms)", "", _metric_table(targets, lat_rows), ""]
-
-    def ci(t: TargetReport) -> str:
-        d = t.degradation
-        if math.isnan(d.ci_low):
-            return "n/a"
-        return f"{fmt(d.ci_low)} … {fmt(d.ci_high)}"
-
     out += [
         "## Degradation rate",
         "",
         "OLS slope of per-second produce throughput against time; negative means the "
         "platform slowed down during the run.",
         "",
-        _metric_table(
-            targets,
-            [
-                ("slope (MB/s per min)", lambda t: fmt(t.degradation.slope)),
-                ("95 % CI (MB/s per min)", ci),
-                ("relative (% of mean per min)",
-                 lambda t: fmt(t.degradation.relative_pct_per_min)),
-                ("R²", lambda t: fmt(t.degradation.r2, 3)),
-                ("Theil–Sen slope (MB/s per min)", lambda t: fmt(t.degradation.theil_sen)),
-                ("points (s)", lambda t: fmt(t.degradation.points)),
-            ],
-        ),
+        _metric_table(targets, degradation_rows(targets)),
         "",
         "## Resources and lag",
         "",
-        _metric_table(
-            targets,
-            [
-                ("consumer lag mean (msg)", lambda t: fmt(t.resources.lag_mean)),
-                ("consumer lag max (msg)", lambda t: fmt(t.resources.lag_max)),
-                ("CPU mean (%)", lambda t: fmt(t.resources.cpu_mean)),
-                ("CPU max (%)", lambda t: fmt(t.resources.cpu_max)),
-                ("memory mean (MB)", lambda t: fmt(t.resources.memory_mean_mb)),
-                ("memory max (MB)", lambda t: fmt(t.resources.memory_max_mb)),
-            ],
-        ),
+        _metric_table(targets, resource_rows(targets)),
         "",
         "## Errors",
         "",
-        _metric_table(
-            targets,
-            [
-                ("send errors (measuring)", lambda t: fmt(t.send_errors_measuring)),
-                ("send errors (whole run)", lambda t: fmt(t.send_errors_total)),
-            ],
-        ),
+        _metric_table(targets, error_rows(targets)),
         "",
     ]
     return "\n".join(out)

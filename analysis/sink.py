@@ -280,7 +280,7 @@ class ParquetSink:
                 )
         if t.broker:
             broker = self._buffers["broker"]
-            for name, value in t.broker.items():
+            for name, counter in t.broker.items():
                 broker.append(
                     {
                         "run_id": self.run_id,
@@ -289,7 +289,7 @@ class ParquetSink:
                         "time": time_us,
                         "phase": phase,
                         "name": str(name),
-                        "value": float(value),
+                        "value": float(counter),
                     }
                 )
 

@@ -74,7 +74,10 @@ class Workload:
             self.message_size <= 64 * 1024 * 1024,
             f"messageSize {self.message_size} is over the 64 MiB limit",
         )
-        need(self.subscriptions >= 1, f"subscriptionsPerTopic must be at least 1 (got {self.subscriptions})")
+        need(
+            self.subscriptions >= 0,
+            f"subscriptionsPerTopic must be 0 (produce only) or more (got {self.subscriptions})",
+        )
         need(self.producers >= 1, f"producersPerTopic must be at least 1 (got {self.producers})")
         need(self.consumers >= 1, f"consumerPerSubscription must be at least 1 (got {self.consumers})")
         need(

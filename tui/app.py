@@ -8,9 +8,9 @@ widgets. Pausing stops the repaint of the columns, never the collection.
 from __future__ import annotations
 
 import time
-from functools import partial
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
@@ -194,6 +194,12 @@ class DashboardApp(App[DashboardResult]):
     def action_close_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             self.pop_screen()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "close_help":
+            # escape is a priority key: let it through to other screens (the command palette)
+            return isinstance(self.screen, HelpScreen)
+        return True
 
     def action_scroll_columns(self, direction: int) -> None:
         self.query_one(TargetColumns).scroll_columns(direction)

@@ -90,6 +90,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="streambench", description=MAIN_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -111,8 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--producers", type=_positive_int, metavar="N", help="producers per topic")
     run.add_argument("--consumers", type=_positive_int, metavar="N",
                      help="consumers per subscription (one consumer group)")
-    run.add_argument("--subscriptions", type=_positive_int, metavar="N",
-                     help="subscriptions (consumer groups) per topic")
+    run.add_argument("--subscriptions", type=_non_negative_int, metavar="N",
+                     help="subscriptions (consumer groups) per topic; 0 = produce only")
     run.add_argument("--headless", action="store_true",
                      help="no dashboard: one status line per target per second")
     run.add_argument("--out", type=Path, metavar="DIR",

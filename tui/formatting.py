@@ -62,7 +62,7 @@ def percent(value: float | None) -> str:
 
 def duration(seconds: float) -> str:
     """m:ss below an hour, h:mm:ss above."""
-    total = max(0, int(seconds))
+    total = max(0, round(seconds))
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

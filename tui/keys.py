@@ -31,8 +31,8 @@ KEY_TABLE: tuple[Key, ...] = (
         "End the run: the load stops, consumers drain, files are written. "
         "Press again to skip the drain. Once the run is over (or with no run), quit."),
     Key(("p",), ("p",), "toggle_pause", "pause",
-        "Pause or resume the display. Collection goes on while paused; "
-        "resuming shows everything that arrived meanwhile."),
+        "Freeze or unfreeze the target columns (the status line keeps going). Collection "
+        "goes on while frozen; resuming shows everything that arrived meanwhile."),
     Key(("question_mark",), ("?",), "help", "help",
         "Show or close this help."),
     Key(("escape",), ("esc",), "close_help", "close help", "Close this help.", footer=False),

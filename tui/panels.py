@@ -28,9 +28,10 @@ LABEL_WIDTH = 8
 
 @dataclass(frozen=True)
 class RenderContext:
-    """Where a panel is drawn: its width in cells and a Rich style per role in ROLES."""
+    """Where a panel is drawn: its size in cells and a Rich style per role in ROLES."""
 
     width: int
+    height: int = 0  # the rows given to the panel; only panels that stretch look at it
     styles: Mapping[str, Style] = field(default_factory=dict)
 
     def style(self, role: str) -> Style:
@@ -87,14 +88,16 @@ class ThroughputPanel:
                 line(ctx, label("lag"), (fmt.MISSING, "value")),
             ])
         lag = tick.lag.total if tick.lag is not None else None
-        errors = (f"send errors {fmt.count(tick.send_errors)}",
-                  "alert" if tick.send_errors else "muted")
+        # errors since the start; "(+n)" when the last interval had some
+        errors = (f"send errors {fmt.count(history.send_errors_total)}"
+                  + (f" (+{fmt.count(tick.send_errors)})" if tick.send_errors else ""),
+                  "alert" if history.send_errors_total else "muted")
         return lines([
             line(ctx, label("produce"), (f"{fmt.count(tick.produce_rate)}/s", "value"),
-                 (f"  {fmt.megabytes(tick.produced_bytes / tick.interval_s)} MB/s", "value")),
+                 (f"  {fmt.megabytes(tick.produce_mb_s * 1e6)} MB/s", "value")),
             line(ctx, label(""), self._versus_target(history)),
             line(ctx, label("consume"), (f"{fmt.count(tick.consume_rate)}/s", "value"),
-                 (f"  {fmt.megabytes(tick.consumed_bytes / tick.interval_s)} MB/s", "value")),
+                 (f"  {fmt.megabytes(tick.consume_mb_s * 1e6)} MB/s", "value")),
             line(ctx, label("lag"), (fmt.count(lag), "value"), (" msg  ", "muted"), errors),
         ])
 
@@ -155,24 +158,26 @@ class ResourcesPanel:
 
 
 class ChartsPanel:
-    """Two-row braille charts of the charted metrics over the history window."""
+    """Braille charts of the charted metrics over the history window, sharing out the rows
+    the panel is given (at least one each)."""
 
     name = "charts"
-    METRICS = ("produce_rate", "e2e_p99", "lag", "cpu")
-    HEIGHT = 2
+    CHARTED = ("produce_rate", "e2e_p99", "lag", "cpu")
 
     def render(self, history: TargetHistory, ctx: RenderContext) -> Text:
         width = max(0, ctx.width - LABEL_WIDTH)
+        share, spare = divmod(ctx.height, len(self.CHARTED))
         rows = []
-        for name in self.METRICS:
+        for i, name in enumerate(self.CHARTED):
+            height = max(1, share + (1 if i < spare else 0))
             metric = METRICS[name]
             points = downsample(history.series[name].values(), 2 * width, metric.reduce)
             top = max((v for v in points if fmt.known(v)), default=0.0)
             if name == "produce_rate" and history.last is not None:
                 top = max(top, history.last.target_rate)  # so the chart reads against the target
-            chart = area_chart(points, width, self.HEIGHT, top)
+            chart = area_chart(points, width, height, top)
             scale = f"↑{fmt.short(top)}{metric.unit}" if top > 0 else ""
-            captions = [metric.title, scale] + [""] * (self.HEIGHT - 2)
+            captions = [metric.title, scale, *[""] * height][:height]
             for caption, row in zip(captions, chart, strict=True):
                 rows.append(line(ctx, label(caption), (row, "chart")))
         return lines(rows)

@@ -3,6 +3,7 @@ the help screen generated from the key table."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -106,12 +107,14 @@ class PanelView(Widget):
 
     def render(self) -> RenderResult:
         styles = {role: self.get_component_rich_style(f"panel--{role}") for role in ROLES}
-        ctx = RenderContext(self.content_size.width, styles)
+        ctx = RenderContext(self.content_size.width, self.content_size.height, styles)
         try:
             return self.panel.render(self.history, ctx)
         except Exception as exc:  # a broken panel must not take the dashboard down
-            return Text(f"{self.panel.name}: cannot show ({type(exc).__name__}: {exc})",
-                        style=ctx.style("alert"), no_wrap=True, overflow="ellipsis")
+            problem = f"{self.panel.name} cannot be shown: {type(exc).__name__}: {exc}"
+            # wrapped here: the panel styles keep lines unwrapped
+            return Text("\n".join(textwrap.wrap(problem, max(ctx.width, 20))),
+                        style=ctx.style("alert"))
 
 
 class TargetColumns(HorizontalScroll, can_focus=False):

@@ -6,6 +6,7 @@ Each entry has two fields: `t`, the intended send time in ns, and `p`, the paylo
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Sequence
 
@@ -14,8 +15,8 @@ from redis.exceptions import RedisError, ResponseError
 
 from compose.redis import connect_failure
 from loadgen.errors import DriverError
-from loadgen.pacing import now_ns
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
+from loadgen.platforms.resp import RespConnection, RespError, encode
 
 READ_COUNT = 1000
 BLOCK_MS = 100
@@ -33,70 +34,86 @@ def _connection(host: str, port: int) -> aioredis.Redis:
 class RedisProducer(Producer):
     """One connection; a batch goes out as one pipeline of XADDs (one round trip)."""
 
-    max_in_flight = 1  # a connection carries one pipeline at a time
+    # batches pipelined on the one connection; replies return in order, so entries stay ordered
+    max_in_flight = 4
 
-    def __init__(self, conn: aioredis.Redis, streams: list[str], maxlen: int) -> None:
+    def __init__(self, conn: RespConnection, streams: list[str], maxlen: int) -> None:
         self._conn = conn
-        self._streams = streams
+        # pre-encoded command heads: `*7/9 $4 XADD $n <stream> [MAXLEN ~ n] $1 * $1 t`
+        trim = ["MAXLEN", "~", str(maxlen)] if maxlen else []
+        self._heads = [self._head(s, trim) for s in streams]
         self._next = 0
-        self._maxlen = maxlen
 
-    def _stream_for(self, key: bytes | None) -> str:
+    @staticmethod
+    def _head(stream: str, trim: list[str]) -> bytes:
+        args = ["XADD", stream, *trim, "*", "t"]
+        body = b"".join(b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in args)
+        return b"*%d\r\n" % (len(args) + 3) + body
+
+    def _partition(self, key: bytes | None) -> int:
         if key is None:
-            self._next = (self._next + 1) % len(self._streams)
-            return self._streams[self._next]
-        return self._streams[zlib.crc32(key) % len(self._streams)]
+            self._next = (self._next + 1) % len(self._heads)
+            return self._next
+        return zlib.crc32(key) % len(self._heads)
 
     async def send_batch(self, batch: Sequence[OutMessage]) -> None:
-        pipe = self._conn.pipeline(transaction=False)
-        trim: tuple[str, ...] = ("MAXLEN", "~", str(self._maxlen)) if self._maxlen else ()
+        parts = []
+        heads = self._heads
         for m in batch:
-            pipe.execute_command("XADD", self._stream_for(m.key), *trim, "*",
-                                 "t", m.intended_ns, "p", m.payload)
-        await pipe.execute(raise_on_error=True)
+            t = b"%d" % m.intended_ns
+            parts.append(b"%s$%d\r\n%s\r\n$1\r\np\r\n$%d\r\n%s\r\n" % (
+                heads[self._partition(m.key)], len(t), t, len(m.payload), m.payload))
+        replies = await self._conn.pipeline(b"".join(parts), len(batch))
+        for r in replies:
+            if isinstance(r, RespError):
+                raise r
 
     async def close(self) -> None:
-        await self._conn.aclose()
+        await self._conn.close()
 
 
 class RedisConsumer(Consumer):
-    def __init__(self, conn: aioredis.Redis, streams: list[str], group: str, name: str,
+    def __init__(self, conn: RespConnection, streams: list[str], group: str, name: str,
                  track_ids: bool) -> None:
         self._conn = conn
-        self._streams = streams
-        self._group = group
-        self._name = name
+        self._group = group.encode()
         self._track = track_ids
         self._index = {s.encode(): i for i, s in enumerate(streams)}
-        self._read_args = ("GROUP", group, name, "COUNT", READ_COUNT, "BLOCK", BLOCK_MS,
-                           "STREAMS", *streams, *([">"] * len(streams)))
+        self._read = encode(["XREADGROUP", "GROUP", group, name, "COUNT", READ_COUNT, "BLOCK",
+                             BLOCK_MS, "STREAMS", *streams, *([">"] * len(streams))])
 
     async def receive(self) -> ReceivedBatch | None:
-        reply = await self._conn.execute_command("XREADGROUP", *self._read_args)
+        (reply,) = await self._conn.pipeline(self._read, 1)
+        if isinstance(reply, RespError):
+            raise reply
         if not reply:
             return None
-        receive_ns = now_ns()[1]
+        receive_ns = time.time_ns()
         intended: list[int] = []
         size = 0
         ids: list[tuple[int, str]] | None = [] if self._track else None
-        pipe = self._conn.pipeline(transaction=False)
+        acks = []
+        assert isinstance(reply, list)
         for stream, entries in reply:
             if not entries:
                 continue
             entry_ids = []
             for entry_id, fields in entries:
-                intended.append(int(fields[b"t"]))
-                size += len(fields[b"p"])
+                # fields: [b"t", <ns>, b"p", <payload>]
+                intended.append(int(fields[1]))
+                size += len(fields[3])
                 entry_ids.append(entry_id)
             if ids is not None:
                 part = self._index[stream]
                 ids.extend((part, e.decode()) for e in entry_ids)
-            pipe.execute_command("XACK", stream, self._group, *entry_ids)
-        await pipe.execute(raise_on_error=True)
+            acks.append(encode([b"XACK", stream, self._group, *entry_ids]))
+        for r in await self._conn.pipeline(b"".join(acks), len(acks)):
+            if isinstance(r, RespError):
+                raise r
         return ReceivedBatch(receive_ns, intended, size, ids)
 
     async def close(self) -> None:
-        await self._conn.aclose()
+        await self._conn.close()
 
 
 class RedisStreamsDriver(Driver):
@@ -138,11 +155,11 @@ class RedisStreamsDriver(Driver):
         if keys:
             await self._admin.delete(*keys)
 
-    async def _open(self) -> aioredis.Redis:
-        conn = _connection(self._host, self._port)
+    async def _open(self) -> RespConnection:
         try:
-            await conn.ping()
-        except (OSError, RedisError) as exc:
+            conn = await RespConnection.open(self._host, self._port)
+            await conn.call("PING")
+        except (OSError, RespError, TimeoutError) as exc:
             raise DriverError(f"cannot reach redis at {self._host}:{self._port}: "
                               f"{connect_failure(exc)}") from None
         return conn

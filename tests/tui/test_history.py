@@ -1,0 +1,69 @@
+"""The dashboard's metric maths: windows, downsampling, merged percentiles, charts, numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from loadgen.tick import Phase
+from tests.tui.recorded import latency_values, recorded_tick
+from tui import formatting as fmt
+from tui.charts import area_chart
+from tui.history import Series, TargetHistory, downsample, max_of, mean_of
+
+
+def test_series_keeps_only_the_window() -> None:
+    series = Series(window_s=10.0)
+    for t in range(30):
+        series.add(float(t), float(t))
+    assert series.values() == [float(t) for t in range(19, 30)]
+
+
+def test_downsample_folds_runs_and_keeps_short_series() -> None:
+    assert downsample([1.0, 2.0, 3.0], 5, max_of) == [1.0, 2.0, 3.0]
+    assert downsample([1.0, 5.0, 2.0, 2.0, 0.0, 9.0], 3, max_of) == [5.0, 2.0, 9.0]
+    assert downsample([1.0, 3.0, 2.0, 4.0], 2, mean_of) == [2.0, 3.0]
+    assert math.isnan(max_of([math.nan]))
+
+
+def test_recent_latency_merges_the_last_ten_seconds_of_histograms() -> None:
+    history = TargetHistory("redis")
+    for seq in range(15):
+        history.add(recorded_tick("redis", seq))
+    values = np.concatenate([np.array(latency_values(seq, seq)) for seq in range(5, 15)]) / 1000
+    assert math.isclose(history.e2e_recent.p99, float(np.percentile(values, 99)), rel_tol=2e-3)
+    assert math.isclose(history.e2e_recent.max, float(values.max()), rel_tol=1e-3)
+    assert history.recent_span_s == 10.0
+    last = np.array(latency_values(14, 14)) / 1000
+    assert math.isclose(history.e2e.p50, float(np.percentile(last, 50)), rel_tol=2e-3)
+
+
+def test_an_empty_interval_has_no_latency_figures() -> None:
+    tick = recorded_tick("redis", 0)
+    history = TargetHistory("redis")
+    history.add(dataclasses.replace(tick, e2e_latency=type(tick.e2e_latency).empty(),
+                                    phase=Phase.DRAINING))
+    assert history.e2e.count == 0 and math.isnan(history.e2e.p99)
+    assert math.isnan(history.series["e2e_p99"].values()[-1])
+
+
+def test_area_chart_is_right_aligned_and_scaled() -> None:
+    rows = area_chart([4.0, 8.0], width=3, height=2, top=8.0)
+    assert rows[0] == "  ⢸"  # only the newest point reaches the top row
+    assert rows[1] == "  ⣿"
+    assert area_chart([], width=2, height=1, top=0.0) == ["  "]
+    assert area_chart([math.nan, 0.0, 0.001], width=2, height=1, top=1.0) == [" ⢀"]
+
+
+def test_numbers_are_short_and_missing_figures_are_marked() -> None:
+    assert fmt.count(5002.4) == "5,002"
+    assert fmt.count(2_500_000) == "2.50M"
+    assert fmt.millis(0.1234) == "0.123"
+    assert fmt.millis(12.34) == "12.3"
+    assert fmt.millis(1234.5) == "1,234"
+    assert fmt.short(5000) == "5.0k" and fmt.short(12_345) == "12k" and fmt.short(0.42) == "0.42"
+    assert fmt.megabytes(5_120_000) == "5.1"
+    assert fmt.duration(3725) == "1:02:05" and fmt.duration(65.9) == "1:06"
+    assert fmt.millis(math.nan) == fmt.count(None) == fmt.MISSING

@@ -1,0 +1,97 @@
+"""The real dashboard driving a real run against a local redis-server started by the run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import psutil
+import pytest
+from textual.message import Message
+
+from loadgen.errors import OutputError
+from loadgen.platforms import resolve_target
+from loadgen.run import Run, RunSummary
+from loadgen.target import unique_labels
+from loadgen.tick import Phase
+from loadgen.workload import Workload
+from tests.tui.screen import screen_lines, wait_until
+from tui.app import DashboardApp, PhaseChanged, TickReceived
+
+WORKLOAD = Workload(name="tui-test", rate=500, duration_s=4, warmup_s=1, message_size=100)
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.integration
+async def test_q_ends_a_live_run_gracefully(tmp_path: Path) -> None:
+    run = Run(WORKLOAD, unique_labels([resolve_target("redis")]), out_dir=tmp_path / "run")
+    app = DashboardApp(run, run.labels, run.workload)
+    seen: list[Message] = []
+
+    def produced_tick() -> bool:
+        return any(isinstance(m, TickReceived) and m.tick.produced > 0 for m in seen)
+
+    async with app.run_test(size=(80, 24), message_hook=seen.append) as pilot:
+        await wait_until(pilot, produced_tick, "a tick with produced messages")
+        await pilot.pause()
+        screen = screen_lines(app)
+        produce = next(line for line in screen if "produce" in line)
+        assert re.search(r"produce [1-9][\d,]*/s", produce), produce
+        assert any(phase in screen[0] for phase in ("WARM-UP", "MEASURING")), screen[0]
+        desc = run.runners[0].desc
+        assert desc is not None and desc.pids
+        await pilot.press("q")
+        await wait_until(pilot, lambda: not app.is_running, "the run to end after q")
+
+    summary = app.return_value
+    assert isinstance(summary, RunSummary), summary
+    assert summary.stopped_early
+    assert summary.targets[0].produced > 0
+    assert all(process_gone(pid) for pid in desc.pids), "redis-server is still running"
+    phases = [m.change.phase for m in seen if isinstance(m, PhaseChanged)]
+    assert phases[0] is Phase.STARTING and phases[-1] is Phase.DONE
+    assert Phase.DRAINING in phases
+    assert (tmp_path / "run" / "run.json").is_file()
+
+
+async def test_a_user_error_ends_the_app_with_the_error(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "left-over").write_text("x")
+    run = Run(WORKLOAD, unique_labels([resolve_target("redis")]), out_dir=out)
+    app = DashboardApp(run, run.labels, run.workload)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: not app.is_running, "the app to end")
+    assert isinstance(app.return_value, OutputError)
+    assert "not empty" in str(app.return_value)
+
+
+@pytest.mark.integration
+async def test_a_finished_run_shows_the_report_step_then_exits(tmp_path: Path) -> None:
+    run = Run(WORKLOAD, unique_labels([resolve_target("redis")]), out_dir=tmp_path / "run")
+    reported: list[RunSummary] = []
+
+    async def after_run(summary: RunSummary) -> str | None:
+        reported.append(summary)
+        return str(summary.run_dir / "report.md")
+
+    app = DashboardApp(run, run.labels, run.workload, after_run=after_run)
+    seen: list[Message] = []
+    async with app.run_test(size=(80, 24), message_hook=seen.append) as pilot:
+        await wait_until(pilot, lambda: not app.is_running, "the run to finish", timeout_s=60)
+
+    summary = app.return_value
+    assert isinstance(summary, RunSummary) and not summary.stopped_early
+    assert reported == [summary]
+    assert summary.measured_ticks == run.measure_ticks
+    assert app.report_path == str(tmp_path / "run" / "report.md")
+    changes = [m.change for m in seen if isinstance(m, PhaseChanged)]
+    phases = [c.phase for c in changes]
+    assert phases.index(Phase.MEASURING) < phases.index(Phase.REPORT) < len(phases) - 1
+    assert changes[-1].phase is Phase.DONE and changes[-1].message.startswith("report: ")
