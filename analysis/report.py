@@ -34,7 +34,10 @@ from functools import reduce
 from typing import Any
 
 import pyarrow as pa
+from py4j.protocol import Py4JError
 from pyspark import SparkConf, SparkContext
+from pyspark.errors import PySparkException
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -159,31 +162,61 @@ logger.netty.level = error
 """
 
 
-def _launch_gateway_quietly() -> None:
-    """Start the Spark JVM with error-level logging unless a gateway already exists (as under
-    spark-submit, whose logging configuration then applies)."""
+def _last_line(path: Path | None) -> str:
+    if path is None:
+        return ""
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines()]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if ln and not ln.startswith("WARNING: Using incubator")]
+    return lines[-1][:300] if lines else ""
+
+
+def _launch_gateway(log_path: Path | None) -> None:
+    """Start the Spark JVM with error-level logging, its output going to log_path (so nothing
+    lands on a terminal a dashboard is drawing on), unless a gateway already exists, as under
+    spark-submit, whose own logging configuration then applies."""
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         SparkContext._ensure_initialized()
         return
     fd, name = tempfile.mkstemp(prefix="streambench-log4j2-", suffix=".properties")
+    log = None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(_QUIET_LOG4J2)
         conf = SparkConf(loadDefaults=False)
         conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{name}")
-        SparkContext._ensure_initialized(conf=conf)
+        popen_kwargs: dict[str, Any] = {}
+        if log_path is not None:
+            log = open(log_path, "ab")  # noqa: SIM115 - handed to the JVM process
+            popen_kwargs = {"stdout": log, "stderr": log}
+        try:
+            gateway = launch_gateway(conf, popen_kwargs)
+        except Exception as exc:  # Java missing or broken: pyspark says "gateway exited"
+            detail = _last_line(log_path) or str(exc).splitlines()[0]
+            raise ReportError(
+                f"cannot start Spark ({detail}): install a Java 17 or newer runtime "
+                "(java on PATH or JAVA_HOME set)"
+            ) from None
+        SparkContext._ensure_initialized(gateway=gateway)
     finally:
+        if log is not None:
+            log.close()
         os.unlink(name)
 
 
-def spark_session(master: str | None = None) -> tuple[SparkSession, bool]:
+def spark_session(
+    master: str | None = None, log_path: Path | None = None
+) -> tuple[SparkSession, bool]:
     """The session the report runs in, and whether it was created here (then the caller stops
     it). An active session is reused when no master is asked for. The master is set only when
-    given or when nothing (spark-submit, spark-defaults.conf) configured one."""
+    given or when nothing (spark-submit, spark-defaults.conf) configured one. When this call
+    starts the JVM, its output goes to log_path (None: inherited stderr)."""
     active = SparkSession.getActiveSession()
     if active is not None and master is None:
         return active, False
-    _launch_gateway_quietly()
+    _launch_gateway(log_path)
     configured = SparkConf().get("spark.master", None)
     effective = master or configured or "local[*]"
     builder = (
@@ -199,9 +232,17 @@ def spark_session(master: str | None = None) -> tuple[SparkSession, bool]:
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
             "spark.driver.host", "127.0.0.1"
         )
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except (PySparkException, Py4JError) as exc:
+        raise ReportError(f"cannot start Spark with master {effective}: {_first_line(exc)}") from None
     spark.sparkContext.setLogLevel("ERROR")
     return spark, True
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
 
 
 # -- reading tables -------------------------------------------------------------------------
@@ -842,26 +883,49 @@ def _prepare_out_dir(out_dir: Path) -> None:
         ) from None
 
 
+def default_out_dir(run_dirs: Sequence[Path]) -> Path:
+    """Where the report goes without --out: report/ inside the run, or ./report for several."""
+    return Path(run_dirs[0]) / "report" if len(run_dirs) == 1 else Path("report")
+
+
 def build_report(
     run_dirs: list[Path],
-    out_dir: Path,
+    out_dir: Path | None = None,
     master: str | None = None,
     progress: Progress | None = None,
 ) -> Path:
     """Read the runs, compute the report with Spark and write out_dir/report.md (its path is
-    returned). Raises ReportError for bad runs, OutputError when out_dir cannot be written."""
+    returned). out_dir None means `default_out_dir(run_dirs)`. Raises ReportError for bad runs
+    or a failed Spark job, OutputError when out_dir cannot be written.
+
+    When this call starts Spark, the JVM's own output goes to out_dir/spark.log, which is kept
+    only when Spark fails."""
     say = progress or (lambda _msg: None)
     say("checking runs")
     runs = load_runs(run_dirs)
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(run_dirs)
     _prepare_out_dir(out_dir)
+    log_path = out_dir / "spark.log"
+    keep_log = False
     say("starting Spark")
-    spark, created = spark_session(master)
     try:
-        data = compute_report(spark, runs, say)
+        try:
+            spark, created = spark_session(master, log_path)
+        except ReportError:
+            keep_log = True
+            raise
+        try:
+            data = compute_report(spark, runs, say)
+        except (PySparkException, Py4JError) as exc:
+            keep_log = log_path.exists() and log_path.stat().st_size > 0
+            where = f" (details in {log_path})" if keep_log else ""
+            raise ReportError(f"the Spark job failed: {_first_line(exc)}{where}") from None
+        finally:
+            if created:
+                spark.stop()
     finally:
-        if created:
-            spark.stop()
+        if not keep_log:
+            log_path.unlink(missing_ok=True)
     say("writing report.md")
     path = out_dir / "report.md"
     _write_text(path, render_markdown(data))
@@ -873,8 +937,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="report.py", description="Write report.md for one or more streambench runs."
     )
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR")
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
-                        help="directory for report.md")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="report directory (default: report/ inside the run; ./report "
+                             "for several runs)")
     parser.add_argument("--master", default=None,
                         help="Spark master (default: spark-submit's, else local[*])")
     args = parser.parse_args(argv)

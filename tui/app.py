@@ -212,7 +212,7 @@ class DashboardApp(App[DashboardResult]):
             if key.footer:
                 yield SystemCommand(key.label, key.help, partial(self.run_action, key.action))
 
-    # ---- helpers ------------------------------------------------------------------------
+    # ---- repaint ------------------------------------------------------------------------
 
     def _show_status(self) -> None:
         self._status_bar.refresh()

@@ -233,6 +233,7 @@ def _print_summary(summary: Any) -> None:
 
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from loadgen.pacing import precise_event_loop, run_precise
     from loadgen.platforms import resolve_target
     from loadgen.run import Run
     from loadgen.target import unique_labels
@@ -246,7 +247,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     run.prepare()
 
     if args.headless:
-        summary, sig = asyncio.run(_headless(run))
+        summary, sig = run_precise(_headless(run))
         _print_summary(summary)
         if args.report and summary.measured_ticks:
             print(f"report: {_report([summary.run_dir], None, None)}")
@@ -261,7 +262,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     app = DashboardApp(run, run.labels, workload, after_run=after_run)
     signal.signal(signal.SIGTERM, lambda *_: run.request_stop())
-    result = app.run()
+    result = app.run(loop=precise_event_loop())
     if isinstance(result, BaseException):
         raise result
     if result is None:

@@ -8,7 +8,6 @@ bottleneck (ratio >= 0.8)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import re
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 
 from compose.process import free_port, start_process, stop_process
+from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import MAX_RATE_BATCH, Run
 from loadgen.target import unique_labels
@@ -39,7 +39,7 @@ def streambench_rate(port: int, size: int, producers: int, seconds: float, out: 
                         subscriptions=0, duration_s=seconds, warmup_s=2)
     before = xadd_calls(port)
     run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{port}")]), out_dir=out)
-    summary = asyncio.run(run.execute())
+    summary = run_precise(run.execute())
     acked, errors = summary.targets[0].produced, summary.targets[0].send_errors
     server = xadd_calls(port) - before
     if server != acked + errors or errors:

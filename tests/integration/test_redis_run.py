@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import psutil
 import pyarrow.dataset as ds
 import pytest
 
+from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, RunSummary
 from loadgen.target import unique_labels
@@ -37,7 +37,7 @@ def fixed_rate_run(tmp_path_factory) -> tuple[Path, RunSummary]:
                         consumers=2, message_size=1024)
     run = Run(workload, unique_labels([resolve_target("redis")]), out_dir=run_dir,
               record_raw=True, track_ids=True)
-    summary = asyncio.run(run.execute())
+    summary = run_precise(run.execute())
     return run_dir, summary
 
 
