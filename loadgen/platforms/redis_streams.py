@@ -13,10 +13,16 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
-from compose.redis import connect_failure
+from collectors.base import Collector
+from collectors.process import ProcessResources
+from collectors.redis import RedisTelemetry
+from compose.redis import RedisExternalStack, RedisLocalStack, connect_failure, parse_address
+from compose.stack import Stack, StackDescription
 from loadgen.errors import DriverError
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
 from loadgen.platforms.resp import RespConnection, RespError, encode
+from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
+from loadgen.target import OptionSpec, Target, parse_bool
 
 READ_COUNT = 1000
 BLOCK_MS = 100
@@ -178,3 +184,46 @@ class RedisStreamsDriver(Driver):
         if self._admin is not None:
             await self._admin.aclose()
             self._admin = None
+
+
+def _stack(target: Target) -> Stack:
+    if target.runtime == "external":
+        return RedisExternalStack(target, target.label)
+    return RedisLocalStack(target, target.label)
+
+
+def _driver(target: Target, desc: StackDescription) -> Driver:
+    host, port = parse_address(desc.endpoints["redis"])
+    return RedisStreamsDriver(host, port, maxlen=int(target.options.get("maxlen") or 0))
+
+
+def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
+                subscriptions: list[str]) -> list[Collector]:
+    host, port = parse_address(desc.endpoints["redis"])
+    found: list[Collector] = [RedisTelemetry(host, port, stream_names(topic, partitions), subscriptions)]
+    if desc.pids:
+        found.insert(0, ProcessResources(desc.pids))
+    return found
+
+
+PLATFORMS = [
+    Platform(
+        name="redis",
+        summary="Redis Streams (XADD / XREADGROUP + XACK); a partition is a stream",
+        options={
+            "aof": OptionSpec("append-only file on (fsync per `fsync`, default every second)",
+                              default=False, parse=parse_bool, flag=True),
+            "fsync": OptionSpec("appendfsync policy with aof", default="everysec",
+                                choices=("always", "everysec", "no")),
+            "port": OptionSpec("loopback port of the local redis-server (default: a free one)",
+                               default=0, parse=parse_port),
+            "maxlen": OptionSpec("trim each stream to about this many entries (0 = never)",
+                                 default=0, parse=parse_non_negative),
+            "runtime": OptionSpec("where the broker runs", default="local", choices=("local",)),
+        },
+        runtimes=("local", "external"),
+        make_stack=_stack,
+        make_driver=_driver,
+        make_collectors=_collectors,
+    ),
+]
