@@ -24,9 +24,11 @@ if __name__ == "__main__" and not __package__:  # run as a script (spark-submit 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -162,15 +164,18 @@ logger.netty.level = error
 """
 
 
-def _last_line(path: Path | None) -> str:
+def _first_log_line(path: Path | None) -> str:
+    """The first telling line the JVM start-up left in its log (shell prefixes removed)."""
     if path is None:
         return ""
     try:
         lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines()]
     except OSError:
         return ""
-    lines = [ln for ln in lines if ln and not ln.startswith("WARNING: Using incubator")]
-    return lines[-1][:300] if lines else ""
+    for line in lines:
+        if line and not line.startswith("WARNING: Using incubator"):
+            return re.sub(r"^\S+: line \d+: ", "", line)[:300]
+    return ""
 
 
 def _launch_gateway(log_path: Path | None) -> None:
@@ -194,7 +199,7 @@ def _launch_gateway(log_path: Path | None) -> None:
         try:
             gateway = launch_gateway(conf, popen_kwargs)
         except Exception as exc:  # Java missing or broken: pyspark says "gateway exited"
-            detail = _last_line(log_path) or str(exc).splitlines()[0]
+            detail = _first_log_line(log_path) or str(exc).splitlines()[0]
             raise ReportError(
                 f"cannot start Spark ({detail}): install a Java 17 or newer runtime "
                 "(java on PATH or JAVA_HOME set)"
@@ -235,14 +240,27 @@ def spark_session(
     try:
         spark = builder.getOrCreate()
     except (PySparkException, Py4JError) as exc:
-        raise ReportError(f"cannot start Spark with master {effective}: {_first_line(exc)}") from None
+        raise ReportError(
+            f"cannot start Spark with master {effective}: {_first_line(exc)}"
+        ) from None
     spark.sparkContext.setLogLevel("ERROR")
     return spark, True
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+    """The telling line of a Spark error: the Java exception's message when there is one,
+    without the exception class name."""
+    text = str(exc)
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        with contextlib.suppress(Exception):  # the gateway may be gone
+            text = str(java.toString())
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    line = lines[0] if lines else type(exc).__name__
+    head, sep, rest = line.partition(": ")
+    if sep and "." in head and " " not in head:  # "org.apache.spark.SparkException: …"
+        line = rest
+    return line[:300]
 
 
 # -- reading tables -------------------------------------------------------------------------
@@ -728,7 +746,7 @@ def _runs_table(runs: Sequence[RunInfo], data: ReportData) -> str:
             [
                 run.run_id,
                 str(w.get("name", "")),
-                str(run.meta.get("started_at", "")),
+                str(run.meta.get("started") or run.meta.get("started_at") or ""),
                 ("max" if rate == 0 else fmt(rate)) if rate is not None else "",
                 fmt(w["messageSize"]) if isinstance(w.get("messageSize"), int) else "",
                 fmt(w["partitionsPerTopic"]) if isinstance(w.get("partitionsPerTopic"), int)
@@ -866,7 +884,8 @@ def _write_text(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 

@@ -9,12 +9,14 @@ starting with "." or "_", so a leftover temporary file is ignored.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
 import time
 from collections.abc import Callable
+from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,7 +78,8 @@ def write_run_json(run_dir: Path, meta: dict[str, Any]) -> Path:
         tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
         os.replace(tmp, final)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
         raise OutputError(f"cannot write {final}: {_reason(exc)}") from None
     return final
 
@@ -130,7 +133,11 @@ def _summary(snap: HistogramSnapshot) -> tuple[int, int, int | None, float | Non
 
 class ParquetSink:
     """Callable bus subscriber writing Tick, PhaseChange, RunEvent and RawSamples items into
-    `<run_dir>/<table>/part-NNNNN.parquet` files (zstd), one file per table per rotation."""
+    `<run_dir>/<table>/part-NNNNN.parquet` files (zstd), one file per table per rotation.
+
+    Files are written by one background thread, in order; `wait()` blocks until they are on
+    disk and `close()` flushes and waits. `background=False` writes in the calling thread.
+    `clock` (monotonic seconds) decides when to rotate; tests pass a fake one."""
 
     def __init__(
         self,
@@ -140,6 +147,7 @@ class ParquetSink:
         raw: bool = False,
         *,
         clock: Callable[[], float] = time.monotonic,
+        background: bool = True,
     ) -> None:
         self.run_dir = Path(run_dir)
         self._clock = clock
@@ -156,6 +164,15 @@ class ParquetSink:
         self._last_rotate = clock()
         self._closed = False
         self.files_written = 0
+        # Compressing and writing a file takes tens of milliseconds: a writer thread does it
+        # (pyarrow releases the GIL), so the event loop that calls the sink is not held up.
+        self._writer = (
+            futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-sink")
+            if background
+            else None
+        )
+        self._pending: list[futures.Future[None]] = []
+        self._failed: list[BaseException] = []
 
     @staticmethod
     def _first_free_part(table_dir: Path) -> int:
@@ -202,20 +219,58 @@ class ParquetSink:
             self.flush()
 
     def flush(self) -> None:
-        """Write every table's buffered rows as one new file each (nothing when empty)."""
+        """Hand every table's buffered rows to the writer, one new file per table (nothing
+        for an empty table). Raises OutputError if an earlier file could not be written."""
         self._last_rotate = self._clock()
         for table in self._tables:
             buf = self._buffers[table]
-            if buf.rows:
-                self._write(table, buf.to_table())
-                buf.clear()
+            if not buf.rows:
+                continue
+            self._buffers[table] = _Buffer(buf.schema)
+            part = self._next_part[table]
+            self._next_part[table] = part + 1
+            if self._writer is None:
+                self._write(table, part, buf)
+            else:
+                self._pending.append(self._writer.submit(self._write, table, part, buf))
+        self._raise_failed()
+
+    def wait(self) -> None:
+        """Block until every file handed to the writer is on disk (renamed into place)."""
+        pending, self._pending = self._pending, []
+        futures.wait(pending)
+        self._failed.extend(e for f in pending if (e := f.exception()) is not None)
+        self._raise_failed()
 
     def close(self) -> None:
-        """Flush what is buffered; later calls and items are ignored."""
+        """Flush what is buffered and wait for the files; later calls and items are ignored.
+        Raises OutputError if a file could not be written."""
         if self._closed:
             return
         self._closed = True
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            try:
+                self.wait()
+            finally:
+                if self._writer is not None:
+                    self._writer.shutdown(wait=True)
+
+    def _raise_failed(self) -> None:
+        still = []
+        for f in self._pending:
+            if f.done():
+                if (exc := f.exception()) is not None:
+                    self._failed.append(exc)
+            else:
+                still.append(f)
+        self._pending = still
+        if self._failed:
+            exc, self._failed = self._failed[0], []
+            if isinstance(exc, OutputError):
+                raise OutputError(str(exc))
+            raise exc
 
     # -- rows ------------------------------------------------------------------------------
 
@@ -330,16 +385,16 @@ class ParquetSink:
 
     # -- files -----------------------------------------------------------------------------
 
-    def _write(self, table: str, data: pa.Table) -> None:
-        part = self._next_part[table]
+    def _write(self, table: str, part: int, buf: _Buffer) -> None:
+        """Write one file under a hidden name and rename it into place (writer thread)."""
         name = f"part-{part:05d}.parquet"
         final = self.run_dir / table / name
         tmp = final.with_name(f".{name}{_TMP_SUFFIX}")
         try:
-            pq.write_table(data, tmp, compression="zstd")
+            pq.write_table(buf.to_table(), tmp, compression="zstd")
             os.replace(tmp, final)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
             raise OutputError(f"cannot write {final}: {_reason(exc)}") from None
-        self._next_part[table] = part + 1
         self.files_written += 1

@@ -81,6 +81,19 @@ class RunSummary:
     measured_ticks: int = 0
 
 
+def check_run_dir(run_dir: Path) -> None:
+    """Create the run directory, or raise OutputError if it is taken or cannot be written."""
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise OutputError(f"output directory {run_dir} exists and is not empty; choose another --out")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
+
+
 class TargetRunner:
     """One target's stack, driver, producers, consumers, collectors and interval counters."""
 
@@ -367,11 +380,11 @@ class Run:
 
     def __init__(self, workload: Workload, targets: list[Any], out_dir: Path | None = None,
                  record_raw: bool = False, track_ids: bool = False, tick_s: float = 1.0,
-                 argv: list[str] | None = None) -> None:
+                 argv: list[str] | None = None, run_id: str | None = None) -> None:
         self.workload = workload
         self.targets = targets
         self.started = datetime.now(UTC)
-        self.run_id = self.started.strftime("%Y%m%dT%H%M%SZ")
+        self.run_id = run_id or self.started.strftime("%Y%m%dT%H%M%SZ")
         self.run_dir = out_dir if out_dir is not None else default_run_dir(workload, self.started)
         self.tick_s = tick_s
         self.phase = Phase.STARTING
@@ -419,9 +432,7 @@ class Run:
         """Create the run directory and the sink; raises OutputError before anything starts."""
         if self._sink is not None:
             return
-        if self.run_dir.exists() and any(self.run_dir.iterdir()):
-            raise OutputError(f"output directory {self.run_dir} exists and is not empty; "
-                              "choose another --out")
+        check_run_dir(self.run_dir)
         self._sink = ParquetSink(self.run_dir, self.run_id, raw=self.record_raw)
         self.subscribe(self._sink)
 

@@ -233,7 +233,8 @@ def _print_summary(summary: Any) -> None:
 
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from loadgen.pacing import precise_event_loop, run_precise
+    from loadgen.isolated import RunProcess
+    from loadgen.pacing import run_precise
     from loadgen.platforms import resolve_target
     from loadgen.run import Run
     from loadgen.target import unique_labels
@@ -242,8 +243,12 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     targets = unique_labels([resolve_target(spec) for spec in args.targets])
     if not args.headless and not (sys.stdout.isatty() and sys.stdin.isatty()):
         raise StreambenchError("the dashboard needs a terminal; use --headless for scripts and CI")
-    run = Run(workload, targets, out_dir=args.out, record_raw=args.record_raw_samples,
-              track_ids=args.track_delivery, argv=["streambench", *argv])
+    run_args = dict(workload=workload, targets=targets, out_dir=args.out,
+                    record_raw=args.record_raw_samples, track_ids=args.track_delivery,
+                    argv=["streambench", *argv])
+    # the dashboard renders in this process and the load runs in a child, so drawing the
+    # screen never delays a send or a receive timestamp
+    run: Any = Run(**run_args) if args.headless else RunProcess(**run_args)
     run.prepare()
 
     if args.headless:
@@ -261,8 +266,14 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return str(await asyncio.to_thread(_report, [summary.run_dir], None, None))
 
     app = DashboardApp(run, run.labels, workload, after_run=after_run)
-    signal.signal(signal.SIGTERM, lambda *_: run.request_stop())
-    result = app.run(loop=precise_event_loop())
+    terminated: list[int] = []
+
+    def on_sigterm(*_: object) -> None:
+        terminated.append(signal.SIGTERM)
+        run.request_stop()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    result = app.run()
     if isinstance(result, BaseException):
         raise result
     if result is None:
@@ -271,7 +282,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     report_path = getattr(app, "report_path", None)
     if report_path:
         print(f"report: {report_path}")
-    return 0
+    return SIGNAL_EXIT[signal.SIGTERM] if terminated else 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -158,12 +158,14 @@ def write_synthetic_run(
     if close:
         sink(PhaseChange(Phase.DONE, T0_NS + len(phases) * 1_000_000_000))
         sink.close()
+    else:
+        sink.wait()  # the rotated files reached the disk; the buffered rows never will
     if write_meta:
         write_run_json(
             run_dir,
             {
                 "run_id": run_id,
-                "started_at": "2026-01-01T00:00:00Z",
+                "started": "2026-01-01T00:00:00+00:00",
                 "workload": {
                     "name": "synthetic",
                     "messageSize": MESSAGE_SIZE,

@@ -11,13 +11,14 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from synthetic_runs import MESSAGE_SIZE, SyntheticRun, TargetModel, write_synthetic_run
 
 from analysis.report import (
     LATENCY_PERCENTILES,
     ReportData,
     build_report,
     compute_report,
+    default_out_dir,
+    fmt,
     load_runs,
     read_table,
 )
@@ -26,6 +27,12 @@ from analysis.sink import ParquetSink, write_run_json
 from loadgen.errors import OutputError, ReportError
 from loadgen.histogram import bucket_bounds, bucket_index
 from loadgen.tick import Phase
+from tests.analysis.synthetic_runs import (
+    MESSAGE_SIZE,
+    SyntheticRun,
+    TargetModel,
+    write_synthetic_run,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -273,3 +280,28 @@ def test_unwritable_report_directory(synthetic: SyntheticRun, tmp_path: Path) ->
     with pytest.raises(OutputError) as exc:
         build_report([synthetic.run_dir], blocker)
     assert str(blocker) in _one_line(exc)
+
+
+def test_unreadable_file_fails_the_job_with_one_line(spark, tmp_path: Path) -> None:
+    run_dir = tmp_path / "broken"
+    write_synthetic_run(run_dir, "broken", {"alpha": MODELS["alpha"]}, warmup_s=1,
+                        measuring_s=3, draining_s=0, samples_per_tick=10)
+    (run_dir / "latency" / "part-00077.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(ReportError) as exc:
+        build_report([run_dir], None)  # default: report/ inside the run
+    msg = _one_line(exc)
+    assert msg.startswith("the Spark job failed: ") and "part-00077.parquet" in msg
+    assert [p.name for p in (run_dir / "report").iterdir()] == []  # no report.md, no log
+
+
+def test_default_out_dir_and_number_format(tmp_path: Path) -> None:
+    assert default_out_dir([tmp_path / "r1"]) == tmp_path / "r1" / "report"
+    assert default_out_dir([tmp_path / "r1", tmp_path / "r2"]) == Path("report")
+    cases = {
+        0.0: "0.000", 0.002953: "0.002953", 0.0447: "0.04470", 2.396: "2.396",
+        12.52: "12.52", 150.7: "150.7", 999.96: "1000", 48904.3: "48,904", -1.663: "-1.663",
+        float("nan"): "n/a", None: "n/a", 5: "5", 1234567: "1,234,567",
+    }
+    for value, text in cases.items():
+        assert fmt(value) == text, value
+    assert fmt(59.84, 1) == "59.8"

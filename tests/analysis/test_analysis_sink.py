@@ -11,13 +11,13 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from synthetic_runs import T0_NS, FakeClock, TargetModel, write_synthetic_run
 
 from analysis.schema import LATENCY_KINDS, SCHEMA_VERSION, SCHEMAS
 from analysis.sink import ParquetSink, write_run_json
 from loadgen.errors import OutputError
 from loadgen.histogram import HistogramSnapshot, bucket_value, percentiles
 from loadgen.tick import Phase, PhaseChange, Resources, RunEvent, Tick
+from tests.analysis.synthetic_runs import T0_NS, FakeClock, TargetModel, write_synthetic_run
 
 TABLES = ("ticks", "latency", "lag", "broker", "events", "raw")
 MODELS = {
@@ -184,12 +184,14 @@ def test_close_is_idempotent_and_final(tmp_path: Path) -> None:
     assert _read(tmp_path / "run" / "ticks").num_rows == 1
 
 
-def test_rotation_follows_the_clock(tmp_path: Path) -> None:
+@pytest.mark.parametrize("background", [True, False])
+def test_rotation_follows_the_clock(tmp_path: Path, background: bool) -> None:
     clock = FakeClock()
-    sink = ParquetSink(tmp_path / "run", "r", rotate_s=5.0, clock=clock)
+    sink = ParquetSink(tmp_path / "run", "r", rotate_s=5.0, clock=clock, background=background)
     for seq in range(12):
         sink(_tick(seq))
         clock.now += 1.0
+    sink.wait()
     # the ticks arriving at 5 s and 10 s trigger a rotation and are written with those before
     files = _visible(tmp_path / "run" / "ticks")
     assert [pq.read_metadata(f).num_rows for f in files] == [6, 5]
@@ -237,3 +239,20 @@ def test_write_run_json(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(OutputError, match="not a directory"):
         write_run_json(blocker, {"run_id": "r"})
+
+
+def test_write_failure_is_reported(tmp_path: Path) -> None:
+    clock = FakeClock()
+    sink = ParquetSink(tmp_path / "run", "r", rotate_s=1.0, clock=clock)
+    ticks_dir = tmp_path / "run" / "ticks"
+    ticks_dir.rmdir()
+    ticks_dir.write_text("in the way")  # the table directory is gone: writing must fail
+    sink(_tick(0))
+    clock.now += 1.0
+    sink(_tick(1))  # rotation: handed to the writer thread
+    with pytest.raises(OutputError) as exc:
+        sink.close()
+    msg = str(exc.value)
+    assert msg.startswith(f"cannot write {ticks_dir / 'part-00000.parquet'}: ")
+    assert "\n" not in msg
+    sink.close()  # closed: nothing more to report

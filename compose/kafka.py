@@ -1,0 +1,542 @@
+"""Kafka stacks: Apache Kafka from its Maven Central jars on a local Java 17 runtime, in KRaft
+mode (combined broker+controller nodes) or ZooKeeper mode (Kafka 3.9), 1 or more brokers on
+loopback ports; or an existing Kafka-API cluster (Kafka, Redpanda) by address.
+
+Every node is its own process group that dies with streambench; data, configs and logs live in
+one temp dir that down() removes (a streambench killed outright leaves it for the next start to
+clean up)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from compose.maven import assemble
+from compose.process import (
+    free_port,
+    port_in_use,
+    remove_stale_dirs,
+    start_process,
+    stop_process,
+    tail,
+)
+from compose.redis import connect_failure
+from compose.stack import Progress, Stack, StackDescription
+from loadgen.errors import StackError
+from loadgen.target import Target
+
+# aiokafka logs connection failures at ERROR; without a handler Python prints them on stderr,
+# which would garble the one-line errors and the dashboard. Failures reach the user as errors.
+logging.getLogger("aiokafka").addHandler(logging.NullHandler())
+
+DATA_PREFIX = "streambench-kafka-"
+KAFKA_3 = "3.9.1"
+KAFKA_4 = "4.1.0"
+VERSION_ALIASES = {"3": KAFKA_3, "3.9": KAFKA_3, "4": KAFKA_4, "4.1": KAFKA_4}
+JAVA_MIN = 17
+DEFAULT_PORT = 9092
+EXTERNAL_TIMEOUT_S = 15.0
+ZOOKEEPER_HEAP = "512M"
+TOOL_HEAP = "256M"
+# kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS
+JVM_PERFORMANCE = ["-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+                   "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+                   "-XX:MaxInlineLevel=15", "-Djava.awt.headless=true"]
+
+
+def parse_version(text: str) -> str:
+    """`3.9`, `4` or an exact release (3.9.x, 4.x.y) -> the exact release."""
+    version = VERSION_ALIASES.get(text, text)
+    if not re.fullmatch(r"(3\.9|4\.\d+)\.\d+", version):
+        raise ValueError(f"expected 3.9, 4 or an exact 3.9.x / 4.x.y release (aliases: "
+                         f"3.9 = {KAFKA_3}, 4 = {KAFKA_4})")
+    return version
+
+
+def parse_zookeeper_version(text: str) -> str:
+    version = parse_version(text)
+    if not version.startswith("3.9."):
+        raise ValueError("ZooKeeper mode exists only up to Kafka 3.9; use the kafka target for 4.x")
+    return version
+
+
+def parse_heap(text: str) -> str:
+    if not re.fullmatch(r"\d+[kKmMgG]?", text):
+        raise ValueError("expected a JVM heap size like 1G or 512M")
+    return text
+
+
+def parse_bootstrap(address: str) -> list[tuple[str, int]]:
+    """`HOST[:PORT][,HOST[:PORT]...]` (port 9092 when left out)."""
+    servers = []
+    for item in filter(None, (a.strip() for a in address.split(","))):
+        host, sep, port_text = item.rpartition(":")
+        if not sep:
+            host, port_text = item, str(DEFAULT_PORT)
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise StackError(f"bad address {item!r}: expected HOST:PORT[,HOST:PORT…], "
+                             "e.g. 127.0.0.1:9092")
+        servers.append((host.strip("[]") or "127.0.0.1", int(port_text)))
+    if not servers:
+        raise StackError(f"bad address {address!r}: expected HOST:PORT[,HOST:PORT…]")
+    return servers
+
+
+def bootstrap_text(servers: Sequence[tuple[str, int]]) -> str:
+    return ",".join(f"{h}:{p}" for h, p in servers)
+
+
+def _major(version: str) -> int:
+    return int(version.split(".", 1)[0])
+
+
+def coordinates(version: str) -> list[str]:
+    """The broker, the tools and the logging backend the release's own distribution ships."""
+    if _major(version) >= 4:
+        logging_backend = ["org.apache.logging.log4j:log4j-slf4j-impl:2.24.3",
+                           "org.apache.logging.log4j:log4j-core:2.24.3"]
+    else:
+        logging_backend = ["org.slf4j:slf4j-reload4j:1.7.36"]
+    return [f"org.apache.kafka:kafka_2.13:{version}", f"org.apache.kafka:kafka-tools:{version}",
+            *logging_backend]
+
+
+def find_java() -> str:
+    """java from JAVA_HOME, else from PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        candidate = Path(home) / "bin" / "java"
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("java")
+    if found is None:
+        raise StackError("java not found: install a Java 17 runtime (Debian/Ubuntu: apt-get install "
+                         "openjdk-17-jre-headless) or set JAVA_HOME")
+    return found
+
+
+def java_major(java: str) -> int:
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise StackError(f"{java} does not run: {exc}") from None
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if m is None:
+        raise StackError(f"cannot tell the Java version of {java}: {out.stderr.strip()[:200]}")
+    major = int(m.group(1))
+    return int(m.group(2) or 0) if major == 1 else major
+
+
+_LOG4J = """\
+log4j.rootLogger={level}, out
+log4j.appender.out=org.apache.log4j.ConsoleAppender
+log4j.appender.out.Target={stream}
+log4j.appender.out.layout=org.apache.log4j.PatternLayout
+log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+"""
+
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.target = {stream2}
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.out.ref = OUT
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+
+@dataclass(frozen=True)
+class KafkaRuntime:
+    """One Kafka release on one Java: the command lines of its broker, ZooKeeper and tools."""
+
+    java: str
+    version: str
+    jars: tuple[Path, ...]
+
+    @property
+    def classpath(self) -> str:
+        return os.pathsep.join(str(j) for j in self.jars)
+
+    def write_logging(self, path: Path, level: str, stderr: bool = False) -> Path:
+        """A logging config for this release's backend (reload4j for 3.x, log4j2 for 4.x)."""
+        text = (_LOG4J2 if _major(self.version) >= 4 else _LOG4J).format(
+            level=level, stream="System.err" if stderr else "System.out",
+            stream2="SYSTEM_ERR" if stderr else "SYSTEM_OUT")
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+        return path
+
+    def _logging_opt(self, config: Path) -> str:
+        if _major(self.version) >= 4:
+            return f"-Dlog4j2.configurationFile={config}"
+        return f"-Dlog4j.configuration=file:{config}"
+
+    def argv(self, main: str, args: Sequence[str], heap: str, logging_config: Path,
+             jvm: Sequence[str] = ()) -> list[str]:
+        return [self.java, f"-Xmx{heap}", f"-Xms{heap}", *JVM_PERFORMANCE, *jvm,
+                self._logging_opt(logging_config), "-cp", self.classpath, main, *args]
+
+    def tool_argv(self, main: str, *args: str) -> list[str]:
+        """A Kafka command-line tool (ProducerPerformance, ConsumerGroupCommand, …) logging
+        warnings to stderr, like the stock bin/kafka-*.sh scripts."""
+        config = self.write_logging(self.jars[0].parent / "streambench-tools-logging.properties",
+                                    "WARN", stderr=True)
+        return [self.java, f"-Xmx{TOOL_HEAP}", self._logging_opt(config), "-cp", self.classpath,
+                main, *args]
+
+
+async def kafka_runtime(version: str, progress: Progress, label: str = "kafka") -> KafkaRuntime:
+    """Java (checked) and the release's jars (assembled from Maven Central on first use)."""
+    java = find_java()
+    major = java_major(java)
+    if major < JAVA_MIN:
+        raise StackError(f"{java} is Java {major}; Kafka needs Java {JAVA_MIN} or newer: install "
+                         "openjdk-17-jre-headless or point JAVA_HOME at a newer Java")
+    jars = await assemble(f"kafka-{version}", coordinates(version), progress,
+                          what=f"{label}: Kafka {version}")
+    return KafkaRuntime(java, version, tuple(jars))
+
+
+def random_cluster_id() -> str:
+    """What `kafka-storage.sh random-uuid` prints: 16 random bytes, base64url, no padding
+    (never starting with '-', which command lines would take for an option)."""
+    while True:
+        text = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def _properties(values: dict[str, object]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in values.items())
+
+
+async def broker_count(bootstrap: str, timeout_s: float) -> int:
+    """How many brokers the cluster's metadata lists; raises KafkaError/OSError/TimeoutError."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
+                                client_id="streambench-ready")
+    try:
+        await asyncio.wait_for(admin.start(), timeout_s)
+        cluster = await asyncio.wait_for(admin.describe_cluster(), timeout_s)
+        return len(cluster["brokers"])
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
+
+
+async def probe(servers: Sequence[tuple[str, int]], timeout_s: float) -> None:
+    """Open a TCP connection to one of the servers; raises OSError/TimeoutError for the last."""
+    error: BaseException | None = None
+    for host, port in servers:
+        try:
+            _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+        except (OSError, TimeoutError) as exc:
+            error = exc
+            continue
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return
+    assert error is not None
+    raise error
+
+
+@dataclass
+class _Node:
+    name: str
+    argv: list[str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+
+@dataclass
+class _Layout:
+    """Ports and directories of one local cluster."""
+
+    ports: list[int]
+    controller_ports: list[int] = field(default_factory=list)
+    zookeeper_port: int = 0
+
+
+class KafkaLocalStack(Stack):
+    """`brokers` Kafka nodes on 127.0.0.1: combined broker+controller nodes (KRaft), or brokers
+    next to one ZooKeeper (zookeeper=True)."""
+
+    runtime = "local"
+
+    def __init__(self, target: Target, label: str, zookeeper: bool) -> None:
+        opts = target.options
+        self._target = target
+        self._label = label
+        self._zookeeper = zookeeper
+        self._count = int(opts["brokers"])
+        self._heap = str(opts["heap"])
+        self._version = str(opts["version"])
+        self._port = int(opts.get("port") or 0)
+        self._dir: Path | None = None
+        self._zk: _Node | None = None
+        self._brokers: list[_Node] = []
+        self._layout: _Layout | None = None
+
+    @property
+    def _mode(self) -> str:
+        return "zookeeper" if self._zookeeper else "kraft"
+
+    def _bootstrap(self) -> str:
+        assert self._layout is not None
+        return ",".join(f"127.0.0.1:{p}" for p in self._layout.ports)
+
+    def _choose_ports(self) -> _Layout:
+        n = self._count
+        if self._port:
+            wanted = list(range(self._port, self._port + n))
+            if wanted[-1] > 65535:
+                raise StackError(f"port {self._port} + {n} brokers runs past 65535; choose a lower port")
+            for p in wanted:
+                if port_in_use(p):
+                    which = "" if n == 1 else f" (broker {p - self._port + 1} of {n} takes port {p})"
+                    raise StackError(f"port {p} on 127.0.0.1 is already in use{which}; choose "
+                                     f"another with {self._target.platform}:port=N or leave port unset")
+            ports = wanted
+        else:
+            ports = self._free_ports(n, ())
+        if self._zookeeper:
+            return _Layout(ports, zookeeper_port=self._free_ports(1, ports)[0])
+        return _Layout(ports, controller_ports=self._free_ports(n, ports))
+
+    @staticmethod
+    def _free_ports(n: int, taken: Sequence[int]) -> list[int]:
+        found: list[int] = []
+        while len(found) < n:
+            p = free_port()
+            if p not in found and p not in taken:
+                found.append(p)
+        return found
+
+    def _broker_config(self, i: int, data: Path, cluster_rf: int) -> dict[str, object]:
+        assert self._layout is not None
+        lay = self._layout
+        common: dict[str, object] = {
+            "log.dirs": data,
+            "num.partitions": 1,
+            "offsets.topic.replication.factor": cluster_rf,
+            "transaction.state.log.replication.factor": cluster_rf,
+            "transaction.state.log.min.isr": min(2, cluster_rf),
+            # the stock config/server.properties sets this for development set-ups: consumers
+            # of a new group get their partitions at once instead of after 3 s
+            "group.initial.rebalance.delay.ms": 0,
+        }
+        if self._zookeeper:
+            return {
+                "broker.id": i,
+                "zookeeper.connect": f"127.0.0.1:{lay.zookeeper_port}",
+                "zookeeper.connection.timeout.ms": 18000,
+                "listeners": f"PLAINTEXT://127.0.0.1:{lay.ports[i]}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{lay.ports[i]}",
+                **common,
+            }
+        voters = ",".join(f"{n + 1}@127.0.0.1:{p}" for n, p in enumerate(lay.controller_ports))
+        return {
+            "process.roles": "broker,controller",
+            "node.id": i + 1,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{lay.ports[i]},"
+                         f"CONTROLLER://127.0.0.1:{lay.controller_ports[i]}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{lay.ports[i]}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            **common,
+        }
+
+    async def up(self, progress: Progress) -> None:
+        runtime = await kafka_runtime(self._version, progress, self._label)
+        self._layout = self._choose_ports()
+        remove_stale_dirs(DATA_PREFIX)
+        self._dir = root = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
+        broker_logging = runtime.write_logging(root / "broker-logging.properties", "INFO")
+        rf = min(3, self._count)
+        configs = []
+        for i in range(self._count):
+            node_dir = root / f"broker-{i + 1}"
+            node_dir.mkdir()
+            config = node_dir / "server.properties"
+            config.write_text(_properties(self._broker_config(i, node_dir / "data", rf)))
+            configs.append(config)
+        if self._zookeeper:
+            self._start_zookeeper(runtime, root)
+        else:
+            await self._format(runtime, configs, broker_logging, progress)
+        what = "broker" if self._count == 1 else f"{self._count} brokers"
+        progress(f"{self._label}: starting Kafka {self._version} ({self._mode}, {what}, heap {self._heap})")
+        for i, config in enumerate(configs):
+            node = _Node(f"broker {i + 1}",
+                         runtime.argv("kafka.Kafka", [str(config)], self._heap, broker_logging),
+                         config.parent / "broker.log")
+            node.proc = start_process(node.argv, node.log, cwd=config.parent)
+            self._brokers.append(node)
+
+    def _start_zookeeper(self, runtime: KafkaRuntime, root: Path) -> None:
+        assert self._layout is not None
+        zk_dir = root / "zookeeper"
+        zk_dir.mkdir()
+        config = zk_dir / "zoo.cfg"
+        config.write_text(_properties({
+            "dataDir": zk_dir / "data",
+            "clientPort": self._layout.zookeeper_port,
+            "clientPortAddress": "127.0.0.1",
+            "maxClientCnxns": 0,
+            "admin.enableServer": "false",
+            "tickTime": 2000,
+        }))
+        logging_config = runtime.write_logging(zk_dir / "logging.properties", "INFO")
+        self._zk = _Node("zookeeper", runtime.argv("org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                                                   [str(config)], ZOOKEEPER_HEAP, logging_config),
+                         zk_dir / "zookeeper.log")
+        self._zk.proc = start_process(self._zk.argv, self._zk.log, cwd=zk_dir)
+
+    async def _format(self, runtime: KafkaRuntime, configs: list[Path], logging_config: Path,
+                      progress: Progress) -> None:
+        """kafka-storage.sh format for every node, all with one cluster id."""
+        progress(f"{self._label}: formatting the KRaft storage of {len(configs)} node(s)")
+        cluster_id = random_cluster_id()
+        procs = []
+        for config in configs:
+            argv = runtime.argv("kafka.tools.StorageTool",
+                                ["format", "-t", cluster_id, "-c", str(config)], TOOL_HEAP,
+                                logging_config)
+            log = config.parent / "format.log"
+            procs.append((start_process(argv, log, cwd=config.parent), log))
+        try:
+            while any(p.poll() is None for p, _ in procs):
+                await asyncio.sleep(0.1)
+        finally:
+            for p, _ in procs:
+                stop_process(p, grace_s=1)
+        for p, log in procs:
+            if p.returncode != 0:
+                raise StackError(f"{self._label}: formatting the KRaft storage failed: "
+                                 f"{tail(log, 3) or 'no output'}")
+
+    def _nodes(self) -> list[_Node]:
+        return ([self._zk] if self._zk is not None else []) + self._brokers
+
+    def _check_alive(self) -> None:
+        for node in self._nodes():
+            if node.proc is not None and node.proc.poll() is not None:
+                raise StackError(f"{self._label}: {node.name} exited (code {node.proc.returncode}) "
+                                 f"before Kafka was ready: {_reason(node.log)}")
+
+    async def ready(self, timeout_s: float, progress: Progress) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        bootstrap = self._bootstrap()
+        seen = -1
+        while True:
+            self._check_alive()
+            try:
+                found = await broker_count(bootstrap, 5.0)
+            except (KafkaError, OSError, TimeoutError):
+                found = 0
+            if found >= self._count:
+                self._check_alive()
+                return
+            if found != seen and self._count > 1:
+                progress(f"{self._label}: {found} of {self._count} brokers registered")
+                seen = found
+            if loop.time() > deadline:
+                node = self._brokers[0]
+                raise StackError(f"{self._label}: Kafka not ready after {timeout_s:.0f} s "
+                                 f"({found} of {self._count} brokers registered); {node.name} "
+                                 f"log: {tail(node.log, 3) or 'empty'}")
+            await asyncio.sleep(0.5)
+
+    async def down(self) -> None:
+        # brokers first (they deregister from ZooKeeper on the way out), all at once
+        brokers = [n.proc for n in self._brokers if n.proc is not None]
+        await asyncio.gather(*(asyncio.to_thread(stop_process, p, 10.0) for p in brokers))
+        if self._zk is not None and self._zk.proc is not None:
+            await asyncio.to_thread(stop_process, self._zk.proc, 5.0)
+        for node in self._nodes():
+            node.proc = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def describe(self) -> StackDescription:
+        config = {"mode": self._mode, "brokers": str(self._count), "heap": self._heap,
+                  "data_dir": str(self._dir)}
+        pids = tuple(n.proc.pid for n in self._nodes() if n.proc is not None)
+        return StackDescription(runtime="local", endpoints={"kafka": self._bootstrap()}, pids=pids,
+                                version=self._version, config=config)
+
+
+def _reason(log: Path) -> str:
+    """The line of a broker log that says why it stopped, else its last lines."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    for ln in lines:
+        if "Address already in use" in ln or "BindException" in ln:
+            return "a port it needs is already in use: " + ln.strip()[:300]
+    for ln in reversed(lines):
+        if " ERROR " in ln or "Exception" in ln:
+            return ln.strip()[:300]
+    return tail(log, 3) or "no output"
+
+
+class KafkaExternalStack(Stack):
+    """An existing Kafka-API cluster (Kafka, Redpanda): nothing started or stopped."""
+
+    runtime = "external"
+
+    def __init__(self, target: Target, label: str, product: str) -> None:
+        assert target.address is not None
+        self._label = label
+        self._product = product
+        self._servers = parse_bootstrap(target.address)
+        self._brokers = 0
+
+    async def up(self, progress: Progress) -> None:
+        progress(f"{self._label}: using the existing cluster at {bootstrap_text(self._servers)}")
+
+    async def ready(self, timeout_s: float, progress: Progress) -> None:
+        where = f"{self._product} at {bootstrap_text(self._servers)}"
+        timeout = min(timeout_s, EXTERNAL_TIMEOUT_S)
+        try:
+            await probe(self._servers, min(5.0, timeout))
+        except (OSError, TimeoutError) as exc:
+            raise StackError(f"{self._label}: cannot reach {where}: {connect_failure(exc)}") from None
+        try:
+            self._brokers = await broker_count(bootstrap_text(self._servers), timeout)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            reason = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+            raise StackError(f"{self._label}: {where} accepts connections but does not answer "
+                             f"the Kafka protocol: {reason}") from None
+
+    async def down(self) -> None:
+        return None
+
+    def describe(self) -> StackDescription:
+        return StackDescription(runtime="external",
+                                endpoints={"kafka": bootstrap_text(self._servers)},
+                                config={"brokers": str(self._brokers)})

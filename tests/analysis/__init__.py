@@ -1,0 +1,1 @@
+"""Tests of the run files and the PySpark report."""
