@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -216,6 +217,11 @@ def test_external_runtime_starts_nothing(tmp_path, no_leftover_redis):
         assert meta["targets"][0]["runtime"] == "external"
         assert meta["totals"][0]["consumed"] == meta["totals"][0]["produced"] == 1500
         assert server.poll() is None  # still running: streambench does not stop what it did not start
+        # the server's own counters agree with what streambench reports
+        stats = subprocess.run(["redis-cli", "-p", str(port), "INFO", "commandstats"],
+                               capture_output=True, text=True).stdout
+        calls = {m[0]: int(m[1]) for m in re.findall(r"cmdstat_(\w+):calls=(\d+)", stats)}
+        assert calls["xadd"] == 1500
         # the streams streambench created were removed again
         keys = subprocess.run(["redis-cli", "-p", str(port), "--scan"], capture_output=True,
                               text=True).stdout.split()
