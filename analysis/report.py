@@ -418,7 +418,7 @@ def _check_phases(ticks: DataFrame, runs: Sequence[RunInfo]) -> None:
         if not row["measuring"]:
             raise ReportError(
                 f"run {run.run_id} ({run.path}) has no measuring phase: it ended during "
-                "warm-up, so there is nothing to report"
+                "start-up or warm-up, so there is nothing to report"
             )
 
 

@@ -109,17 +109,9 @@ class _Buffer:
     def to_table(self) -> pa.Table:
         batches = list(self.batches)
         if any(self.cols.values()):
-            arrays = [
-                pa.array(self.cols[f.name], type=f.type) for f in self.schema
-            ]
+            arrays = [pa.array(self.cols[f.name], type=f.type) for f in self.schema]
             batches.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
         return pa.Table.from_batches(batches, schema=self.schema)
-
-    def clear(self) -> None:
-        for col in self.cols.values():
-            col.clear()
-        self.batches.clear()
-        self.rows = 0
 
 
 def _summary(snap: HistogramSnapshot) -> tuple[int, int, int | None, float | None,

@@ -235,3 +235,27 @@ def test_cli_help_runs():
     res = subprocess.run([sys.executable, "-m", "tui.cli", "run", "--help"], capture_output=True,
                          text=True)
     assert res.returncode == 0 and "PLATFORM[:OPTION[=VALUE],...][@ADDRESS]" in res.stdout
+
+
+@pytest.mark.spark
+def test_report_percentiles_equal_numpy_over_raw_samples(fixed_rate_run, spark, tmp_path):
+    from analysis.report import build_report, compute_report, load_runs
+
+    run_dir, _ = fixed_rate_run
+    report_md = build_report([run_dir], out_dir=tmp_path / "report")
+    assert "redis" in report_md.read_text()
+    data = compute_report(spark, load_runs([run_dir]))
+    (target,) = data.targets
+    raw = _table(run_dir, "raw").to_pydict()
+    for kind in ("e2e", "publish", "delay"):
+        values = np.array([v for v, k, p in zip(raw["value_ns"], raw["kind"], raw["phase"], strict=True)
+                           if k == kind and p == "measuring"], dtype=np.float64)
+        stats = target.latency[kind]
+        assert stats.samples == len(values)
+        assert stats.min_ms == pytest.approx(values.min() / 1e6)
+        assert stats.max_ms == pytest.approx(values.max() / 1e6)
+        for p, ours in stats.percentiles_ms.items():
+            exact = np.percentile(values, p) / 1e6
+            # within the histogram's resolution: 0.1 % relative, or one exact-range step (1 ns)
+            assert abs(ours - exact) <= max(exact * 1e-3, 1e-6), (kind, p, ours, exact)
+    assert target.throughput.produce_msg_s == pytest.approx(RATE, rel=0.02)

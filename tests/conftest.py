@@ -1,4 +1,4 @@
-"""Shared fixture for the analysis tests: one local Spark session for the whole test run."""
+"""Shared fixtures: one local Spark session for the whole test run."""
 
 from __future__ import annotations
 
