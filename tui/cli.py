@@ -233,7 +233,6 @@ def _print_summary(summary: Any) -> None:
 
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from loadgen.isolated import RunProcess
     from loadgen.pacing import run_precise
     from loadgen.platforms import resolve_target
     from loadgen.run import Run
@@ -246,9 +245,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     run_args = dict(workload=workload, targets=targets, out_dir=args.out,
                     record_raw=args.record_raw_samples, track_ids=args.track_delivery,
                     argv=["streambench", *argv])
-    # the dashboard renders in this process and the load runs in a child, so drawing the
-    # screen never delays a send or a receive timestamp
-    run: Any = Run(**run_args) if args.headless else RunProcess(**run_args)
+    run = Run(**run_args)
     run.prepare()
 
     if args.headless:

@@ -19,9 +19,10 @@ from pathlib import Path
 import pyarrow.dataset as ds
 
 from compose.process import free_port, start_process, stop_process
+from loadgen.load import MAX_RATE_BATCH
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
-from loadgen.run import MAX_RATE_BATCH, Run
+from loadgen.run import Run
 from loadgen.target import unique_labels
 from loadgen.workload import Workload
 

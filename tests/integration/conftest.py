@@ -18,7 +18,14 @@ CLI = [sys.executable, "-m", "tui.cli"]
 
 
 def redis_pids() -> set[int]:
-    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "redis-server"}
+    """redis-servers this test process could have started: its descendants, and orphans (a
+    leaked broker is re-parented to init). Other test runs on the machine are not counted."""
+    mine = {p.pid for p in psutil.Process().children(recursive=True)}
+    found = set()
+    for p in psutil.process_iter(["name", "ppid"]):
+        if p.info["name"] == "redis-server" and (p.pid in mine or p.info["ppid"] == 1):
+            found.add(p.pid)
+    return found
 
 
 @pytest.fixture

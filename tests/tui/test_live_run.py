@@ -44,8 +44,8 @@ async def test_q_ends_a_live_run_gracefully(tmp_path: Path) -> None:
         produce = next(line for line in screen if "produce" in line)
         assert re.search(r"produce [1-9][\d,]*/s", produce), produce
         assert any(phase in screen[0] for phase in ("WARM-UP", "MEASURING")), screen[0]
-        desc = run.runners[0].desc
-        assert desc is not None and desc.pids
+        pids = run.runners[0].describe()["pids"]
+        assert pids
         await pilot.press("q")
         await wait_until(pilot, lambda: not app.is_running, "the run to end after q")
 
@@ -53,7 +53,7 @@ async def test_q_ends_a_live_run_gracefully(tmp_path: Path) -> None:
     assert isinstance(summary, RunSummary), summary
     assert summary.stopped_early
     assert summary.targets[0].produced > 0
-    assert all(process_gone(pid) for pid in desc.pids), "redis-server is still running"
+    assert all(process_gone(pid) for pid in pids), "redis-server is still running"
     phases = [m.change.phase for m in seen if isinstance(m, PhaseChanged)]
     assert phases[0] is Phase.STARTING and phases[-1] is Phase.DONE
     assert Phase.DRAINING in phases

@@ -1,0 +1,244 @@
+"""Each target's load runs in a worker process of its own, so that targets side by side never
+share an event loop (one slow broker cannot delay another target's sends or timestamps) and
+the dashboard's drawing never delays either.
+
+The coordinator (Run) talks to a worker through `TargetWorker`, which has the same interface as
+TargetLoad; requests and replies cross a pipe. Interval counters, histograms and telemetry are
+summarised in the worker and cross once per tick as a Tick (the coordinator merges summaries,
+never raw samples). CLOCK_MONOTONIC is shared by all processes, so schedule times pass as they
+are. A worker whose coordinator disappears stops its target and exits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import multiprocessing
+import signal
+import sys
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from analysis.sink import RawSamples
+from loadgen.errors import StackError, StreambenchError
+from loadgen.load import TargetLoad, TargetTotals
+from loadgen.pacing import run_precise
+from loadgen.tick import Phase, RunEvent, Tick
+from loadgen.workload import Workload
+
+_CLOSE_TIMEOUT_S = 120.0
+
+
+def _picklable(exc: BaseException) -> StreambenchError:
+    if isinstance(exc, StreambenchError):
+        return exc
+    return StackError(f"{type(exc).__name__}: {exc}")
+
+
+def _worker_main(conn: Connection, index: int, target: Any, workload: Workload, run_id: str,
+                 record_raw: bool, track_ids: bool) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides when to stop
+    run_precise(_serve(conn, TargetLoad(index, target.label, target, workload, run_id,
+                                        record_raw, track_ids, lambda e: _send(conn, e))))
+
+
+def _send(conn: Connection, item: object) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        conn.send(item)
+
+
+async def _serve(conn: Connection, load: TargetLoad) -> None:
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[tuple[int, str, tuple[Any, ...]]] = asyncio.Queue()
+
+    def on_request() -> None:
+        try:
+            inbox.put_nowait(conn.recv())
+        except (EOFError, OSError):
+            loop.remove_reader(conn.fileno())
+            inbox.put_nowait((-1, "close", ()))  # coordinator gone
+
+    loop.add_reader(conn.fileno(), on_request)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def handle(req_id: int, op: str, args: tuple[Any, ...]) -> None:
+        try:
+            if op == "start":
+                await load.start(lambda msg: _send(conn, ("progress", msg)))
+                value: Any = load.describe()
+            elif op == "tick":
+                value = (*await load.tick(*args), load.totals)
+            elif op == "stop_producers":
+                await load.stop_producers()
+                value = load.totals
+            elif op == "start_load":
+                load.start_load(*args)
+                value = None
+            elif op == "stop_producing_at":
+                load.stop_producing_at(*args)
+                value = None
+            else:
+                raise StackError(f"unknown request {op!r}")
+            _send(conn, (req_id, True, value))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            _send(conn, (req_id, False, _picklable(exc)))
+
+    while True:
+        req_id, op, args = await inbox.get()
+        if op == "close":
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await load.close()
+            _send(conn, (req_id, True, load.totals))
+            return
+        task = asyncio.create_task(handle(req_id, op, args))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+
+class TargetWorker:
+    """The coordinator's handle on one target's worker process."""
+
+    def __init__(self, index: int, target: Any, workload: Workload, run_id: str,
+                 record_raw: bool, track_ids: bool, publish: Callable[[Any], None]) -> None:
+        self.index = index
+        self.target = target
+        self.label: str = target.label
+        self.totals = TargetTotals(self.label)
+        self._args = (index, target, workload, run_id, record_raw, track_ids)
+        self._publish = publish
+        self._described: dict[str, Any] | None = None
+        self._conn: Connection | None = None
+        self._proc: multiprocessing.process.BaseProcess | None = None
+        self._ids = itertools.count()
+        self._pending: dict[int, asyncio.Future[Any] | None] = {}
+        self._progress: Callable[[str], None] = lambda _msg: None
+        self._reading = False
+
+    def spawn(self) -> None:
+        """Start the worker process. Done before a dashboard takes over the terminal: starting
+        a process needs the real standard streams."""
+        if self._proc is not None:
+            return
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe(duplex=True)
+        self._proc = ctx.Process(target=_worker_main, args=(child, *self._args),
+                                 name=f"streambench-{self.label}")
+        # multiprocessing hands sys.stderr's descriptor to its helper process; a dashboard
+        # replaces sys.stderr with an object that has none, so start with the real one
+        shown, sys.stderr = sys.stderr, sys.__stderr__
+        try:
+            self._proc.start()
+        finally:
+            sys.stderr = shown
+        child.close()
+
+    def _listen(self) -> None:
+        if self._reading or self._conn is None:
+            return
+        self._reading = True
+        asyncio.get_running_loop().add_reader(self._conn.fileno(), self._on_message)
+
+    def _on_message(self) -> None:
+        assert self._conn is not None
+        try:
+            message = self._conn.recv()
+        except (EOFError, OSError):
+            asyncio.get_running_loop().remove_reader(self._conn.fileno())
+            self._reading = False
+            code = self._proc.exitcode if self._proc is not None else None
+            for fut in self._pending.values():
+                if fut is not None and not fut.done():
+                    fut.set_exception(StackError(
+                        f"{self.label}: the target's worker process ended unexpectedly "
+                        f"(exit code {code})"))
+            self._pending.clear()
+            return
+        if isinstance(message, RunEvent):
+            self._publish(message)
+        elif message[0] == "progress":
+            self._progress(message[1])
+        else:
+            req_id, ok, value = message
+            waiter = self._pending.pop(req_id, None)
+            if waiter is not None and not waiter.done():
+                if ok:
+                    waiter.set_result(value)
+                else:
+                    waiter.set_exception(value)
+
+    def _request(self, op: str, *args: Any) -> asyncio.Future[Any]:
+        self.spawn()
+        self._listen()
+        assert self._conn is not None
+        req_id = next(self._ids)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[req_id] = fut
+        try:
+            self._conn.send((req_id, op, args))
+        except OSError as exc:
+            self._pending.pop(req_id, None)
+            fut.set_exception(StackError(f"{self.label}: the worker process is gone ({exc})"))
+        return fut
+
+    # ---- the TargetLoad interface, across the pipe ---------------------------------------
+
+    async def start(self, progress: Callable[[str], None]) -> None:
+        self._progress = progress
+        self._described = await self._request("start")
+
+    def describe(self) -> dict[str, Any]:
+        if self._described is not None:
+            return self._described
+        return {"label": self.label, "spec": self.target.spec, "platform": self.target.platform,
+                "options": dict(self.target.options), "runtime": self.target.runtime}
+
+    def start_load(self, t0_mono: int, t0_wall: int, end_mono: int) -> None:
+        self._request("start_load", t0_mono, t0_wall, end_mono)
+
+    def stop_producing_at(self, end_mono: int) -> None:
+        self._request("stop_producing_at", end_mono)
+
+    async def stop_producers(self) -> None:
+        self.totals = await self._request("stop_producers")
+
+    async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
+        tick, raws, totals = await self._request("tick", seq, time_ns, phase, elapsed_s)
+        # keep the coordinator's drain bookkeeping, take the worker's counts
+        totals.expected, totals.drained, totals.final_lag = (
+            self.totals.expected, self.totals.drained, self.totals.final_lag)
+        self.totals = totals
+        self._publish(tick)
+        for raw in raws:
+            assert isinstance(raw, RawSamples)
+            self._publish(raw)
+        assert isinstance(tick, Tick)
+        return tick
+
+    async def close(self) -> None:
+        """Stop the target (brokers down) and the worker; never raises."""
+        if self._proc is None:
+            return
+        if self._proc.is_alive():
+            with contextlib.suppress(Exception):
+                final = await asyncio.wait_for(self._request("close"), _CLOSE_TIMEOUT_S)
+                final.expected, final.drained, final.final_lag = (
+                    self.totals.expected, self.totals.drained, self.totals.final_lag)
+                self.totals = final
+        proc = self._proc
+        await asyncio.to_thread(proc.join, 10)
+        if proc.is_alive():
+            proc.kill()
+            await asyncio.to_thread(proc.join, 5)
+        if self._conn is not None:
+            if self._reading:
+                with contextlib.suppress(Exception):
+                    asyncio.get_running_loop().remove_reader(self._conn.fileno())
+            self._conn.close()
+        self._reading = False
+        self._proc = None
+        self._conn = None
