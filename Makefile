@@ -12,14 +12,16 @@ $(BIN)/streambench: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $@
 
-# System packages: redis-server for the local runtime, a Java runtime for Spark.
+# System packages: redis-server for the local runtime, a Java runtime for Spark, Docker for
+# the docker runtime; then a Docker engine that answers (started when none does).
 host-deps:
 	@bash .ci/host-deps.sh
+	@bash .ci/docker-engine.sh
 
 setup: host-deps $(BIN)/streambench
 
 demo: setup
-	$(BIN)/streambench run redis redis:aof --workload redis-latency-1kb --report
+	$(BIN)/streambench run redis redis:aof --runtime local --workload redis-latency-1kb --report
 
 lint: $(BIN)/streambench
 	$(BIN)/ruff check .
@@ -30,6 +32,9 @@ test: setup lint
 
 bench: setup
 	$(BIN)/python tests/bench/redis_produce.py
+	$(BIN)/python tests/bench/kafka_produce.py
+	$(BIN)/python tests/bench/pulsar_produce.py
+	$(BIN)/python tests/bench/report_scale.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -2,7 +2,9 @@
 
 Every timestamp is microseconds since the epoch, UTC: Spark cannot read nanosecond Parquet
 timestamps. Latencies are integer nanoseconds. The schema version is stored in run.json and in
-each Parquet file's schema metadata; bump it on any incompatible change.
+each Parquet file's schema metadata. It goes up with every change of the tables; the minimum
+reader version goes up only with a change an older reader would misread (a renamed or removed
+column, a new type or unit), so older readers keep reading runs that only gained columns.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 SCHEMA_VERSION = 1
+MIN_READER_VERSION = 1  # the oldest reader that reads what this version writes
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 LATENCY_KINDS: tuple[str, ...] = ("e2e", "publish", "delay")
@@ -62,6 +65,7 @@ def _with_meta(name: str, fields: list[pa.Field]) -> pa.Schema:
         metadata={
             "streambench.table": name,
             "streambench.schema_version": str(SCHEMA_VERSION),
+            "streambench.min_reader_version": str(MIN_READER_VERSION),
         },
     )
 

@@ -26,7 +26,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.schema import LATENCY_KINDS, SCHEMA_VERSION, SCHEMAS, TIMESTAMP
+from analysis.schema import LATENCY_KINDS, MIN_READER_VERSION, SCHEMA_VERSION, SCHEMAS, TIMESTAMP
 from loadgen.errors import OutputError
 from loadgen.histogram import HistogramSnapshot, bucket_value, percentiles
 from loadgen.tick import Phase, PhaseChange, RunEvent, Tick
@@ -63,15 +63,16 @@ def _ensure_dir(path: Path, what: str) -> None:
 
 
 def write_run_json(run_dir: Path, meta: dict[str, Any]) -> Path:
-    """Write run.json atomically (temporary file + rename), with the schema version added.
+    """Write run.json atomically (temporary file + rename), with the schema version and the
+    minimum reader version added.
 
     `meta` is expected to hold at least run_id, workload (OMB field names) and targets; any
     JSON-serialisable content is kept as given (other values are written as strings).
     """
     run_dir = Path(run_dir)
     _ensure_dir(run_dir, "run directory")
-    doc = {"schema_version": SCHEMA_VERSION, **meta}
-    doc["schema_version"] = SCHEMA_VERSION
+    versions = {"schema_version": SCHEMA_VERSION, "min_reader_version": MIN_READER_VERSION}
+    doc = {**versions, **meta, **versions}  # first in the file, and never taken from meta
     final = run_dir / "run.json"
     tmp = run_dir / ".run.json.inprogress"
     try:

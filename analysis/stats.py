@@ -1,5 +1,6 @@
 """Small statistics helpers for the reports (no SciPy): Student-t quantiles, the OLS slope
-confidence interval and the Theil–Sen slope."""
+confidence interval, the Theil–Sen slope, and `Trend`, which puts them together for one
+per-second series against time."""
 
 from __future__ import annotations
 
@@ -112,3 +113,59 @@ def theil_sen_slope(x: npt.ArrayLike, y: npt.ArrayLike) -> float:
     if not ok.any():
         return float("nan")
     return float(np.median((ya[j] - ya[i])[ok] / dx[ok]))
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """Straight-line fit of a per-second series against time (x in minutes): the OLS slope in
+    y units per minute with its confidence interval, R², and the Theil–Sen slope as a robust
+    cross-check. `mean` is the mean of y, the base of the relative figures."""
+
+    points: int
+    slope: float
+    intercept: float
+    low: float
+    high: float
+    stderr: float
+    r2: float
+    mean: float
+    theil_sen: float
+
+    @property
+    def significant(self) -> bool:
+        """The confidence interval lies on one side of zero."""
+        return math.isfinite(self.low) and math.isfinite(self.high) and (
+            self.low > 0.0 or self.high < 0.0
+        )
+
+    @property
+    def verdict(self) -> str:
+        if not math.isfinite(self.low):
+            return "too few points"
+        if not self.significant:
+            return "no significant trend"
+        return "falling" if self.slope < 0 else "rising"
+
+    def per_hour_pct(self, per_minute: float) -> float:
+        """A slope (y units per minute) as % of the mean per hour."""
+        if not self.mean or not math.isfinite(self.mean):
+            return float("nan")
+        return per_minute * 60.0 / self.mean * 100.0
+
+
+def fit_trend(
+    n: int,
+    slope: float,
+    intercept: float,
+    r2: float,
+    sxx: float,
+    syy: float,
+    sxy: float,
+    mean: float,
+    theil_sen: float = float("nan"),
+    level: float = 0.95,
+) -> Trend:
+    """A Trend from the regression sums (Spark's regr_count, regr_slope, regr_intercept,
+    regr_r2, regr_sxx, regr_syy, regr_sxy and avg of y)."""
+    ci = ols_slope_ci(slope, n, sxx, syy, sxy, level)
+    return Trend(n, slope, intercept, ci.low, ci.high, ci.stderr, r2, mean, theil_sen)

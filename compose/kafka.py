@@ -24,7 +24,8 @@ from pathlib import Path
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from compose.maven import assemble
+from compose.java import find_java, java_major
+from compose.maven import assemble, classpath
 from compose.process import (
     free_port,
     port_in_use,
@@ -114,33 +115,6 @@ def coordinates(version: str) -> list[str]:
             *logging_backend]
 
 
-def find_java() -> str:
-    """java from JAVA_HOME, else from PATH."""
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        candidate = Path(home) / "bin" / "java"
-        if os.access(candidate, os.X_OK):
-            return str(candidate)
-    found = shutil.which("java")
-    if found is None:
-        raise StackError("java not found: install a Java 17 runtime (Debian/Ubuntu: apt-get install "
-                         "openjdk-17-jre-headless) or set JAVA_HOME")
-    return found
-
-
-def java_major(java: str) -> int:
-    try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30,
-                             stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise StackError(f"{java} does not run: {exc}") from None
-    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
-    if m is None:
-        raise StackError(f"cannot tell the Java version of {java}: {out.stderr.strip()[:200]}")
-    major = int(m.group(1))
-    return int(m.group(2) or 0) if major == 1 else major
-
-
 _LOG4J = """\
 log4j.rootLogger={level}, out
 log4j.appender.out=org.apache.log4j.ConsoleAppender
@@ -174,7 +148,7 @@ class KafkaRuntime:
 
     @property
     def classpath(self) -> str:
-        return os.pathsep.join(str(j) for j in self.jars)
+        return classpath(self.jars)
 
     def write_logging(self, path: Path, level: str, stderr: bool = False) -> Path:
         """A logging config for this release's backend (reload4j for 3.x, log4j2 for 4.x)."""
@@ -211,8 +185,8 @@ async def kafka_runtime(version: str, progress: Progress, label: str = "kafka") 
     if major < JAVA_MIN:
         raise StackError(f"{java} is Java {major}; Kafka needs Java {JAVA_MIN} or newer: install "
                          "openjdk-17-jre-headless or point JAVA_HOME at a newer Java")
-    jars = await assemble(f"kafka-{version}", coordinates(version), progress,
-                          what=f"{label}: Kafka {version}")
+    jars = await assemble(f"kafka-{version}", coordinates(version),
+                          lambda message: progress(f"{label}: {message}"), what=f"Kafka {version}")
     return KafkaRuntime(java, version, tuple(jars))
 
 
@@ -269,7 +243,7 @@ class _Node:
 
 @dataclass
 class _Layout:
-    """Ports and directories of one local cluster."""
+    """The loopback ports of one local cluster."""
 
     ports: list[int]
     controller_ports: list[int] = field(default_factory=list)
@@ -470,16 +444,20 @@ class KafkaLocalStack(Stack):
             await asyncio.sleep(0.5)
 
     async def down(self) -> None:
-        # brokers first (they deregister from ZooKeeper on the way out), all at once
-        brokers = [n.proc for n in self._brokers if n.proc is not None]
-        await asyncio.gather(*(asyncio.to_thread(stop_process, p, 10.0) for p in brokers))
-        if self._zk is not None and self._zk.proc is not None:
-            await asyncio.to_thread(stop_process, self._zk.proc, 5.0)
-        for node in self._nodes():
-            node.proc = None
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+        try:
+            # brokers first (they deregister from ZooKeeper on the way out), all at once
+            brokers = [n.proc for n in self._brokers if n.proc is not None]
+            await asyncio.gather(*(asyncio.to_thread(stop_process, p, 10.0) for p in brokers))
+            if self._zk is not None and self._zk.proc is not None:
+                await asyncio.to_thread(stop_process, self._zk.proc, 5.0)
+        finally:
+            for node in self._nodes():
+                if node.proc is not None and node.proc.poll() is None:
+                    stop_process(node.proc, grace_s=0)  # interrupted above: no grace left
+                node.proc = None
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                self._dir = None
 
     def describe(self) -> StackDescription:
         config = {"mode": self._mode, "brokers": str(self._count), "heap": self._heap,

@@ -36,30 +36,46 @@ def cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class Coordinate:
-    """`group:artifact:version[:type]`; a `pom` type brings in the dependencies it lists."""
+    """`group:artifact:version[:type[:classifier]]`; a `pom` type brings in the dependencies it
+    lists. A classified artifact (e.g. a release's `tar.gz:bin` archive) is taken alone: the
+    dependencies in its pom belong to the main artifact."""
 
     group: str
     artifact: str
     version: str
     type: str = "jar"
+    classifier: str = ""
 
     @classmethod
     def parse(cls, text: str) -> Coordinate:
         parts = text.split(":")
-        if len(parts) not in (3, 4) or not all(parts):
-            raise ValueError(f"bad Maven coordinate {text!r}: expected group:artifact:version[:type]")
+        if len(parts) not in (3, 4, 5) or not all(parts):
+            raise ValueError(f"bad Maven coordinate {text!r}: expected "
+                             "group:artifact:version[:type[:classifier]]")
         return cls(*parts)
 
     def __str__(self) -> str:
-        return f"{self.group}:{self.artifact}:{self.version}" + (
-            f":{self.type}" if self.type != "jar" else "")
+        text = f"{self.group}:{self.artifact}:{self.version}"
+        if self.classifier:
+            return f"{text}:{self.type}:{self.classifier}"
+        return text + (f":{self.type}" if self.type != "jar" else "")
+
+    @property
+    def file_name(self) -> str:
+        """The name copy-dependencies gives the artifact's file."""
+        suffix = f"-{self.classifier}" if self.classifier else ""
+        return f"{self.artifact}-{self.version}{suffix}.{self.type}"
 
     def pom_xml(self) -> str:
+        classified = ""
+        if self.classifier:
+            classified = (f"<classifier>{escape(self.classifier)}</classifier><exclusions><exclusion>"
+                          "<groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>")
         return ("    <dependency>"
                 f"<groupId>{escape(self.group)}</groupId>"
                 f"<artifactId>{escape(self.artifact)}</artifactId>"
                 f"<version>{escape(self.version)}</version>"
-                f"<type>{escape(self.type)}</type></dependency>\n")
+                f"<type>{escape(self.type)}</type>{classified}</dependency>\n")
 
 
 def _pom(coordinates: Sequence[Coordinate]) -> str:
@@ -117,7 +133,7 @@ class _Lock:
                 return
             except BlockingIOError:
                 if not told:
-                    progress(f"{what}: waiting for another assembly of the same jars to finish")
+                    progress(f"waiting for another streambench fetching the {what} jars")
                     told = True
                 await asyncio.sleep(0.2)
 
@@ -162,8 +178,9 @@ async def _download(root: Path, lib: Path, coordinates: list[Coordinate], progre
     if mvn is None:
         raise StackError(f"mvn not found: Maven fetches the {what} jars from Maven Central once "
                          "(Debian/Ubuntu: apt-get install maven)")
+    for stale in lib.parent.glob(f".{lib.name}.work-*"):  # left by a killed run; we hold the lock
+        shutil.rmtree(stale, ignore_errors=True)
     work = lib.with_name(f".{lib.name}.work-{os.getpid()}")
-    shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     log = lib.with_name(f"{lib.name}.maven.log")
     log.unlink(missing_ok=True)
@@ -171,7 +188,7 @@ async def _download(root: Path, lib: Path, coordinates: list[Coordinate], progre
     argv = [mvn, "-B", "-f", str(work / "pom.xml"), f"-Dmaven.repo.local={root / 'maven-repository'}",
             f"{DEPENDENCY_PLUGIN}:copy-dependencies", f"-DoutputDirectory={work / 'lib'}",
             "-DincludeScope=runtime"]
-    progress(f"{what}: first use, fetching the jars from Maven Central into {lib} (once)")
+    progress(f"fetching the {what} jars from Maven Central into {lib} (first use only)")
     proc = start_process(argv, log, cwd=work)
     try:
         await _follow(proc, log, progress, what)
@@ -183,6 +200,7 @@ async def _download(root: Path, lib: Path, coordinates: list[Coordinate], progre
         shutil.rmtree(work, ignore_errors=True)
         raise StackError(f"Maven could not fetch the {what} jars: {_maven_error(log)} "
                          f"(full output: {log})")
+    (work / "lib").mkdir(exist_ok=True)
     shutil.rmtree(lib, ignore_errors=True)
     (work / "lib").rename(lib)
     shutil.rmtree(work, ignore_errors=True)
@@ -202,7 +220,7 @@ async def _follow(proc: subprocess.Popen[bytes], log: Path, progress: Progress, 
             done = log.read_text(errors="replace").count("Downloaded from")
             if done != reported:
                 reported = done
-                progress(f"{what}: {done} files downloaded from Maven Central")
+                progress(f"{done} files of the {what} jars downloaded")
 
 
 def _maven_error(log: Path) -> str:
@@ -210,7 +228,8 @@ def _maven_error(log: Path) -> str:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:
         return "no output"
-    errors = [re.sub(r"^\[ERROR\]\s*", "", ln).strip() for ln in lines if ln.startswith("[ERROR]")]
+    errors = [re.sub(r"^\[ERROR\]\s*|\s*-> \[Help \d+\]$", "", ln).strip()
+              for ln in lines if ln.startswith("[ERROR]")]
     errors = [e for e in errors if e and not e.startswith(("->", "To see", "Re-run", "For more"))]
     if errors:
         return errors[0]

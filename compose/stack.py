@@ -7,6 +7,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 Progress = Callable[[str], None]
+# (kind, detail) of something worth keeping in the run files, e.g. a fault injected
+StackEvents = Callable[[str, str], None]
+
+
+def _no_events(kind: str, detail: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class StackContext:
+    """Where a stack runs: the run's id and the target's index (compose project names and
+    container labels), and where its events go (the run's bus)."""
+
+    run_id: str = "manual"
+    index: int = 0
+    events: StackEvents = _no_events
 
 
 @dataclass(frozen=True)
@@ -23,6 +39,11 @@ class StackDescription:
 
 class Stack(ABC):
     runtime: str = "local"
+    context: StackContext = StackContext()
+
+    def attach(self, context: StackContext) -> None:
+        """Called by the run before up()."""
+        self.context = context
 
     @abstractmethod
     async def up(self, progress: Progress) -> None:

@@ -16,7 +16,9 @@ import numpy as np
 
 from analysis.sink import RawSamples
 from collectors.base import Collector, Reading
-from compose.stack import Stack, StackDescription
+from compose.docker import FAULTS
+from compose.stack import Stack, StackContext, StackDescription
+from loadgen.errors import StackError
 from loadgen.histogram import Histogram
 from loadgen.pacing import Schedule
 from loadgen.platforms import PLATFORMS
@@ -25,9 +27,11 @@ from loadgen.tick import Phase, Resources, RunEvent, Tick
 from loadgen.workload import Workload
 
 READY_TIMEOUT_S = 60.0
+READY_TIMEOUT_ENV = "STREAMBENCH_READY_TIMEOUT"  # seconds; slow machines, or tests of the time-out
 PAYLOAD_POOL_BYTES = 64 * 1024 * 1024
 PACED_BATCH_LIMIT = 2000
 MAX_RATE_BATCH = 256
+MAX_RATE_BATCH_BYTES = 1 << 20  # large messages go in smaller batches at maximum rate
 
 EventSink = Callable[[RunEvent], None]
 
@@ -70,6 +74,7 @@ class TargetLoad:
         self.target = target
         self.platform = PLATFORMS[target.platform]
         self.workload = workload
+        self.run_id = run_id
         self.topics = [f"streambench-{run_id}-{index}-{t}" for t in range(workload.topics)]
         self.subscriptions = [f"streambench-sub-{s}" for s in range(workload.subscriptions)]
         self._record_raw = record_raw
@@ -106,9 +111,10 @@ class TargetLoad:
 
     async def start(self, progress: Callable[[str], None]) -> None:
         self.stack = self.platform.make_stack(self.target)
+        self.stack.attach(StackContext(self.run_id, self.index, self._stack_event))
         await self.stack.up(progress)
         progress(f"{self.label}: waiting for the broker to answer")
-        await self.stack.ready(READY_TIMEOUT_S, progress)
+        await self.stack.ready(float(os.environ.get(READY_TIMEOUT_ENV) or READY_TIMEOUT_S), progress)
         self.desc = self.stack.describe()
         self.driver = self.platform.make_driver(self.target, self.desc)
         await self.driver.connect()
@@ -145,6 +151,17 @@ class TargetLoad:
             "subscriptions": self.subscriptions,
         }
 
+    async def fault(self, action: str, broker: str) -> None:
+        """One of the docker stack's fault hooks (compose.docker.FAULTS) on one broker."""
+        hook = getattr(self.stack, action, None) if action in FAULTS else None
+        if hook is None:
+            raise StackError(f"{self.label}: cannot {action} a broker: fault injection needs the "
+                             f"docker runtime ({', '.join(FAULTS)})")
+        await hook(broker)
+
+    def _stack_event(self, kind: str, detail: str) -> None:
+        self._publish(RunEvent(time.time_ns(), self.label, kind, detail))
+
     # ---- load ---------------------------------------------------------------------------
 
     def start_load(self, t0_mono: int, t0_wall: int, end_mono: int) -> None:
@@ -170,7 +187,8 @@ class TargetLoad:
         key_of = _key_source(self.workload.key_distributor)
         size = self.workload.message_size
         pool = len(payloads)
-        limit = PACED_BATCH_LIMIT if sched.rate > 0 else MAX_RATE_BATCH
+        limit = (PACED_BATCH_LIMIT if sched.rate > 0 else
+                 max(1, min(MAX_RATE_BATCH, MAX_RATE_BATCH_BYTES // size)))
         n = 0
         while True:
             await sem.acquire()

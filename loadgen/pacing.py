@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import select
 import selectors
 import time
@@ -45,8 +46,10 @@ class Schedule:
         elapsed = now_mono_ns - self._start_mono_ns
         if elapsed < 0:
             return []
-        n_due = int(elapsed // self._interval_ns) + 1
-        n_end = int(-(-(self.end_mono_ns - self._start_mono_ns) // self._interval_ns))  # ceil
+        # slot counts from time × rate (not time / interval), so that a whole number of slots
+        # per run stays whole instead of gaining one through the rounding of the interval
+        n_due = math.floor(elapsed * self.rate / 1e9 + 1e-6) + 1
+        n_end = math.ceil((self.end_mono_ns - self._start_mono_ns) * self.rate / 1e9 - 1e-6)
         n1 = min(n_due, n_end, n0 + limit)
         if n1 <= n0:
             return []

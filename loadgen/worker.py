@@ -78,6 +78,9 @@ async def _serve(conn: Connection, load: TargetLoad) -> None:
             elif op == "stop_producing_at":
                 load.stop_producing_at(*args)
                 value = None
+            elif op == "fault":
+                await load.fault(*args)
+                value = None
             else:
                 raise StackError(f"unknown request {op!r}")
             _send(conn, (req_id, True, value))
@@ -205,6 +208,11 @@ class TargetWorker:
 
     async def stop_producers(self) -> None:
         self.totals = await self._request("stop_producers")
+
+    async def fault(self, action: str, broker: str) -> None:
+        """Pause, unpause, kill, start or restart one broker of the target (docker runtime);
+        recorded as a run event."""
+        await self._request("fault", action, broker)
 
     async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
         tick, raws, totals = await self._request("tick", seq, time_ns, phase, elapsed_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -33,6 +34,9 @@ _OMB_FIELDS = {
     "testDurationSeconds": None,
     "warmupDurationSeconds": None,
     "drainTimeoutSeconds": "drain_timeout_s",
+    # per-broker container limits (docker runtime), e.g. 6 CPUs / 2.67g per broker
+    "brokerCpus": "broker_cpus",
+    "brokerMemory": "broker_memory",
 }
 _OMB_ACCEPTED = {
     "payloadFile",
@@ -59,6 +63,8 @@ class Workload:
     duration_s: float = 60.0  # measuring phase, after the warm-up
     warmup_s: float = 10.0
     drain_timeout_s: float = 60.0
+    broker_cpus: float | None = None
+    broker_memory: str | None = None
     warnings: tuple[str, ...] = ()
 
     def validate(self) -> Workload:
@@ -93,6 +99,10 @@ class Workload:
             f"warm-up duration must not be negative (got {self.warmup_s} s)",
         )
         need(self.drain_timeout_s > 0, "drainTimeoutSeconds must be positive")
+        need(self.broker_cpus is None or self.broker_cpus > 0,
+             f"brokerCpus must be a positive number of CPUs (got {self.broker_cpus})")
+        need(self.broker_memory is None or re.fullmatch(r"\d+(\.\d+)?[bkmgBKMG]?", self.broker_memory)
+             is not None, f"brokerMemory must be a size like 2.67g or 512m (got {self.broker_memory})")
         need(
             self.key_distributor in KEY_DISTRIBUTORS,
             f"keyDistributor must be one of {', '.join(KEY_DISTRIBUTORS)} (got {self.key_distributor})",
@@ -121,6 +131,8 @@ class Workload:
             "testDurationSeconds": self.duration_s,
             "warmupDurationSeconds": self.warmup_s,
             "drainTimeoutSeconds": self.drain_timeout_s,
+            **({"brokerCpus": self.broker_cpus} if self.broker_cpus is not None else {}),
+            **({"brokerMemory": self.broker_memory} if self.broker_memory is not None else {}),
         }
 
 
@@ -148,7 +160,7 @@ def parse_workload(doc: Any, src: str) -> Workload:
     for key, attr in _OMB_FIELDS.items():
         if key not in doc or attr is None:
             continue
-        if key == "name" or key == "keyDistributor":
+        if key in ("name", "keyDistributor", "brokerMemory"):
             kwargs[attr] = str(doc[key])
         else:
             kwargs[attr] = _number(doc, key, int if key in ints else float, src)

@@ -8,6 +8,10 @@ from typing import Any
 
 import pytest
 
+# Targets without runtime= run locally in the tests, whether or not a Docker engine answers;
+# the container tests ask for runtime=docker themselves.
+os.environ["STREAMBENCH_RUNTIME"] = "local"
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:

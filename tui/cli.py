@@ -41,6 +41,10 @@ TARGET is PLATFORM[:OPTION[=VALUE],...][@ADDRESS]:
   redis:aof              the same with the append-only file, fsync every second
   redis:aof,fsync=always per-write fsync
   redis@HOST:PORT        an existing server: nothing is started or stopped
+  kafka:runtime=docker,brokers=3,cpus=6,memory=2.67g
+                         3 Kafka containers (compose/kafka-3.yml), 6 CPUs / 2.67 GB each
+Targets run as containers where a Docker engine answers, else as local processes
+(--runtime or runtime= decides); `streambench stacks ls|prune` lists or removes leftovers.
 Several targets run side by side. `streambench platforms` lists every option.
 
 The workload (--workload FILE or a bundled name, see `streambench workloads`) uses
@@ -115,13 +119,42 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also keep every latency sample (large; for verifying the report)")
     run.add_argument("--track-delivery", action="store_true",
                      help="check that every message is consumed exactly once (uses memory)")
+    run.add_argument("--runtime", choices=("docker", "local"),
+                     help="where targets without runtime= run (default: docker when a Docker "
+                          "engine answers, else local)")
+    run.add_argument("--cpus", type=_positive_float, metavar="N",
+                     help="docker: CPU limit of each broker container (target option cpus=)")
+    run.add_argument("--memory", metavar="SIZE",
+                     help="docker: memory limit of each broker container, e.g. 2.67g "
+                          "(target option memory=)")
+    run.add_argument("--resources", choices=("docker", "cadvisor", "process"),
+                     help="source of CPU and memory figures (default: docker stats for "
+                          "containers, the process tree for local brokers)")
+    run.add_argument("--keep", action="store_true",
+                     help="docker: keep the brokers' data volumes after the run")
 
     rep = sub.add_parser("report", help="turn one or more runs into a report (PySpark)")
-    rep.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories")
+    rep.add_argument("runs", nargs="+", metavar="RUN_DIR|GLOB",
+                     help="run directories, or glob patterns such as 'runs/*' (expanded here)")
     rep.add_argument("--out", type=Path, metavar="DIR",
-                     help="report directory (default: report/ inside the run)")
+                     help="report directory (default: report/ inside the run; a new "
+                          "report-<time> folder for several runs)")
+    rep.add_argument("--baseline", metavar="TARGET",
+                     help="target the comparison divides by (default: the first target)")
+    rep.add_argument("--format", default="md,html,json", metavar="md,html,json",
+                     help="documents to write (default: all three); charts and "
+                          "summary.parquet/.csv are always written")
     rep.add_argument("--master", metavar="URL",
                      help="Spark master (default local[*]; spark-submit's when run under it)")
+
+    stacks = sub.add_parser("stacks", help="containers streambench started: ls, prune")
+    stacks_sub = stacks.add_subparsers(dest="stacks_command", metavar="ACTION",
+                                       parser_class=OneLineParser)
+    stacks_sub.add_parser("ls", help="list what streambench started in Docker that is still there")
+    prune = stacks_sub.add_parser("prune", help="remove leftovers of runs that crashed or were killed")
+    prune.add_argument("--all", action="store_true",
+                       help="remove every streambench container, volume and network, also of "
+                            "runs still going and volumes kept with --keep")
 
     sub.add_parser("platforms", help="list platforms and their TARGET options")
     sub.add_parser("workloads", help="list the bundled workloads")
@@ -159,14 +192,16 @@ def _workload_from(args: argparse.Namespace) -> Any:
     return base.with_overrides(**overrides)
 
 
-def _report(run_dirs: list[Path], out: Path | None, master: str | None) -> Path:
+def _report(run_dirs: Sequence[Path | str], out: Path | None, master: str | None,
+            baseline: str | None = None, formats: str | None = None) -> Path:
     from analysis.report import build_report
 
     def progress(message: str) -> None:
         sys.stderr.write(f"report: {message}\n")
         sys.stderr.flush()
 
-    return build_report(run_dirs, out_dir=out, master=master, progress=progress)
+    return build_report(run_dirs, out_dir=out, master=master, progress=progress,
+                        baseline=baseline, formats=formats)
 
 
 def _install_signals(loop: asyncio.AbstractEventLoop, on_signal: Callable[[int], None]) -> None:
@@ -218,11 +253,16 @@ def _print_summary(summary: Any) -> None:
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from loadgen.pacing import run_precise
     from loadgen.platforms import resolve_target
+    from loadgen.platforms.runtime import with_run_settings
     from loadgen.run import Run
     from loadgen.target import unique_labels
 
     workload = _workload_from(args)
-    targets = unique_labels([resolve_target(spec) for spec in args.targets])
+    cpus = args.cpus if args.cpus is not None else workload.broker_cpus
+    memory = args.memory if args.memory is not None else workload.broker_memory
+    targets = unique_labels([
+        with_run_settings(resolve_target(spec, args.runtime), cpus, memory, args.resources, args.keep)
+        for spec in args.targets])
     if not args.headless and not (sys.stdout.isatty() and sys.stdin.isatty()):
         raise StreambenchError("the dashboard needs a terminal; use --headless for scripts and CI")
     run_args = dict(workload=workload, targets=targets, out_dir=args.out,
@@ -267,9 +307,26 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    path = _report(list(args.runs), args.out, args.master)
+    path = _report(list(args.runs), args.out, args.master, args.baseline, args.format)
     sys.stderr.write(f"report written in {time.monotonic() - started:.1f} s\n")
     print(path)
+    return 0
+
+
+def _cmd_stacks(args: argparse.Namespace) -> int:
+    from compose.housekeeping import list_stacks, prune_stacks
+
+    if args.stacks_command == "prune":
+        removed, skipped = prune_stacks(everything=args.all)
+        for line in removed:
+            print(f"removed {line}")
+        for line in skipped:
+            print(f"kept {line}")
+        if not removed:
+            print("nothing to prune")
+        return 0
+    lines = list_stacks()
+    print("\n".join(lines) if lines else "no streambench containers, volumes or networks")
     return 0
 
 
@@ -278,7 +335,7 @@ def _cmd_platforms() -> int:
 
     for p in PLATFORMS.values():
         print(f"{p.name}: {p.summary}")
-        print(f"  runtimes: {', '.join(p.runtimes)} (external: {p.name}@HOST:PORT)")
+        print(f"  runtimes: {', '.join(p.runtimes)} (external: {p.name}@{p.address_example})")
         for name, opt in p.options.items():
             values = f" [{'|'.join(opt.choices)}]" if opt.choices else ""
             print(f"  {name}{values}: {opt.help} (default {opt.default!r})")
@@ -306,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_run(args, argv)
         if args.command == "report":
             return _cmd_report(args)
+        if args.command == "stacks":
+            return _cmd_stacks(args)
         if args.command == "platforms":
             return _cmd_platforms()
         if args.command == "workloads":

@@ -14,13 +14,15 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
 from collectors.base import Collector
-from collectors.process import ProcessResources
 from collectors.redis import RedisTelemetry
+from collectors.resources import resource_collectors
+from compose.docker_stacks import RedisDockerStack
 from compose.redis import RedisExternalStack, RedisLocalStack, connect_failure, parse_address
 from compose.stack import Stack, StackDescription
 from loadgen.errors import DriverError
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
 from loadgen.platforms.resp import RespConnection, RespError, encode
+from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
 from loadgen.target import OptionSpec, Target, parse_bool
 
@@ -189,6 +191,8 @@ class RedisStreamsDriver(Driver):
 def _stack(target: Target) -> Stack:
     if target.runtime == "external":
         return RedisExternalStack(target, target.label)
+    if target.runtime == "docker":
+        return RedisDockerStack(target, target.label)
     return RedisLocalStack(target, target.label)
 
 
@@ -201,8 +205,7 @@ def _collectors(target: Target, desc: StackDescription, topic: str, partitions: 
                 subscriptions: list[str]) -> list[Collector]:
     host, port = parse_address(desc.endpoints["redis"])
     found: list[Collector] = [RedisTelemetry(host, port, stream_names(topic, partitions), subscriptions)]
-    if desc.pids:
-        found.insert(0, ProcessResources(desc.pids))
+    found[:0] = resource_collectors(target, desc)
     return found
 
 
@@ -215,13 +218,13 @@ PLATFORMS = [
                               default=False, parse=parse_bool, flag=True),
             "fsync": OptionSpec("appendfsync policy with aof", default="everysec",
                                 choices=("always", "everysec", "no")),
-            "port": OptionSpec("loopback port of the local redis-server (default: a free one)",
+            "port": OptionSpec("loopback port of the redis-server (default: a free one)",
                                default=0, parse=parse_port),
             "maxlen": OptionSpec("trim each stream to about this many entries (0 = never)",
                                  default=0, parse=parse_non_negative),
-            "runtime": OptionSpec("where the broker runs", default="local", choices=("local",)),
+            **runtime_options(("docker", "local")),
         },
-        runtimes=("local", "external"),
+        runtimes=("docker", "local", "external"),
         make_stack=_stack,
         make_driver=_driver,
         make_collectors=_collectors,

@@ -21,6 +21,8 @@ class Platform:
     make_driver: Callable[[Target, StackDescription], Driver]
     # collectors for one topic: (target, stack, topic, partitions, subscriptions)
     make_collectors: Callable[[Target, StackDescription, str, int, list[str]], list[Collector]]
+    # how the external runtime's @ADDRESS looks for this platform
+    address_example: str = "HOST:PORT"
 
 
 def parse_port(text: str) -> int:

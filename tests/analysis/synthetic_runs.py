@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +39,10 @@ class TargetModel:
     publish_median_ns: float = 5e5
     cpu: float = 120.0
     memory_bytes: int = 800_000_000
+    memory_growth_mb_min: float = 0.0  # true memory slope
+    lag_growth_per_min: float = 0.0  # true slope of the summed lag
+    net_factor: float = 0.0  # broker network bytes per payload byte; 0: not reported
+    config: dict[str, Any] = field(default_factory=dict)  # run.json targets[].config
 
 
 @dataclass
@@ -125,7 +130,9 @@ def write_synthetic_run(
                 if phase == Phase.MEASURING:
                     run.raw.setdefault(name, {}).setdefault(kind, []).append(values)
                 sink(RawSamples(name, seq, time_ns, phase, kind, values))
-            lag = {p: int(rng.integers(0, 200)) for p in range(3)}
+            growth = model.lag_growth_per_min * minutes / 3
+            lag = {p: int(rng.integers(0, 200) + growth) for p in range(3)}
+            memory = model.memory_bytes + model.memory_growth_mb_min * minutes * 1e6
             tick = Tick(
                 target=name,
                 seq=seq,
@@ -145,8 +152,10 @@ def write_synthetic_run(
                 lag=LagSnapshot(sum(lag.values()), lag, "test lag"),
                 resources=Resources(
                     cpu_percent=model.cpu + float(rng.normal(0.0, 5.0)),
-                    memory_bytes=model.memory_bytes + int(rng.integers(0, 10_000_000)),
+                    memory_bytes=int(memory) + int(rng.integers(0, 10_000_000)),
                     disk_write_bytes=produced * MESSAGE_SIZE,
+                    net_rx_bytes=round(produced * MESSAGE_SIZE * model.net_factor),
+                    net_tx_bytes=round(consumed * MESSAGE_SIZE * model.net_factor * 2),
                 ),
                 broker={"bytes_in": float(produced * MESSAGE_SIZE), "requests": 42.0},
                 produced_total=totals[name][0],
@@ -172,7 +181,8 @@ def write_synthetic_run(
                     "partitionsPerTopic": 3,
                     "producerRate": 0,
                 },
-                "targets": [{"label": name} for name in targets],
+                "targets": [{"label": name, "platform": "synthetic", "config": m.config}
+                            for name, m in targets.items()],
             },
         )
     return run

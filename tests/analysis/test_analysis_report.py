@@ -1,4 +1,4 @@
-"""The PySpark report on synthetic runs whose truth is known (real local Spark, no mocks)."""
+"""The report's figures on synthetic runs whose truth is known (real local Spark, no mocks)."""
 
 from __future__ import annotations
 
@@ -12,62 +12,46 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.report import (
+from analysis.compute import (
+    ALL_PERCENTILES,
+    BOX_PERCENTILES,
     LATENCY_PERCENTILES,
+    OMB_PERCENTILES,
+    PERIOD_TICKS,
     ReportData,
-    build_report,
+    TargetReport,
     compute_report,
-    default_out_dir,
-    fmt,
-    load_runs,
-    read_table,
+    resolve_baseline,
 )
+from analysis.report import build_report, default_out_dir, parse_formats
+from analysis.runs import expand_run_args, load_runs, read_table
 from analysis.schema import LATENCY_KINDS
+from analysis.sections import fmt
 from analysis.sink import ParquetSink, write_run_json
+from analysis.stats import t_quantile
 from loadgen.errors import OutputError, ReportError
 from loadgen.histogram import bucket_bounds, bucket_index
-from loadgen.tick import Phase
-from tests.analysis.synthetic_runs import (
-    MESSAGE_SIZE,
-    SyntheticRun,
-    TargetModel,
-    write_synthetic_run,
+from loadgen.tick import Tick
+from tests.analysis.conftest import (
+    LAG_GROWTH,
+    MEMORY_GROWTH,
+    MODELS,
+    NET_FACTOR,
+    TRUE_SLOPE,
+    Computed,
 )
+from tests.analysis.synthetic_runs import MESSAGE_SIZE, SyntheticRun, write_synthetic_run
 
 pytestmark = pytest.mark.spark
 
-TRUE_SLOPE = -2.0  # MB/s per minute for "alpha"
-MODELS = {
-    "alpha": TargetModel(mb_s=lambda m: 50.0 + TRUE_SLOPE * m, cpu=150.0),
-    "beta": TargetModel(
-        mb_s=lambda m: 30.0, e2e_median_ns=7e5, publish_median_ns=2e5, cpu=80.0,
-        memory_bytes=300_000_000,
-    ),
-}
 
-
-@pytest.fixture(scope="module")
-def synthetic(tmp_path_factory: pytest.TempPathFactory) -> SyntheticRun:
-    run_dir = tmp_path_factory.mktemp("report") / "run-a"
-    return write_synthetic_run(run_dir, "run-a", MODELS, warmup_s=5, measuring_s=60,
-                               draining_s=3)
-
-
-@pytest.fixture(scope="module")
-def report(spark, synthetic: SyntheticRun) -> ReportData:
-    steps: list[str] = []
-    data = compute_report(spark, load_runs([synthetic.run_dir]), steps.append)
-    assert steps[0] == "reading runs" and "latency percentiles" in steps
-    return data
-
-
-def _target(report: ReportData, name: str):
-    (t,) = [t for t in report.targets if t.target == name]
+def _target(data: ReportData, name: str) -> TargetReport:
+    (t,) = [t for t in data.targets if t.target == name]
     return t
 
 
-def _measuring(synthetic: SyntheticRun, name: str):
-    return [t for t in synthetic.ticks if t.target == name and t.phase == Phase.MEASURING]
+def _measuring(synthetic: SyntheticRun, name: str) -> list[Tick]:
+    return sorted(synthetic.measuring(name), key=lambda t: t.seq)
 
 
 def _raw_from_table(run_dir: Path, target: str, kind: str) -> np.ndarray:
@@ -79,122 +63,191 @@ def _raw_from_table(run_dir: Path, target: str, kind: str) -> np.ndarray:
     return raw.filter(keep)["value_ns"].to_numpy()
 
 
-def test_targets_in_run_order(report: ReportData) -> None:
-    assert [(t.run_id, t.label) for t in report.targets] == [("run-a", "alpha"),
-                                                             ("run-a", "beta")]
+def _tolerance(truth: float) -> float:
+    """Bucket midpoints are within 0.05 % of every value in the bucket; interpolating
+    between neighbouring samples can add up to one bucket width."""
+    width = float(bucket_bounds(bucket_index(np.array([round(truth)])))[1][0])
+    return max(1e-3 * truth, width)
+
+
+def test_targets_labels_and_persistence(report: Computed) -> None:
+    data = report.data
+    assert [(t.run_id, t.label) for t in data.targets] == [("run-a", "alpha"), ("run-a", "beta")]
+    alpha, beta = data.targets
+    assert alpha.persistent and alpha.heading == "alpha"
+    assert not beta.persistent and beta.heading == "beta (non-persistent)"
+    assert data.baseline is alpha  # the first target unless one is named
+
+
+def test_progress_names_steps_and_counts_stages(report: Computed) -> None:
+    steps = report.steps
+    names = ["reading runs", "per-second series and trends", "latency percentiles",
+             "OpenMessaging-Benchmark periods"]
+    assert [s for s in steps if ":" not in s] == names
+    for name in names:
+        lines = [s for s in steps if s.startswith(f"{name}: Spark stages ")]
+        assert lines, name
+        done, total = lines[-1].split("Spark stages ")[1].split(",")[0].split("/")
+        assert done == total and int(total) > 0, lines[-1]  # each step ends complete
+        assert steps.index(lines[-1]) > steps.index(name)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
 @pytest.mark.parametrize("kind", LATENCY_KINDS)
-def test_latency_matches_raw_samples(report: ReportData, synthetic: SyntheticRun, name: str,
+def test_latency_matches_raw_samples(report: Computed, synthetic: SyntheticRun, name: str,
                                      kind: str) -> None:
     raw = _raw_from_table(synthetic.run_dir, name, kind)
     np.testing.assert_array_equal(np.sort(raw), np.sort(synthetic.raw_values(name, kind)))
-    stats = _target(report, name).latency[kind]
-    assert stats.samples == len(raw) == 60 * 1000
+    stats = _target(report.data, name).latency[kind]
+    n = len(raw)
+    assert stats.samples == n == 60 * 1000
     assert stats.min_ms == raw.min() / 1e6
     assert stats.max_ms == raw.max() / 1e6
-    assert stats.mean_ms == pytest.approx(raw.mean() / 1e6, rel=1e-3)
-    for p in LATENCY_PERCENTILES:
+    assert stats.mean_ms == pytest.approx(raw.mean() / 1e6, rel=1e-12)  # exact sums
+    assert set(stats.percentiles_ms) == set(ALL_PERCENTILES)
+    checked = {*LATENCY_PERCENTILES, *BOX_PERCENTILES, 0.0, 20.567177, 99.99369}
+    for p in checked:
         truth = float(np.percentile(raw, p))
         got = stats.percentiles_ms[p] * 1e6
-        # bucket midpoints are within 0.05 % of every value in the bucket; interpolating
-        # between neighbouring samples can add up to one bucket width
-        width = float(bucket_bounds(bucket_index(np.array([round(truth)])))[1][0])
-        tolerance = max(1e-3 * truth, width)
-        assert abs(got - truth) <= tolerance, (kind, p, got, truth)
+        assert abs(got - truth) <= _tolerance(truth), (kind, p, got, truth)
+    # the samples each percentile rests on: those at or above its rank
+    for p in LATENCY_PERCENTILES:
+        assert stats.beyond(p) == n - math.ceil(p / 100 * (n - 1))
+    assert stats.beyond(50.0) == 30_000 and stats.beyond(99.999) == 1
 
 
-def test_throughput(report: ReportData, synthetic: SyntheticRun) -> None:
+def test_throughput_and_network_bytes(report: Computed, synthetic: SyntheticRun) -> None:
     for name in MODELS:
         ticks = _measuring(synthetic, name)
-        tp = _target(report, name).throughput
+        tp = _target(report.data, name).throughput
         seconds = sum(t.interval_s for t in ticks)
         assert tp.ticks == 60
         assert tp.seconds == pytest.approx(seconds, rel=1e-12)
         assert tp.produced == sum(t.produced for t in ticks)
         assert tp.produce_msg_s == pytest.approx(tp.produced / seconds, rel=1e-12)
         assert tp.produce_mb_s == pytest.approx(
-            sum(t.produced_bytes for t in ticks) / seconds / 1e6, rel=1e-12
-        )
-        assert tp.consume_msg_s == pytest.approx(sum(t.consumed for t in ticks) / seconds,
-                                                 rel=1e-12)
-        assert tp.produce_mb_s == pytest.approx(tp.produce_msg_s * MESSAGE_SIZE / 1e6)
-        for side, rates in (
-            ("produce", np.array([t.produced / t.interval_s for t in ticks])),
-            ("consume", np.array([t.consumed / t.interval_s for t in ticks])),
-        ):
-            dist = getattr(tp, f"{side}_rate")
-            assert dist["min"] == pytest.approx(rates.min())
-            assert dist["max"] == pytest.approx(rates.max())
-            for p in (5, 50, 95):
-                assert dist[f"p{p}"] == pytest.approx(np.percentile(rates, p), rel=1e-9)
+            sum(t.produced_bytes for t in ticks) / seconds / 1e6, rel=1e-12)
+        assert tp.consume_mb_s == pytest.approx(
+            sum(t.consumed_bytes for t in ticks) / seconds / 1e6, rel=1e-12)
+        assert tp.message_bytes == MESSAGE_SIZE
+        rx = sum(t.resources.net_rx_bytes for t in ticks)
+        assert tp.net_rx_bytes == rx
+        assert tp.net_tx_bytes == sum(t.resources.net_tx_bytes for t in ticks)
+    alpha, beta = (_target(report.data, n) for n in ("alpha", "beta"))
+    assert alpha.throughput.network_known
+    assert alpha.throughput.net_rx_mb_s == pytest.approx(alpha.throughput.produce_mb_s
+                                                         * NET_FACTOR, rel=1e-4)
+    assert not beta.throughput.network_known and math.isnan(beta.throughput.net_rx_mb_s)
+    assert "net_rx_mb_s" in alpha.series and "net_rx_mb_s" not in beta.series
 
 
-def test_degradation_slope(report: ReportData, synthetic: SyntheticRun) -> None:
-    for name, truth in (("alpha", TRUE_SLOPE), ("beta", 0.0)):
-        d = _target(report, name).degradation
-        ticks = _measuring(synthetic, name)
-        x = np.array([t.elapsed_s / 60.0 for t in ticks])
-        y = np.array([t.produced_bytes / t.interval_s / 1e6 for t in ticks])
-        slope, intercept = np.polyfit(x, y, 1)
-        resid = y - (slope * x + intercept)
-        r2 = 1.0 - (resid**2).sum() / ((y - y.mean()) ** 2).sum()
-        stderr = math.sqrt((resid**2).sum() / (len(x) - 2) / ((x - x.mean()) ** 2).sum())
-        assert d.points == 60
-        assert d.slope == pytest.approx(slope, rel=1e-9)
-        assert d.intercept == pytest.approx(intercept, rel=1e-9)
-        assert d.stderr == pytest.approx(stderr, rel=1e-9)
-        # t(0.975, 58) = 2.0017
-        assert (d.ci_high - d.ci_low) / 2 == pytest.approx(2.0017 * stderr, rel=1e-4)
-        assert d.ci_low < truth < d.ci_high
-        assert d.ci_high - d.ci_low < 1.5
-        assert abs(d.theil_sen - truth) < 1.0
-        if name == "alpha":
-            assert d.r2 == pytest.approx(r2, rel=1e-9)
-            assert d.ci_high < 0  # the decline is detected
-            assert d.relative_pct_per_min == pytest.approx(d.slope / y.mean() * 100, rel=1e-9)
+def _series_truth(ticks: list[Tick], name: str) -> np.ndarray:
+    values = {
+        "produce_msg_s": [t.produced / t.interval_s for t in ticks],
+        "produce_mb_s": [t.produced_bytes / t.interval_s / 1e6 for t in ticks],
+        "consume_mb_s": [t.consumed_bytes / t.interval_s / 1e6 for t in ticks],
+        "net_rx_mb_s": [t.resources.net_rx_bytes / t.interval_s / 1e6 for t in ticks],
+        "net_tx_mb_s": [t.resources.net_tx_bytes / t.interval_s / 1e6 for t in ticks],
+        "lag": [t.lag.total for t in ticks if t.lag is not None],
+        "cpu_percent": [t.resources.cpu_percent for t in ticks],
+        "memory_mb": [t.resources.memory_bytes / 1e6 for t in ticks],
+    }
+    return np.array(values[name], dtype=float)
 
 
-def test_resources_lag_and_errors(report: ReportData, synthetic: SyntheticRun) -> None:
+@pytest.mark.parametrize("series", ["produce_msg_s", "produce_mb_s", "consume_mb_s",
+                                    "net_rx_mb_s", "lag", "cpu_percent", "memory_mb"])
+def test_per_second_distributions(report: Computed, synthetic: SyntheticRun,
+                                  series: str) -> None:
+    for name in MODELS:
+        t = _target(report.data, name)
+        if series not in t.series:
+            assert series == "net_rx_mb_s" and name == "beta"
+            continue
+        y = _series_truth(_measuring(synthetic, name), series)
+        s = t.series[series]
+        assert s.points == len(y) == 60
+        assert s.mean == pytest.approx(y.mean(), rel=1e-12)
+        assert s.dist["min"] == pytest.approx(y.min(), rel=1e-12)
+        assert s.dist["max"] == pytest.approx(y.max(), rel=1e-12)
+        for p in (5, 50, 95):
+            assert s.dist[f"p{p}"] == pytest.approx(np.percentile(y, p), rel=1e-9)
+        np.testing.assert_allclose(t.timeline.values[series], y, rtol=1e-12)
+
+
+def _ols(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
+    slope, intercept = np.polyfit(x, y, 1)
+    resid = y - (slope * x + intercept)
+    r2 = 1.0 - (resid**2).sum() / ((y - y.mean()) ** 2).sum()
+    stderr = math.sqrt((resid**2).sum() / (len(x) - 2) / ((x - x.mean()) ** 2).sum())
+    return slope, intercept, r2, stderr
+
+
+@pytest.mark.parametrize(("name", "series", "truth"), [
+    ("alpha", "produce_mb_s", TRUE_SLOPE),
+    ("alpha", "consume_mb_s", TRUE_SLOPE),
+    ("alpha", "net_rx_mb_s", TRUE_SLOPE * NET_FACTOR),
+    ("beta", "produce_mb_s", 0.0),
+    ("alpha", "memory_mb", MEMORY_GROWTH),
+    ("alpha", "lag", LAG_GROWTH),
+])
+def test_trends(report: Computed, synthetic: SyntheticRun, name: str, series: str,
+                truth: float) -> None:
+    ticks = _measuring(synthetic, name)
+    x = np.array([t.elapsed_s / 60.0 for t in ticks])
+    y = _series_truth(ticks, series)
+    slope, intercept, r2, stderr = _ols(x, y)
+    tr = _target(report.data, name).series[series].trend
+    assert tr.points == 60
+    assert tr.slope == pytest.approx(slope, rel=1e-9)
+    assert tr.intercept == pytest.approx(intercept, rel=1e-9)
+    assert tr.stderr == pytest.approx(stderr, rel=1e-9)
+    assert tr.r2 == pytest.approx(r2, rel=1e-9)
+    half = t_quantile(0.975, 58) * stderr
+    assert tr.low == pytest.approx(slope - half, rel=1e-9)
+    assert tr.high == pytest.approx(slope + half, rel=1e-9)
+    assert tr.low < truth < tr.high
+    i, j = np.triu_indices(len(x), k=1)
+    assert tr.theil_sen == pytest.approx(np.median((y[j] - y[i]) / (x[j] - x[i])), rel=1e-12)
+    assert tr.per_hour_pct(tr.slope) == pytest.approx(slope * 60 / y.mean() * 100, rel=1e-9)
+    if truth == 0.0:
+        assert tr.verdict == "no significant trend" and not tr.significant
+    else:
+        assert tr.verdict == ("falling" if truth < 0 else "rising") and tr.significant
+
+
+def test_omb_periods(report: Computed, synthetic: SyntheticRun) -> None:
     for name in MODELS:
         ticks = _measuring(synthetic, name)
-        t = _target(report, name)
-        lag = np.array([tk.lag.total for tk in ticks])
-        cpu = np.array([tk.resources.cpu_percent for tk in ticks])
-        mem = np.array([tk.resources.memory_bytes for tk in ticks]) / 1e6
-        assert t.resources.lag_mean == pytest.approx(lag.mean())
-        assert t.resources.lag_max == lag.max()
-        assert t.resources.cpu_mean == pytest.approx(cpu.mean())
-        assert t.resources.cpu_max == pytest.approx(cpu.max())
-        assert t.resources.memory_mean_mb == pytest.approx(mem.mean())
-        assert t.resources.memory_max_mb == pytest.approx(mem.max())
-        every = [tk for tk in synthetic.ticks if tk.target == name]
-        assert t.send_errors_measuring == sum(tk.send_errors for tk in ticks) == 6
-        assert t.send_errors_total == sum(tk.send_errors for tk in every) > 6
+        periods = _target(report.data, name).periods
+        assert [p.index for p in periods] == list(range(60 // PERIOD_TICKS))
+        for p in periods:
+            span = ticks[p.index * PERIOD_TICKS:(p.index + 1) * PERIOD_TICKS]
+            seconds = sum(t.interval_s for t in span)
+            assert p.seconds == pytest.approx(seconds, rel=1e-12)
+            assert p.publish_rate == pytest.approx(sum(t.produced for t in span) / seconds)
+            assert p.consume_rate == pytest.approx(sum(t.consumed for t in span) / seconds)
+            assert p.error_rate == pytest.approx(sum(t.send_errors for t in span) / seconds)
+            assert span[-1].lag is not None and p.backlog == span[-1].lag.total
+            for kind in LATENCY_KINDS:
+                first = (span[0].seq - ticks[0].seq)
+                raw = np.concatenate(synthetic.raw[name][kind][first:first + len(span)])
+                lat = p.latency[kind]
+                assert lat.samples == len(raw)
+                assert lat.mean_ms == pytest.approx(raw.mean() / 1e6, rel=1e-12)
+                assert lat.max_ms == raw.max() / 1e6
+                for q in OMB_PERCENTILES:
+                    truth = float(np.percentile(raw, q))
+                    assert abs(lat.percentiles_ms[q] * 1e6 - truth) <= _tolerance(truth)
 
 
-def test_report_markdown(spark, synthetic: SyntheticRun, tmp_path: Path) -> None:
-    # a second run with the same target names: columns must name the run too
-    other = write_synthetic_run(tmp_path / "run-b", "run-b", {"alpha": MODELS["alpha"]},
-                                warmup_s=1, measuring_s=5, draining_s=0, samples_per_tick=50)
-    steps: list[str] = []
-    out = tmp_path / "out" / "nested"
-    path = build_report([synthetic.run_dir, other.run_dir], out, progress=steps.append)
-    assert path == out / "report.md"
-    text = path.read_text()
-    assert text.startswith("# streambench report: run-a, run-b (synthetic)")
-    for heading in ("## Throughput", "## End-to-end latency (ms)", "## Publish latency (ms)",
-                    "## Publish delay (ms)", "## Degradation rate", "## Resources and lag",
-                    "## Errors"):
-        assert heading in text
-    header = next(line for line in text.splitlines() if line.startswith("|  | "))
-    assert header == "|  | alpha (run-a) | beta | alpha (run-b) |"
-    assert "| p99.99 |" in text and "| 95 % CI (MB/s per min) |" in text
-    assert steps[:3] == ["checking runs", "starting Spark", "reading runs"]
-    assert steps[-1] == "writing report.md"
-    assert [p.name for p in out.iterdir()] == ["report.md"]
-    assert spark.range(3).count() == 3  # the shared session was reused, not stopped
+def test_send_errors(report: Computed, synthetic: SyntheticRun) -> None:
+    for name in MODELS:
+        t = _target(report.data, name)
+        assert t.send_errors_measuring == sum(k.send_errors for k in _measuring(synthetic, name))
+        assert t.send_errors_total == sum(k.send_errors for k in synthetic.ticks
+                                          if k.target == name)
+        assert t.send_errors_total > t.send_errors_measuring > 0
 
 
 def test_killed_run_is_still_readable(spark, tmp_path: Path) -> None:
@@ -242,6 +295,9 @@ def test_not_a_run_directory(tmp_path: Path) -> None:
     assert "missing is not a run directory" in _one_line(exc)
     with pytest.raises(ReportError, match="no run directory"):
         build_report([], tmp_path / "out")
+    with pytest.raises(ReportError) as exc:
+        build_report([str(tmp_path / "nothing-*")], tmp_path / "out")
+    assert _one_line(exc) == f"no run directory matches {tmp_path / 'nothing-*'}"
     assert not (tmp_path / "out").exists()
 
 
@@ -253,7 +309,7 @@ def test_bad_run_json(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text(json.dumps({"schema_version": 99, "run_id": "x"}))
     with pytest.raises(ReportError) as exc:
         build_report([tmp_path], tmp_path / "out")
-    assert "schema version 99" in _one_line(exc)
+    assert "schema version 99" in _one_line(exc) and "upgrade streambench" in str(exc.value)
 
 
 def test_empty_run(tmp_path: Path) -> None:
@@ -268,10 +324,30 @@ def test_empty_run(tmp_path: Path) -> None:
 def test_run_without_measuring_phase(spark, tmp_path: Path) -> None:
     run_dir = tmp_path / "short"
     write_synthetic_run(run_dir, "short", {"alpha": MODELS["alpha"]}, warmup_s=3,
-                        measuring_s=0, draining_s=0, samples_per_tick=10)
+                        measuring_s=0, draining_s=0, samples_per_tick=10, raw=False)
     with pytest.raises(ReportError) as exc:
         build_report([run_dir], tmp_path / "out")
     assert "has no measuring phase" in _one_line(exc)
+    assert not (tmp_path / "out").exists()  # the report directory made for it is gone
+
+
+def test_unknown_baseline_lists_the_targets(spark, synthetic: SyntheticRun,
+                                            tmp_path: Path) -> None:
+    with pytest.raises(ReportError) as exc:
+        build_report([synthetic.run_dir], tmp_path / "out", baseline="gamma")
+    assert _one_line(exc) == (
+        "baseline 'gamma' is not one target of these runs; the targets are: alpha, beta"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_resolve_baseline() -> None:
+    labels = {("r1", "alpha"): "alpha (r1)", ("r1", "beta"): "beta", ("r2", "alpha"): "alpha (r2)"}
+    assert resolve_baseline("beta", labels) == ("r1", "beta")
+    assert resolve_baseline("alpha (r2)", labels) == ("r2", "alpha")
+    assert resolve_baseline("r1/alpha", labels) == ("r1", "alpha")
+    with pytest.raises(ReportError, match=r"the targets are: alpha \(r1\), beta, alpha \(r2\)$"):
+        resolve_baseline("alpha", labels)  # in two runs: which one?
 
 
 def test_unwritable_report_directory(synthetic: SyntheticRun, tmp_path: Path) -> None:
@@ -285,18 +361,44 @@ def test_unwritable_report_directory(synthetic: SyntheticRun, tmp_path: Path) ->
 def test_unreadable_file_fails_the_job_with_one_line(spark, tmp_path: Path) -> None:
     run_dir = tmp_path / "broken"
     write_synthetic_run(run_dir, "broken", {"alpha": MODELS["alpha"]}, warmup_s=1,
-                        measuring_s=3, draining_s=0, samples_per_tick=10)
+                        measuring_s=3, draining_s=0, samples_per_tick=10, raw=False)
     (run_dir / "latency" / "part-00077.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(ReportError) as exc:
         build_report([run_dir], None)  # default: report/ inside the run
     msg = _one_line(exc)
     assert msg.startswith("the Spark job failed: ") and "part-00077.parquet" in msg
-    assert [p.name for p in (run_dir / "report").iterdir()] == []  # no report.md, no log
+    assert not (run_dir / "report").exists()  # no report, no log, no empty folder
 
 
-def test_default_out_dir_and_number_format(tmp_path: Path) -> None:
+def test_bad_format() -> None:
+    assert parse_formats(None) == ("md", "html", "json")
+    assert parse_formats("html, md,html") == ("html", "md")
+    with pytest.raises(ReportError, match="unknown report format 'pdf': choose from md, html"):
+        parse_formats("md,pdf")
+    with pytest.raises(ReportError, match="no report format"):
+        parse_formats("")
+
+
+def test_globs_are_expanded(tmp_path: Path) -> None:
+    for name in ("run-2", "run-1", "other"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "run-3.txt").write_text("not a directory")
+    literal = tmp_path / "odd[name]"
+    literal.mkdir()
+    got = expand_run_args([str(tmp_path / "run-*"), tmp_path / "other", str(literal)])
+    assert got == [tmp_path / "run-1", tmp_path / "run-2", tmp_path / "other", literal]
+
+
+def test_default_out_dir_and_number_format(tmp_path: Path, monkeypatch) -> None:
+    from datetime import UTC, datetime
+
     assert default_out_dir([tmp_path / "r1"]) == tmp_path / "r1" / "report"
-    assert default_out_dir([tmp_path / "r1", tmp_path / "r2"]) == Path("report")
+    monkeypatch.chdir(tmp_path)
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert default_out_dir([tmp_path / "r1", tmp_path / "r2"], now) == Path(
+        "report-20260102T030405Z")
+    Path("report-20260102T030405Z").mkdir()
+    assert default_out_dir([Path("a"), Path("b")], now) == Path("report-20260102T030405Z-2")
     cases = {
         0.0: "0.000", 0.002953: "0.002953", 0.0447: "0.04470", 2.396: "2.396",
         12.52: "12.52", 150.7: "150.7", 999.96: "1000", 48904.3: "48,904", -1.663: "-1.663",

@@ -38,3 +38,18 @@ def test_unpaced_stamps_send_time():
     s = Schedule(rate=0, start_mono_ns=0, start_wall_ns=100, end_mono_ns=10)
     assert s.due(3, limit=2) == [103, 103]
     assert s.due(10, limit=2) == []
+
+
+def test_whole_slot_count_survives_interval_rounding():
+    # 1,500 msg/s has an interval of 666,666.67 ns; 24 s must still give exactly 36,000 slots
+    s = Schedule(rate=1500, start_mono_ns=0, start_wall_ns=0, end_mono_ns=24 * 10**9)
+    assert len(s.due(30 * 10**9, limit=100_000)) == 36_000
+
+
+def test_staggered_producers_share_the_count_exactly():
+    total = 0
+    for i in range(3):
+        s = Schedule(rate=1000 / 3, start_mono_ns=0, start_wall_ns=0, end_mono_ns=9 * 10**9,
+                     phase_ns=int(1e9 / (1000 / 3) * i / 3))
+        total += len(s.due(20 * 10**9, limit=100_000))
+    assert total == 9000

@@ -1,0 +1,210 @@
+"""The report's charts as PNG images, drawn with matplotlib's Agg renderer: no display, no
+browser, no pyplot state (each chart is its own Figure), so it runs on any headless server."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from analysis.compute import (
+    LATENCY_TITLES,
+    NINES_PERCENTILES,
+    SERIES_BY_NAME,
+    ReportData,
+    TargetReport,
+)
+from analysis.schema import LATENCY_KINDS
+
+WIDTH_IN = 9.0
+PANEL_IN = 3.2
+DPI = 100
+_NINES_TICKS = (1.0, 10.0, 100.0, 1e3, 1e4, 1e5)
+_NINES_LABELS = ("0 %", "90 %", "99 %", "99.9 %", "99.99 %", "99.999 %")
+
+
+def _figure(panels: int) -> tuple[Figure, list[Axes]]:
+    fig = Figure(figsize=(WIDTH_IN, PANEL_IN * panels), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(panels, 1, squeeze=False)[:, 0]
+    return fig, list(axes)
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
+
+
+def _colour(i: int) -> str:
+    return f"C{i % 10}"
+
+
+def _no_data(ax: Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _wide(values: Sequence[float]) -> bool:
+    """The positive values span more than two decades: a log scale shows them better."""
+    v = np.asarray([x for x in values if math.isfinite(x) and x > 0])
+    return bool(len(v) and v.max() / v.min() > 100)
+
+
+def _legend(ax: Axes) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", loc="best")
+
+
+def _time_panel(ax: Axes, targets: Sequence[TargetReport], series: str, trend: bool) -> bool:
+    """One per-second series of every target against minutes; False when none has it."""
+    drawn = False
+    for i, t in enumerate(targets):
+        y = t.timeline.values.get(series)
+        if y is None or series not in t.series:
+            continue
+        x = t.timeline.minutes
+        ax.plot(x, y, color=_colour(i), lw=0.9, label=t.heading)
+        tr = t.series[series].trend
+        if trend and math.isfinite(tr.slope) and len(x):
+            xs = np.array([x.min(), x.max()])
+            ax.plot(xs, tr.intercept + tr.slope * xs, color=_colour(i), lw=1.6, ls="--",
+                    label=f"{t.heading} trend {tr.slope:+.3g} {SERIES_BY_NAME[series].unit}/min")
+        drawn = True
+    s = SERIES_BY_NAME[series]
+    ax.set_ylabel(f"{s.title} ({s.unit})")
+    ax.set_xlabel("minutes since the load started")
+    ax.grid(alpha=0.3)
+    return drawn
+
+
+def throughput_chart(data: ReportData) -> Figure:
+    fig, axes = _figure(2)
+    for ax, series in zip(axes, ("produce_mb_s", "consume_mb_s"), strict=True):
+        if not _time_panel(ax, data.targets, series, trend=True):
+            _no_data(ax, f"no {SERIES_BY_NAME[series].title} measured")
+        _legend(ax)
+    return fig
+
+
+def latency_over_time_chart(data: ReportData) -> Figure:
+    fig, axes = _figure(len(LATENCY_KINDS))
+    for ax, kind in zip(axes, LATENCY_KINDS, strict=True):
+        seen: list[float] = []
+        for i, t in enumerate(data.targets):
+            x = t.timeline.minutes
+            for stat, style in (("p50", "-"), ("p99", "--")):
+                y = t.timeline.values[f"{kind}_{stat}"]
+                if np.isfinite(y).any():
+                    ax.plot(x, y, color=_colour(i), lw=0.9, ls=style, label=f"{t.heading} {stat}")
+                    seen += list(y)
+        if not seen:
+            _no_data(ax, f"no {LATENCY_TITLES[kind].lower()} samples")
+            continue
+        if _wide(seen):
+            ax.set_yscale("log")
+        ax.set_ylabel(f"{LATENCY_TITLES[kind]} (ms)")
+        ax.set_xlabel("minutes since the load started")
+        ax.grid(alpha=0.3)
+        _legend(ax)
+    return fig
+
+
+def percentile_chart(data: ReportData) -> Figure:
+    """Latency against percentile with x = 1 / (1 − q): each "nine" takes the same width."""
+    fig, axes = _figure(len(LATENCY_KINDS))
+    x = 1.0 / (1.0 - np.array(NINES_PERCENTILES) / 100.0)
+    for ax, kind in zip(axes, LATENCY_KINDS, strict=True):
+        seen: list[float] = []
+        for i, t in enumerate(data.targets):
+            stats = t.latency[kind]
+            y = np.array([stats.percentiles_ms[p] for p in NINES_PERCENTILES])
+            if stats.samples and np.isfinite(y).any():
+                ax.plot(x, y, color=_colour(i), marker=".", ms=3, lw=1.2, label=t.heading)
+                seen += list(y)
+        if not seen:
+            _no_data(ax, f"no {LATENCY_TITLES[kind].lower()} samples")
+            continue
+        ax.set_xscale("log")
+        ax.set_xticks(_NINES_TICKS, _NINES_LABELS)
+        ax.minorticks_off()
+        if _wide(seen):
+            ax.set_yscale("log")
+        ax.set_ylabel(f"{LATENCY_TITLES[kind]} (ms)")
+        ax.set_xlabel("percentile")
+        ax.grid(alpha=0.3)
+        _legend(ax)
+    return fig
+
+
+def boxplot_chart(data: ReportData) -> Figure:
+    """Box p25–p75, median p50, whiskers p1 and p99, mean marked: all from the histograms."""
+    fig, axes = _figure(len(LATENCY_KINDS))
+    for ax, kind in zip(axes, LATENCY_KINDS, strict=True):
+        boxes: list[dict[str, Any]] = []
+        colours: list[str] = []
+        span: list[float] = []
+        for i, t in enumerate(data.targets):
+            s = t.latency[kind]
+            if not s.samples:
+                continue
+            p = s.percentiles_ms
+            boxes.append({"label": t.heading, "whislo": p[1.0], "q1": p[25.0], "med": p[50.0],
+                          "q3": p[75.0], "whishi": p[99.0], "mean": s.mean_ms, "fliers": []})
+            colours.append(_colour(i))
+            span += [p[1.0], p[99.0]]
+        if not boxes:
+            _no_data(ax, f"no {LATENCY_TITLES[kind].lower()} samples")
+            continue
+        artists = ax.bxp(boxes, showmeans=True, patch_artist=True, orientation="horizontal",
+                         medianprops={"color": "black"},
+                         meanprops={"marker": "^", "markerfacecolor": "black",
+                                    "markeredgecolor": "black"})
+        for patch, colour in zip(artists["boxes"], colours, strict=True):
+            patch.set_facecolor(colour)
+            patch.set_alpha(0.5)
+        ax.invert_yaxis()  # first target on top
+        if _wide(span):
+            ax.set_xscale("log")
+        ax.set_xlabel(f"{LATENCY_TITLES[kind]} (ms)")
+        ax.grid(alpha=0.3, axis="x")
+    return fig
+
+
+def lag_chart(data: ReportData) -> Figure:
+    fig, (ax,) = _figure(1)
+    if not _time_panel(ax, data.targets, "lag", trend=False):
+        _no_data(ax, "no consumer lag was measured")
+    _legend(ax)
+    return fig
+
+
+def resources_chart(data: ReportData) -> Figure:
+    fig, axes = _figure(2)
+    for ax, series in zip(axes, ("cpu_percent", "memory_mb"), strict=True):
+        if not _time_panel(ax, data.targets, series, trend=False):
+            _no_data(ax, f"no {SERIES_BY_NAME[series].title} was measured")
+        _legend(ax)
+    return fig
+
+
+CHARTS: dict[str, Callable[[ReportData], Figure]] = {
+    "throughput": throughput_chart,
+    "latency_over_time": latency_over_time_chart,
+    "latency_percentiles": percentile_chart,
+    "latency_boxplot": boxplot_chart,
+    "lag": lag_chart,
+    "resources": resources_chart,
+}
+
+
+def render_charts(data: ReportData) -> dict[str, bytes]:
+    """Every chart as PNG bytes, by name (the file stem in charts/)."""
+    return {name: _png(draw(data)) for name, draw in CHARTS.items()}

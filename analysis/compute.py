@@ -1,0 +1,677 @@
+"""The Spark aggregations of the report: every figure per (run, target) over the measuring
+phase, returned as plain dataclasses (`ReportData`) that every output (markdown, HTML, charts,
+OpenMessaging-Benchmark JSON, the summary table) renders without Spark.
+
+- Throughput, errors and exact latency means, minima and maxima come from one aggregation
+  of the ticks table.
+- Per-second series (rates, broker network bytes, lag, CPU, memory) are unpivoted into one long
+  table and aggregated in one pass: distribution (`percentile`) and OLS regression on time
+  (`regr_*`); the per-second values are collected too (one row per second is small) for the
+  charts and the Theil–Sen cross-check.
+- Latency percentiles are exact over the histogram buckets: the bucket rows are summed per
+  value and OMB period once (persisted), then Spark's weighted `percentile(value, p, count)`
+  gives the whole-run and the per-period percentiles from those sums.
+- OpenMessaging-Benchmark style per-period figures use periods of 10 ticks, as OMB reports.
+
+The job uses no Python UDFs and builds no DataFrame from Python objects, so executors need
+neither the project's code nor a Python interpreter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from analysis.runs import RunInfo, read_table
+from analysis.schema import LATENCY_KINDS
+from analysis.session import JobProgress, Progress
+from analysis.stats import Trend, fit_trend, theil_sen_slope
+from loadgen.errors import ReportError
+
+MEASURING = "measuring"
+PERIOD_TICKS = 10  # OpenMessaging Benchmark reports its figures every 10 s
+
+LATENCY_PERCENTILES: tuple[float, ...] = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 99.99, 99.999)
+BOX_PERCENTILES: tuple[float, ...] = (1.0, 25.0, 50.0, 75.0, 99.0)
+# the percentile curve: ten points per "nine", 0 % … 99.999 %
+NINES_PERCENTILES: tuple[float, ...] = tuple(
+    round(100.0 * (1.0 - 10.0 ** (-k / 10.0)), 6) for k in range(51)
+)
+OMB_PERCENTILES: tuple[float, ...] = (50.0, 75.0, 95.0, 99.0, 99.9, 99.99, 99.999)
+ALL_PERCENTILES: tuple[float, ...] = tuple(
+    sorted({*LATENCY_PERCENTILES, *BOX_PERCENTILES, *NINES_PERCENTILES, *OMB_PERCENTILES})
+)
+RATE_PERCENTILES: tuple[float, ...] = (5.0, 50.0, 95.0)
+
+LATENCY_TITLES = {
+    "e2e": "End-to-end latency",
+    "publish": "Publish latency",
+    "delay": "Publish delay",
+}
+
+Key = tuple[str, str]  # (run_id, target)
+FloatArray = npt.NDArray[np.float64]
+
+
+# -- per-second series -----------------------------------------------------------------------
+
+
+def _rate(numerator: Column | str, denominator: Column | str) -> Column:
+    num = F.col(numerator) if isinstance(numerator, str) else numerator
+    den = F.col(denominator) if isinstance(denominator, str) else denominator
+    return F.try_divide(num.cast("double"), den.cast("double"))
+
+
+@dataclass(frozen=True)
+class SeriesDef:
+    """One per-second series of the measuring phase."""
+
+    name: str
+    title: str
+    unit: str  # of the values; slopes are in unit per minute
+    column: Callable[[], Column]  # built when Spark is up
+    network: bool = False  # broker network bytes: only where the platform reports them
+
+
+SERIES: tuple[SeriesDef, ...] = (
+    SeriesDef("produce_msg_s", "produce rate", "msg/s", lambda: _rate("produced", "interval_s")),
+    SeriesDef("produce_mb_s", "produce throughput (payload)", "MB/s",
+              lambda: _rate("produced_bytes", "interval_s") / 1e6),
+    SeriesDef("consume_msg_s", "consume rate", "msg/s", lambda: _rate("consumed", "interval_s")),
+    SeriesDef("consume_mb_s", "consume throughput (payload)", "MB/s",
+              lambda: _rate("consumed_bytes", "interval_s") / 1e6),
+    SeriesDef("net_rx_mb_s", "broker network bytes in", "MB/s",
+              lambda: _rate("net_rx_bytes", "interval_s") / 1e6, network=True),
+    SeriesDef("net_tx_mb_s", "broker network bytes out", "MB/s",
+              lambda: _rate("net_tx_bytes", "interval_s") / 1e6, network=True),
+    SeriesDef("lag", "consumer lag", "messages", lambda: F.col("lag_total").cast("double")),
+    SeriesDef("cpu_percent", "broker CPU", "%", lambda: F.col("cpu_percent")),
+    # 0 means not measured
+    SeriesDef("memory_mb", "broker memory", "MB",
+              lambda: F.when(F.col("memory_bytes") > 0, F.col("memory_bytes") / 1e6)),
+)
+SERIES_BY_NAME = {s.name: s for s in SERIES}
+# degradation rate: throughput and byte rate over time
+DEGRADATION_SERIES: tuple[str, ...] = ("produce_mb_s", "consume_mb_s", "net_rx_mb_s", "net_tx_mb_s")
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Throughput:
+    ticks: int
+    seconds: float
+    produced: int
+    produced_bytes: int
+    consumed: int
+    consumed_bytes: int
+    net_rx_bytes: int  # broker network bytes (wire), 0 when the platform reports none
+    net_tx_bytes: int
+    target_rate: float  # mean msg/s the producers aimed for (0 = as fast as possible)
+
+    def _per_s(self, total: int, scale: float = 1.0) -> float:
+        return total / self.seconds / scale if self.seconds > 0 else float("nan")
+
+    @property
+    def produce_msg_s(self) -> float:
+        return self._per_s(self.produced)
+
+    @property
+    def produce_mb_s(self) -> float:
+        return self._per_s(self.produced_bytes, 1e6)
+
+    @property
+    def consume_msg_s(self) -> float:
+        return self._per_s(self.consumed)
+
+    @property
+    def consume_mb_s(self) -> float:
+        return self._per_s(self.consumed_bytes, 1e6)
+
+    @property
+    def network_known(self) -> bool:
+        return self.net_rx_bytes + self.net_tx_bytes > 0
+
+    @property
+    def net_rx_mb_s(self) -> float:
+        return self._per_s(self.net_rx_bytes, 1e6) if self.network_known else float("nan")
+
+    @property
+    def net_tx_mb_s(self) -> float:
+        return self._per_s(self.net_tx_bytes, 1e6) if self.network_known else float("nan")
+
+    @property
+    def message_bytes(self) -> float:
+        """Mean payload size of the produced messages."""
+        return self.produced_bytes / self.produced if self.produced else float("nan")
+
+
+@dataclass
+class SeriesStats:
+    """Per-second values of one series: their distribution and their trend over time."""
+
+    points: int
+    mean: float  # mean of the per-second values
+    dist: dict[str, float]  # "min", "p5", "p50", "p95", "max"
+    trend: Trend
+
+
+@dataclass
+class LatencyStats:
+    samples: int
+    mean_ms: float  # exact: sum of samples / count
+    min_ms: float  # exact
+    max_ms: float  # exact
+    percentiles_ms: dict[float, float]  # percentile (0-100) -> ms, for ALL_PERCENTILES
+
+    def beyond(self, p: float) -> int:
+        """Samples at or above the p-th percentile's rank: how many samples the figure rests on
+        (with the linear definition, the value at rank p/100·(n−1))."""
+        if not self.samples:
+            return 0
+        return self.samples - math.ceil(p / 100.0 * (self.samples - 1))
+
+
+@dataclass
+class PeriodLatency:
+    samples: int
+    mean_ms: float
+    max_ms: float
+    percentiles_ms: dict[float, float]  # for OMB_PERCENTILES
+
+
+@dataclass
+class Period:
+    """One OMB stats period (PERIOD_TICKS ticks) of the measuring phase."""
+
+    index: int
+    seconds: float
+    publish_rate: float  # msg/s
+    consume_rate: float
+    error_rate: float  # failed sends/s
+    backlog: float  # consumer lag at the end of the period (NaN when not measured)
+    latency: dict[str, PeriodLatency]
+
+
+@dataclass
+class Timeline:
+    """Per-second values in time order, for charts: x in minutes since the load started."""
+
+    minutes: FloatArray
+    values: dict[str, FloatArray]  # series name, or "<kind>_p50" / "<kind>_p99" in ms
+
+
+@dataclass
+class TargetReport:
+    run_id: str
+    target: str
+    label: str  # the target, or "target (run)" when a name repeats across runs
+    persistent: bool  # False for non-persistent topics (nothing written to disk)
+    throughput: Throughput
+    series: dict[str, SeriesStats]  # by series name; network series only where known
+    latency: dict[str, LatencyStats]  # by kind: e2e, publish, delay
+    periods: list[Period]
+    timeline: Timeline
+    send_errors_measuring: int
+    send_errors_total: int
+
+    @property
+    def heading(self) -> str:
+        return self.label if self.persistent else f"{self.label} (non-persistent)"
+
+
+@dataclass
+class ReportData:
+    runs: list[RunInfo]
+    targets: list[TargetReport]
+    baseline: TargetReport | None = None  # the target the comparison divides by
+
+    def run(self, run_id: str) -> RunInfo:
+        return next(r for r in self.runs if r.run_id == run_id)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _key(row: Any) -> Key:
+    return (str(row["run_id"]), str(row["target"]))
+
+
+def _num(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _int(value: Any) -> int:
+    return 0 if value is None else int(value)
+
+
+def _measuring() -> Column:
+    return F.col("phase") == MEASURING
+
+
+def _check_phases(totals: dict[Key, _Totals], runs: Sequence[RunInfo]) -> list[Key]:
+    """The (run, target) pairs with a measuring phase; ReportError for a run without."""
+    for run in runs:
+        mine = [t for k, t in totals.items() if k[0] == run.run_id]
+        if not mine:
+            raise ReportError(
+                f"run {run.run_id} ({run.path}) has no ticks: it stopped before its first "
+                "second was written"
+            )
+        if not any(t.throughput.ticks for t in mine):
+            raise ReportError(
+                f"run {run.run_id} ({run.path}) has no measuring phase: it ended during "
+                "start-up or warm-up, so there is nothing to report"
+            )
+    return [k for k, t in totals.items() if t.throughput.ticks]
+
+
+def _target_order(runs: Sequence[RunInfo], keys: Iterable[Key]) -> list[Key]:
+    """Runs in the order given; targets in run.json order, then by name."""
+    order: list[Key] = []
+    remaining = set(keys)
+    for run in runs:
+        listed = run.target_labels()
+        in_run = sorted(k for k in remaining if k[0] == run.run_id)
+        ranked = sorted(
+            in_run,
+            key=lambda k: (listed.index(k[1]) if k[1] in listed else len(listed), k[1]),
+        )
+        order.extend(ranked)
+        remaining.difference_update(ranked)
+    return order + sorted(remaining)
+
+
+def _labels(keys: Sequence[Key]) -> dict[Key, str]:
+    names = [k[1] for k in keys]
+    return {k: k[1] if names.count(k[1]) == 1 else f"{k[1]} ({k[0]})" for k in keys}
+
+
+def resolve_baseline(name: str, labels: dict[Key, str]) -> Key:
+    """The target `name` means: its label as the report shows it, RUN/TARGET, or a target
+    name found in exactly one run. Raises ReportError listing the targets otherwise."""
+    for key, label in labels.items():
+        if name in (label, f"{key[0]}/{key[1]}"):
+            return key
+    matches = [k for k in labels if k[1] == name]
+    if len(matches) == 1:
+        return matches[0]
+    raise ReportError(
+        f"baseline {name!r} is not one target of these runs; the targets are: "
+        + ", ".join(labels.values())
+    )
+
+
+# -- throughput, errors, latency summaries ----------------------------------------------------
+
+
+@dataclass
+class _Totals:
+    throughput: Throughput
+    errors: tuple[int, int]  # measuring, whole run
+    latency: dict[str, tuple[int, float, float, float]]  # kind -> count, mean, min, max (ns)
+    first_seq: int  # first measuring tick, where the OMB periods start
+
+
+def _totals(ticks: DataFrame) -> dict[Key, _Totals]:
+    """Sums over the ticks of every (run, target): one row each, measuring phase or not."""
+
+    def m(col: str) -> Column:
+        return F.when(_measuring(), F.col(col))
+
+    sums = ["interval_s", "produced", "produced_bytes", "consumed", "consumed_bytes",
+            "net_rx_bytes", "net_tx_bytes"]
+    aggs = [
+        F.count(m("seq")).alias("ticks"),
+        *(F.sum(m(c)).alias(c) for c in sums),
+        F.avg(m("target_rate")).alias("target_rate"),
+        F.sum(m("send_errors")).alias("errors_measuring"),
+        F.sum("send_errors").alias("errors_total"),
+        F.min(m("seq")).alias("first_seq"),
+    ]
+    for kind in LATENCY_KINDS:
+        aggs += [
+            F.sum(m(f"{kind}_count")).alias(f"{kind}_n"),
+            F.sum(m(f"{kind}_sum")).alias(f"{kind}_s"),
+            F.min(m(f"{kind}_min")).alias(f"{kind}_lo"),
+            F.max(m(f"{kind}_max")).alias(f"{kind}_hi"),
+        ]
+    out: dict[Key, _Totals] = {}
+    for r in ticks.groupBy("run_id", "target").agg(*aggs).collect():
+        latency = {}
+        for kind in LATENCY_KINDS:
+            n = _int(r[f"{kind}_n"])
+            latency[kind] = (
+                n,
+                _int(r[f"{kind}_s"]) / n if n else float("nan"),
+                _num(r[f"{kind}_lo"]),
+                _num(r[f"{kind}_hi"]),
+            )
+        out[_key(r)] = _Totals(
+            throughput=Throughput(
+                ticks=int(r["ticks"]),
+                seconds=_num(r["interval_s"]),
+                produced=_int(r["produced"]),
+                produced_bytes=_int(r["produced_bytes"]),
+                consumed=_int(r["consumed"]),
+                consumed_bytes=_int(r["consumed_bytes"]),
+                net_rx_bytes=_int(r["net_rx_bytes"]),
+                net_tx_bytes=_int(r["net_tx_bytes"]),
+                target_rate=_num(r["target_rate"]),
+            ),
+            errors=(_int(r["errors_measuring"]), _int(r["errors_total"])),
+            latency=latency,
+            first_seq=_int(r["first_seq"]),
+        )
+    return out
+
+
+# -- per-second series -------------------------------------------------------------------------
+
+
+def _per_second(measuring: DataFrame) -> DataFrame:
+    """One row per measuring tick: x (minutes since the load started), every series, and
+    the tick's own latency p50 / p99 in ms."""
+    cols = [s.column().cast("double").alias(s.name) for s in SERIES]
+    for kind in LATENCY_KINDS:
+        cols += [(F.col(f"{kind}_{p}") / 1e6).alias(f"{kind}_{p}") for p in ("p50", "p99")]
+    return measuring.select(
+        "run_id", "target", "seq", (F.col("elapsed_s") / 60.0).alias("x"), *cols
+    )
+
+
+def _series_rows(per_second: DataFrame) -> dict[Key, dict[str, Any]]:
+    """Distribution and regression sums of every series, in one aggregation."""
+    pairs: list[Column] = []
+    for s in SERIES:
+        pairs += [F.lit(s.name), F.col(s.name)]
+    long = per_second.select(
+        "run_id", "target", "x", F.stack(F.lit(len(SERIES)), *pairs).alias("series", "y")
+    ).where(F.col("y").isNotNull())
+    fractions = [p / 100.0 for p in RATE_PERCENTILES]
+    rows = (
+        long.groupBy("run_id", "target", "series")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.avg("y").alias("mean"),
+            F.min("y").alias("min"),
+            F.max("y").alias("max"),
+            F.percentile("y", fractions).alias("pct"),
+            F.regr_count("y", "x").alias("rn"),
+            F.regr_slope("y", "x").alias("slope"),
+            F.regr_intercept("y", "x").alias("intercept"),
+            F.regr_r2("y", "x").alias("r2"),
+            F.regr_sxx("y", "x").alias("sxx"),
+            F.regr_syy("y", "x").alias("syy"),
+            F.regr_sxy("y", "x").alias("sxy"),
+        )
+        .collect()
+    )
+    out: dict[Key, dict[str, Any]] = {}
+    for r in rows:
+        out.setdefault(_key(r), {})[r["series"]] = r
+    return out
+
+
+def _timelines(per_second: DataFrame) -> dict[Key, Timeline]:
+    names = [c for c in per_second.columns if c not in ("run_id", "target", "seq", "x")]
+    collected: dict[Key, list[Any]] = {}
+    for r in per_second.collect():  # one row per second: sorted here, not by a Spark sort
+        collected.setdefault(_key(r), []).append(r)
+    out = {}
+    for key, rows in collected.items():
+        rows.sort(key=lambda r: r["seq"])
+        minutes = np.array([_num(r["x"]) for r in rows])
+        values = {n: np.array([_num(r[n]) for r in rows]) for n in names}
+        out[key] = Timeline(minutes=minutes, values=values)
+    return out
+
+
+def _series_stats(row: Any, timeline: Timeline, name: str) -> SeriesStats:
+    y = timeline.values[name]
+    keep = np.isfinite(y)
+    theil_sen = theil_sen_slope(timeline.minutes[keep], y[keep])
+    pct = row["pct"] or [None] * len(RATE_PERCENTILES)
+    dist = {"min": _num(row["min"])}
+    dist.update({f"p{p:g}": _num(v) for p, v in zip(RATE_PERCENTILES, pct, strict=True)})
+    dist["max"] = _num(row["max"])
+    trend = fit_trend(
+        _int(row["rn"]), _num(row["slope"]), _num(row["intercept"]), _num(row["r2"]),
+        _num(row["sxx"]), _num(row["syy"]), _num(row["sxy"]), _num(row["mean"]), theil_sen,
+    )
+    return SeriesStats(points=int(row["n"]), mean=_num(row["mean"]), dist=dist, trend=trend)
+
+
+# -- latency histograms ------------------------------------------------------------------------
+
+
+_SEP = "\x1f"
+
+
+def _lookup(values: dict[str, float], *key_columns: str) -> Column:
+    """values[key] for each row, the key being the row's key columns joined: a map literal
+    (a handful of entries per target), so the bucket rows need no join. Null when missing."""
+    if not values:
+        return F.lit(None).cast("double")
+    entries = [F.lit(x) for k, v in values.items() for x in (k, float(v))]
+    key = F.concat_ws(_SEP, *(F.col(c) for c in key_columns))
+    return F.try_element_at(F.create_map(*entries), key)
+
+
+def _buckets(latency: DataFrame, totals: dict[Key, _Totals]) -> DataFrame:
+    """Measuring-phase buckets with their value clamped to the exact min / max of the
+    measuring ticks, and their OMB period."""
+    lo: dict[str, float] = {}
+    hi: dict[str, float] = {}
+    first: dict[str, float] = {}
+    for (run_id, target), t in totals.items():
+        first[f"{run_id}{_SEP}{target}"] = t.first_seq
+        for kind, (_n, _mean, kind_lo, kind_hi) in t.latency.items():
+            k = f"{run_id}{_SEP}{target}{_SEP}{kind}"
+            if math.isfinite(kind_lo) and math.isfinite(kind_hi):
+                lo[k], hi[k] = kind_lo, kind_hi
+    value = F.col("value_ns").cast("double")
+    clamped = F.least(F.greatest(value, _lookup(lo, "run_id", "target", "kind")),
+                      _lookup(hi, "run_id", "target", "kind"))
+    start = _lookup(first, "run_id", "target")
+    return latency.where(_measuring()).select(
+        "run_id",
+        "target",
+        "kind",
+        F.floor((F.col("seq") - start) / PERIOD_TICKS).alias("period"),
+        F.coalesce(clamped, value).alias("v"),
+        "count",
+    )
+
+
+def _period_histograms(buckets: DataFrame) -> DataFrame:
+    """The buckets summed per value within each OMB period: one row per (run, target, kind,
+    period, value). The one pass over the bucket rows; both the whole-run and the per-period
+    percentiles are computed from it, so the caller persists it."""
+    return buckets.groupBy("run_id", "target", "kind", "period", "v").agg(
+        F.sum("count").alias("count")
+    )
+
+
+def _weighted_percentiles(
+    histograms: DataFrame, group: Sequence[str], percentiles: Sequence[float]
+) -> list[Any]:
+    """Exact weighted percentiles of the bucket values per group: the counts are summed per
+    distinct value of the group first, then Spark's `percentile`."""
+    return (
+        histograms.groupBy(*group, "v")
+        .agg(F.sum("count").alias("count"))
+        .groupBy(*group)
+        .agg(
+            F.sum("count").alias("n"),
+            F.percentile("v", [p / 100.0 for p in percentiles], F.col("count")).alias("pct"),
+        )
+        .collect()
+    )
+
+
+def _latency(histograms: DataFrame,
+             totals: dict[Key, _Totals]) -> dict[Key, dict[str, LatencyStats]]:
+    out: dict[Key, dict[str, LatencyStats]] = {}
+    for r in _weighted_percentiles(histograms, ("run_id", "target", "kind"), ALL_PERCENTILES):
+        key = _key(r)
+        _count, mean, lo, hi = totals[key].latency[r["kind"]]
+        out.setdefault(key, {})[r["kind"]] = LatencyStats(
+            samples=int(r["n"] or 0),
+            mean_ms=mean / 1e6,
+            min_ms=lo / 1e6,
+            max_ms=hi / 1e6,
+            percentiles_ms={
+                p: _num(v) / 1e6 for p, v in zip(ALL_PERCENTILES, r["pct"], strict=True)
+            },
+        )
+    return out
+
+
+def _empty_latency() -> LatencyStats:
+    nan = float("nan")
+    return LatencyStats(0, nan, nan, nan, {p: nan for p in ALL_PERCENTILES})
+
+
+# -- OMB periods -------------------------------------------------------------------------------
+
+
+def _periods(measuring: DataFrame, histograms: DataFrame,
+             totals: dict[Key, _Totals]) -> dict[Key, list[Period]]:
+    first = _lookup({f"{k[0]}{_SEP}{k[1]}": t.first_seq for k, t in totals.items()},
+                    "run_id", "target")
+    aggs = [
+        F.sum("interval_s").alias("seconds"),
+        F.sum("produced").alias("produced"),
+        F.sum("consumed").alias("consumed"),
+        F.sum("send_errors").alias("errors"),
+        F.max_by("lag_total", "seq").alias("backlog"),
+    ]
+    for kind in LATENCY_KINDS:
+        aggs += [
+            F.sum(f"{kind}_count").alias(f"{kind}_n"),
+            F.sum(f"{kind}_sum").alias(f"{kind}_s"),
+            F.max(f"{kind}_max").alias(f"{kind}_hi"),
+        ]
+    tick_rows = (
+        measuring.withColumn("period", F.floor((F.col("seq") - first) / PERIOD_TICKS))
+        .groupBy("run_id", "target", "period")
+        .agg(*aggs)
+        .collect()
+    )
+    pct_rows = _weighted_percentiles(histograms, ("run_id", "target", "kind", "period"),
+                                     OMB_PERCENTILES)
+    pcts = {(*_key(r), r["kind"], int(r["period"])): r["pct"] for r in pct_rows}
+    nan = float("nan")
+    out: dict[Key, list[Period]] = {}
+    for r in sorted(tick_rows, key=lambda r: (*_key(r), int(r["period"]))):
+        key, index = _key(r), int(r["period"])
+        seconds = _num(r["seconds"])
+
+        def per_s(total: Any, seconds: float = seconds) -> float:
+            return _int(total) / seconds if seconds > 0 else nan
+
+        latency = {}
+        for kind in LATENCY_KINDS:
+            n = _int(r[f"{kind}_n"])
+            pct = pcts.get((*key, kind, index)) or [None] * len(OMB_PERCENTILES)
+            latency[kind] = PeriodLatency(
+                samples=n,
+                mean_ms=_int(r[f"{kind}_s"]) / n / 1e6 if n else nan,
+                max_ms=_num(r[f"{kind}_hi"]) / 1e6,
+                percentiles_ms={p: _num(v) / 1e6 for p, v in zip(OMB_PERCENTILES, pct,
+                                                                  strict=True)},
+            )
+        out.setdefault(key, []).append(
+            Period(
+                index=index,
+                seconds=seconds,
+                publish_rate=per_s(r["produced"]),
+                consume_rate=per_s(r["consumed"]),
+                error_rate=per_s(r["errors"]),
+                backlog=_num(r["backlog"]),
+                latency=latency,
+            )
+        )
+    return out
+
+
+# -- the job -----------------------------------------------------------------------------------
+
+
+def compute_report(
+    spark: SparkSession,
+    runs: Sequence[RunInfo],
+    progress: Progress | None = None,
+    baseline: str | None = None,
+) -> ReportData:
+    """Every figure of the report, per (run, target), measuring phase only. `baseline` names
+    the target the comparison divides by (checked before the heavy steps: ReportError when it
+    names no target); None means the first target."""
+    say = progress or (lambda _msg: None)
+    with JobProgress(spark.sparkContext, say) as steps:
+        steps.step("reading runs")
+        ticks = read_table(spark, runs, "ticks").cache()
+        try:
+            totals = _totals(ticks)
+            keys = _target_order(runs, _check_phases(totals, runs))
+            labels = _labels(keys)
+            baseline_key = resolve_baseline(baseline, labels) if baseline is not None else None
+            measuring = ticks.where(_measuring())
+            steps.step("per-second series and trends")
+            per_second = _per_second(measuring)
+            series_rows = _series_rows(per_second)
+            timelines = _timelines(per_second)
+            histograms = _period_histograms(
+                _buckets(read_table(spark, runs, "latency"), totals)
+            ).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                steps.step("latency percentiles")
+                latency = _latency(histograms, totals)
+                steps.step("OpenMessaging-Benchmark periods")
+                periods = _periods(measuring, histograms, totals)
+            finally:
+                histograms.unpersist()
+        finally:
+            ticks.unpersist()
+
+    targets = []
+    for key in keys:
+        run_id, target = key
+        total = totals[key]
+        timeline = timelines[key]
+        series = {}
+        for s in SERIES:
+            row = series_rows.get(key, {}).get(s.name)
+            if row is None or (s.network and not total.throughput.network_known):
+                continue
+            series[s.name] = _series_stats(row, timeline, s.name)
+        lat = latency.get(key, {})
+        run = next(r for r in runs if r.run_id == run_id)
+        targets.append(
+            TargetReport(
+                run_id=run_id,
+                target=target,
+                label=labels[key],
+                persistent=run.persistent(target),
+                throughput=total.throughput,
+                series=series,
+                latency={k: lat.get(k, _empty_latency()) for k in LATENCY_KINDS},
+                periods=periods.get(key, []),
+                timeline=timeline,
+                send_errors_measuring=total.errors[0],
+                send_errors_total=total.errors[1],
+            )
+        )
+    chosen = baseline_key or keys[0]
+    base = next(t for t in targets if (t.run_id, t.target) == chosen)
+    return ReportData(runs=list(runs), targets=targets, baseline=base)

@@ -1,0 +1,197 @@
+"""Run directories on disk: finding them (globs), checking them, and reading their tables.
+
+Tables are read by column name with the reader's schema (`analysis.schema`): a column the
+reader knows but an older run lacks reads as null, and a column a newer run added that the
+reader does not know is left out. Runs of different schema versions therefore read together
+as long as each run's `min_reader_version` is one this reader meets (docs/run-format.md).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from analysis.schema import SCHEMA_VERSION, SCHEMAS
+from loadgen.errors import ReportError
+
+_GLOB_CHARS = frozenset("*?[")
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run directory and its run.json."""
+
+    path: Path
+    run_id: str
+    meta: dict[str, Any]
+
+    def table_dir(self, table: str) -> Path:
+        return self.path / table
+
+    def has_files(self, table: str) -> bool:
+        d = self.table_dir(table)
+        return d.is_dir() and any(_visible_parquet(d))
+
+    @property
+    def workload(self) -> dict[str, Any]:
+        w = self.meta.get("workload")
+        return w if isinstance(w, dict) else {}
+
+    def target_meta(self, target: str) -> dict[str, Any]:
+        """The run.json entry of one target ({} when the run does not list it)."""
+        for t in self.meta.get("targets") or []:
+            if isinstance(t, dict) and str(t.get("label")) == target:
+                return t
+        return {}
+
+    def target_labels(self) -> list[str]:
+        labels = []
+        for t in self.meta.get("targets") or []:
+            label = t.get("label") if isinstance(t, dict) else t
+            if label is not None:
+                labels.append(str(label))
+        return labels
+
+    def persistent(self, target: str) -> bool:
+        """False when the target's config or options say its topics are non-persistent
+        (Pulsar `persistent: false`): such a target keeps no data on disk."""
+        meta = self.target_meta(target)
+        for key in ("config", "options"):
+            section = meta.get(key)
+            if isinstance(section, dict) and "persistent" in section:
+                return str(section["persistent"]).strip().lower() not in _FALSE
+        return True
+
+
+def _visible_parquet(d: Path) -> Iterable[Path]:
+    """Closed data files: what Spark reads (it skips names starting with '.' or '_')."""
+    return (
+        p for p in d.iterdir()
+        if p.is_file() and p.suffix == ".parquet" and not p.name.startswith((".", "_"))
+    )
+
+
+def expand_run_args(args: Sequence[Path | str]) -> list[Path]:
+    """Run directories from the command line: a name with *, ? or [ that is not itself an
+    existing path is a glob pattern (expanded here: not every shell does it), sorted, and
+    only directories count. Raises ReportError for a pattern that matches no directory."""
+    out: list[Path] = []
+    for arg in args:
+        text = str(arg)
+        if _GLOB_CHARS.isdisjoint(text) or Path(text).exists():
+            out.append(Path(text))
+            continue
+        matches = sorted(Path(m) for m in glob.glob(text) if Path(m).is_dir())
+        if not matches:
+            raise ReportError(f"no run directory matches {text}")
+        out.extend(matches)
+    return out
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    run_json = path / "run.json"
+    if not run_json.is_file():
+        raise ReportError(f"{path} is not a run directory (no run.json)")
+    try:
+        meta = json.loads(run_json.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReportError(f"{run_json} cannot be read: {exc}") from None
+    if not isinstance(meta, dict):
+        raise ReportError(f"{run_json} is not a run description (expected a JSON object)")
+    version = meta.get("schema_version")
+    needs = meta.get("min_reader_version", version)
+    if not isinstance(version, int) or not isinstance(needs, int) or needs > SCHEMA_VERSION:
+        raise ReportError(
+            f"{path} has run-file schema version {version!r} (readable from version "
+            f"{needs!r}); this streambench reads version {SCHEMA_VERSION}: upgrade streambench"
+        )
+    return meta
+
+
+def load_runs(run_dirs: Sequence[Path]) -> list[RunInfo]:
+    """Check each directory is a run with ticks; read its run.json. Raises ReportError."""
+    if not run_dirs:
+        raise ReportError("no run directory given: name at least one RUN directory")
+    runs: list[RunInfo] = []
+    seen_paths: set[Path] = set()
+    seen_ids: dict[str, Path] = {}
+    for given in run_dirs:
+        path = Path(given)
+        if not path.is_dir():
+            raise ReportError(f"{path} is not a run directory (no such directory)")
+        resolved = path.resolve()
+        if resolved in seen_paths:
+            continue
+        seen_paths.add(resolved)
+        meta = _read_meta(path)
+        run_id = str(meta.get("run_id") or path.name)
+        if run_id in seen_ids:
+            raise ReportError(
+                f"run id {run_id} appears twice ({seen_ids[run_id]} and {path}): "
+                "give each run once"
+            )
+        seen_ids[run_id] = path
+        run = RunInfo(path=path, run_id=run_id, meta=meta)
+        if not run.has_files("ticks"):
+            raise ReportError(
+                f"run {run_id} ({path}) has no ticks: it stopped before its first second "
+                "was written"
+            )
+        runs.append(run)
+    return runs
+
+
+# -- reading tables -------------------------------------------------------------------------
+
+_ARROW_TO_SPARK: dict[str, T.DataType] = {
+    "string": T.StringType(),
+    "int64": T.LongType(),
+    "int32": T.IntegerType(),
+    "double": T.DoubleType(),
+}
+
+
+def spark_schema(schema: pa.Schema) -> T.StructType:
+    """The Spark schema of a run table (all columns nullable, as Spark reads Parquet)."""
+    fields = []
+    for f in schema:
+        if pa.types.is_timestamp(f.type):
+            dtype: T.DataType = T.TimestampType()
+        else:
+            dtype = _ARROW_TO_SPARK[str(f.type)]
+        fields.append(T.StructField(f.name, dtype, True))
+    return T.StructType(fields)
+
+
+def read_table(
+    spark: SparkSession, runs: Sequence[RunInfo], table: str, schema: pa.Schema | None = None
+) -> DataFrame:
+    """One table of every run as one DataFrame with the reader's columns (`schema`, by
+    default this version's): Spark's Parquet reader matches columns by name, gives null for
+    a column a file lacks and skips columns a file has beyond the schema. run_id is taken
+    from run.json. Missing or empty table directories give no rows."""
+    sschema = spark_schema(schema if schema is not None else SCHEMAS[table])
+    frames = [
+        spark.read.schema(sschema)
+        .parquet(str(run.table_dir(table)))
+        .withColumn("run_id", F.lit(run.run_id))
+        for run in runs
+        if run.has_files(table)
+    ]
+    if not frames:
+        # built in the JVM from typed nulls: no Python worker, so it runs on any cluster
+        return spark.range(0).select(
+            *(F.lit(None).cast(f.dataType).alias(f.name) for f in sschema.fields)
+        )
+    return reduce(DataFrame.unionByName, frames)

@@ -1,0 +1,459 @@
+"""What the report says, as titled sections of paragraphs, tables and chart references: one
+description that report.md and report.html both render, so the two never disagree."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from analysis.compute import (
+    DEGRADATION_SERIES,
+    LATENCY_PERCENTILES,
+    LATENCY_TITLES,
+    PERIOD_TICKS,
+    RATE_PERCENTILES,
+    SERIES_BY_NAME,
+    ReportData,
+    TargetReport,
+)
+from analysis.schema import LATENCY_KINDS
+from analysis.stats import Trend
+
+FEW_SAMPLES = 10  # a percentile resting on fewer samples than this is marked
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+    text_columns: int = 1  # left-aligned leading columns; the rest are numbers
+
+
+@dataclass
+class Chart:
+    name: str  # file stem in charts/
+    title: str
+
+
+Block = str | Table | Chart
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+
+
+@dataclass
+class Document:
+    title: str
+    sections: list[Section]
+
+
+# -- numbers ---------------------------------------------------------------------------------
+
+
+def fmt(value: float | int | None, digits: int | None = None) -> str:
+    """A number for a report cell: n/a for missing, thousands separators, about four
+    significant digits (fixed notation) unless `digits` decimals are asked for."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if digits is not None:
+        return f"{value:,.{digits}f}"
+    a = abs(value)
+    if a >= 1000:
+        return f"{value:,.0f}"
+    if a == 0:
+        return "0.000"
+    places = min(max(3 - math.floor(math.log10(a)), 0), 9)
+    text = f"{value:.{places}f}"
+    if places and len(text.lstrip("-").replace(".", "").lstrip("0")) > 4:
+        text = f"{value:.{places - 1}f}"  # rounding carried into a new digit (999.96)
+    return text
+
+
+def _whole(value: float) -> str:
+    """A count held as float (NaN when missing)."""
+    return "n/a" if math.isnan(value) else fmt(round(value))
+
+
+def _ci(low: float, high: float) -> str:
+    return "n/a" if not math.isfinite(low) else f"{fmt(low)} … {fmt(high)}"
+
+
+def percentile_name(p: float) -> str:
+    return f"p{p:g}"
+
+
+# -- building blocks -------------------------------------------------------------------------
+
+Row = tuple[str, list[str]]  # metric name, one cell per target
+
+
+def _metric_table(targets: Sequence[TargetReport], rows: Sequence[Row]) -> Table:
+    return Table(["", *(t.heading for t in targets)], [[name, *cells] for name, cells in rows])
+
+
+def _series_cell(t: TargetReport, series: str, stat: str) -> str:
+    s = t.series.get(series)
+    if s is None:
+        return "n/a"
+    return fmt(s.mean if stat == "mean" else s.dist.get(stat, float("nan")))
+
+
+def _trend(t: TargetReport, series: str) -> Trend | None:
+    s = t.series.get(series)
+    return s.trend if s is not None else None
+
+
+# -- sections --------------------------------------------------------------------------------
+
+
+def _runs_section(data: ReportData) -> Section:
+    rows = []
+    for run in data.runs:
+        w = run.workload
+        labels = [t.heading for t in data.targets if t.run_id == run.run_id]
+        rate = w.get("producerRate")
+        rows.append(
+            [
+                run.run_id,
+                str(w.get("name", "")),
+                str(run.meta.get("started") or run.meta.get("started_at") or ""),
+                ", ".join(labels),
+                ("max" if rate == 0 else fmt(rate)) if rate is not None else "",
+                fmt(w["messageSize"]) if isinstance(w.get("messageSize"), int) else "",
+                fmt(w["partitionsPerTopic"]) if isinstance(w.get("partitionsPerTopic"), int)
+                else "",
+            ]
+        )
+    runs = Table(
+        ["run", "workload", "started", "targets", "rate (msg/s)", "message (B)", "partitions"],
+        rows,
+        text_columns=4,
+    )
+    target_rows = []
+    for t in data.targets:
+        meta = data.run(t.run_id).target_meta(t.target)
+        target_rows.append(
+            [
+                t.heading,
+                t.run_id,
+                str(meta.get("platform", "")),
+                str(meta.get("runtime", "")),
+                str(meta.get("version", "")),
+                "persistent" if t.persistent else "non-persistent (in memory only)",
+            ]
+        )
+    blocks: list[Block] = [
+        runs,
+        Table(["target", "run", "platform", "runtime", "version", "topics"], target_rows,
+              text_columns=6),
+    ]
+    if not all(t.persistent for t in data.targets):
+        blocks.append(
+            "Targets marked non-persistent keep messages in memory only (for example Pulsar "
+            "non-persistent topics): they skip the disk writes the persistent targets pay for, "
+            "so their figures are not like for like."
+        )
+    return Section("Runs and targets", blocks)
+
+
+@dataclass(frozen=True)
+class _Compared:
+    name: str
+    value: Callable[[TargetReport], float | int]
+    ratio: bool = True  # signed figures (trends) get no ratio
+
+
+def _latency_at(kind: str, p: float | str) -> Callable[[TargetReport], float]:
+    def value(t: TargetReport) -> float:
+        stats = t.latency[kind]
+        return stats.max_ms if p == "max" else stats.percentiles_ms[float(p)]
+
+    return value
+
+
+def _series_mean(name: str) -> Callable[[TargetReport], float]:
+    def value(t: TargetReport) -> float:
+        s = t.series.get(name)
+        return s.mean if s is not None else float("nan")
+
+    return value
+
+
+def _trend_pct(name: str) -> Callable[[TargetReport], float]:
+    def value(t: TargetReport) -> float:
+        trend = _trend(t, name)
+        return trend.per_hour_pct(trend.slope) if trend is not None else float("nan")
+
+    return value
+
+
+COMPARED: tuple[_Compared, ...] = (
+    _Compared("produce rate (msg/s)", lambda t: t.throughput.produce_msg_s),
+    _Compared("produce throughput (MB/s)", lambda t: t.throughput.produce_mb_s),
+    _Compared("consume throughput (MB/s)", lambda t: t.throughput.consume_mb_s),
+    _Compared("broker network bytes in (MB/s)", lambda t: t.throughput.net_rx_mb_s),
+    _Compared("end-to-end p50 (ms)", _latency_at("e2e", 50.0)),
+    _Compared("end-to-end p99 (ms)", _latency_at("e2e", 99.0)),
+    _Compared("end-to-end p99.9 (ms)", _latency_at("e2e", 99.9)),
+    _Compared("end-to-end max (ms)", _latency_at("e2e", "max")),
+    _Compared("publish p50 (ms)", _latency_at("publish", 50.0)),
+    _Compared("publish p99 (ms)", _latency_at("publish", 99.0)),
+    _Compared("publish delay p99 (ms)", _latency_at("delay", 99.0)),
+    _Compared("produce throughput trend (% per hour)", _trend_pct("produce_mb_s"), ratio=False),
+    _Compared("broker CPU mean (%)", _series_mean("cpu_percent")),
+    _Compared("broker memory mean (MB)", _series_mean("memory_mb")),
+    _Compared("consumer lag mean (msg)", _series_mean("lag")),
+    _Compared("send errors (measuring)", lambda t: t.send_errors_measuring),
+)
+
+
+def comparison_cell(value: float | int, base: float | int, is_baseline: bool,
+                    ratio: bool) -> str:
+    text = fmt(value)
+    if not ratio or not math.isfinite(value):
+        return text
+    if is_baseline:
+        return f"{text} (baseline)"
+    if not math.isfinite(base) or base == 0:
+        return text
+    return f"{text} (×{fmt(value / base)})"
+
+
+def _comparison_section(data: ReportData) -> Section:
+    base = data.baseline or data.targets[0]
+    rows = []
+    for c in COMPARED:
+        b = c.value(base)
+        rows.append(
+            [c.name, *(comparison_cell(c.value(t), b, t is base, c.ratio) for t in data.targets)]
+        )
+    return Section(
+        "Comparison",
+        [
+            f"Targets side by side; (×r) is the ratio to the baseline, {base.heading} "
+            "(chosen with --baseline; the first target by default).",
+            Table(["", *(t.heading for t in data.targets)], rows),
+        ],
+    )
+
+
+def _throughput_rows(targets: Sequence[TargetReport]) -> list[Row]:
+    tps = [t.throughput for t in targets]
+    rows: list[Row] = [
+        ("measured time (s)", [fmt(x.seconds, 1) for x in tps]),
+        ("target rate (msg/s)", ["max" if x.target_rate == 0 else fmt(x.target_rate)
+                                 for x in tps]),
+        ("messages produced", [fmt(x.produced) for x in tps]),
+        ("messages consumed", [fmt(x.consumed) for x in tps]),
+        ("mean message size (B)", [fmt(x.message_bytes) for x in tps]),
+        ("produce mean (msg/s)", [fmt(x.produce_msg_s) for x in tps]),
+        ("produce mean (MB/s payload)", [fmt(x.produce_mb_s) for x in tps]),
+        ("consume mean (msg/s)", [fmt(x.consume_msg_s) for x in tps]),
+        ("consume mean (MB/s payload)", [fmt(x.consume_mb_s) for x in tps]),
+        ("broker network bytes in (MB/s)", [fmt(x.net_rx_mb_s) for x in tps]),
+        ("broker network bytes out (MB/s)", [fmt(x.net_tx_mb_s) for x in tps]),
+    ]
+    if not any(x.network_known for x in tps):
+        rows = [r for r in rows if not r[0].startswith("broker network")]
+    stats = ("min", *(percentile_name(p) for p in RATE_PERCENTILES), "max")
+    names = [n for n in ("produce_msg_s", "produce_mb_s", "consume_msg_s", "consume_mb_s",
+                         "net_rx_mb_s", "net_tx_mb_s") if any(n in t.series for t in targets)]
+    for name in names:
+        s = SERIES_BY_NAME[name]
+        for stat in stats:
+            rows.append((f"{s.title} per second {stat} ({s.unit})",
+                         [_series_cell(t, name, stat) for t in targets]))
+    return rows
+
+
+def _throughput_section(data: ReportData) -> Section:
+    return Section(
+        "Throughput",
+        [
+            "Means are total messages (bytes) over total measured seconds; the per-second "
+            "rows are the distribution of the one-second rates. Payload throughput counts "
+            "message payload bytes only; broker network bytes are the bytes the broker's "
+            "network interfaces received and sent (the wire byte rate, with protocol overhead "
+            "and replication), n/a where the platform does not report them.",
+            _metric_table(data.targets, _throughput_rows(data.targets)),
+            Chart("throughput", "Payload throughput per second, with the OLS trend"),
+        ],
+    )
+
+
+def latency_cell(t: TargetReport, kind: str, p: float) -> str:
+    stats = t.latency[kind]
+    value = stats.percentiles_ms[p]
+    if not math.isfinite(value):
+        return "n/a"
+    beyond = stats.beyond(p)
+    mark = "†" if beyond < FEW_SAMPLES else ""
+    return f"{fmt(value)} ({fmt(beyond)}{mark})"
+
+
+def _latency_section(data: ReportData, kind: str) -> Section:
+    lats = [t.latency[kind] for t in data.targets]
+    rows: list[Row] = [
+        ("samples", [fmt(x.samples) for x in lats]),
+        ("mean", [fmt(x.mean_ms) for x in lats]),
+        ("min", [fmt(x.min_ms) for x in lats]),
+    ]
+    rows += [(percentile_name(p), [latency_cell(t, kind, p) for t in data.targets])
+             for p in LATENCY_PERCENTILES]
+    rows.append(("max", [fmt(x.max_ms) for x in lats]))
+    blocks: list[Block] = []
+    if kind == LATENCY_KINDS[0]:
+        blocks.append(
+            "In brackets after each percentile: the samples at or above it, the data the "
+            f"figure rests on; † marks fewer than {FEW_SAMPLES}, where the figure is close "
+            "to the maximum and says little about the distribution."
+        )
+    blocks.append(_metric_table(data.targets, rows))
+    return Section(f"{LATENCY_TITLES[kind]} (ms)", blocks)
+
+
+def _latency_charts() -> Section:
+    return Section(
+        "Latency charts",
+        [
+            Chart("latency_over_time", "Latency per second: p50 (solid) and p99 (dashed)"),
+            Chart("latency_percentiles", "Latency by percentile, on a 'nines' axis"),
+            Chart("latency_boxplot",
+                  "Latency box plots: box p25–p75, line p50, triangle mean, whiskers p1 and p99"),
+        ],
+    )
+
+
+def _trend_row(t: TargetReport, name: str) -> list[str] | None:
+    trend = _trend(t, name)
+    if trend is None:
+        return None
+    s = SERIES_BY_NAME[name]
+    return [
+        t.heading,
+        s.title,
+        trend.verdict,
+        fmt(trend.slope),
+        _ci(trend.low, trend.high),
+        fmt(trend.per_hour_pct(trend.slope)),
+        _ci(trend.per_hour_pct(trend.low), trend.per_hour_pct(trend.high)),
+        fmt(trend.r2, 3),
+        fmt(trend.theil_sen),
+        fmt(trend.points),
+    ]
+
+
+def _degradation_section(data: ReportData) -> Section:
+    rows = [row for t in data.targets for name in DEGRADATION_SERIES
+            if (row := _trend_row(t, name)) is not None]
+    return Section(
+        "Degradation rate",
+        [
+            "OLS slope of each per-second rate against time over the measuring phase, in "
+            "MB/s per minute and in % of its mean per hour, with its 95 % confidence interval "
+            "(Student's t), R² and the Theil–Sen slope (median of pairwise slopes, robust to "
+            "outliers) as a cross-check. Negative means the platform slowed down; when the "
+            "interval spans 0 the run shows no significant trend.",
+            Table(
+                ["target", "series", "trend", "slope (MB/s per min)", "95 % CI", "% per hour",
+                 "95 % CI (% per hour)", "R²", "Theil–Sen (MB/s per min)", "seconds"],
+                rows,
+                text_columns=3,
+            ),
+        ],
+    )
+
+
+def _growth_rows(targets: Sequence[TargetReport], name: str, unit: str) -> list[Row]:
+    trends = [_trend(t, name) for t in targets]
+
+    def cells(get: Callable[[Trend], str]) -> list[str]:
+        return [get(tr) if tr is not None else "n/a" for tr in trends]
+
+    return [
+        (f"growth ({unit} per min)", cells(lambda tr: fmt(tr.slope))),
+        ("growth 95 % CI", cells(lambda tr: _ci(tr.low, tr.high))),
+        ("growth trend", cells(lambda tr: tr.verdict)),
+    ]
+
+
+def _resources_section(data: ReportData) -> Section:
+    targets = data.targets
+
+    def stat(name: str, which: str, whole: bool = False) -> list[str]:
+        if not whole:
+            return [_series_cell(t, name, which) for t in targets]
+        return [_whole(s.dist[which]) if (s := t.series.get(name)) else "n/a" for t in targets]
+
+    lag = [("consumer lag mean (msg)", stat("lag", "mean")),
+           ("consumer lag max (msg)", stat("lag", "max", whole=True))]
+    lag += [(f"consumer lag {n}", c) for n, c in _growth_rows(targets, "lag", "msg")]
+    cpu = [("CPU mean (%)", stat("cpu_percent", "mean")),
+           ("CPU p95 (%)", stat("cpu_percent", "p95")),
+           ("CPU max (%)", stat("cpu_percent", "max"))]
+    mem = [("memory mean (MB)", stat("memory_mb", "mean")),
+           ("memory p95 (MB)", stat("memory_mb", "p95")),
+           ("memory max (MB)", stat("memory_mb", "max"))]
+    mem += [(f"memory {n}", c) for n, c in _growth_rows(targets, "memory_mb", "MB")]
+    return Section(
+        "Consumer lag, CPU and memory",
+        [
+            "Per-second values over the measuring phase: broker CPU in % of one core, broker "
+            "memory in MB (10^6 bytes), consumer lag in messages summed over partitions; "
+            "growth is the OLS slope against time with its 95 % confidence interval.",
+            _metric_table(targets, lag + cpu + mem),
+            Chart("lag", "Consumer lag over time"),
+            Chart("resources", "Broker CPU and memory over time"),
+        ],
+    )
+
+
+def _errors_section(data: ReportData) -> Section:
+    rows: list[Row] = [
+        ("send errors (measuring)", [fmt(t.send_errors_measuring) for t in data.targets]),
+        ("send errors (whole run)", [fmt(t.send_errors_total) for t in data.targets]),
+    ]
+    return Section("Errors", [_metric_table(data.targets, rows)])
+
+
+def _method_section() -> Section:
+    return Section(
+        "How the figures are computed",
+        [
+            "Every figure covers the measuring phase only (after warm-up). MB = 10^6 bytes.",
+            "Latency percentiles are exact weighted percentiles over the histogram buckets "
+            "(Spark's percentile(value, p, count), numpy's linear definition); buckets are "
+            "at most 0.1 % wide, so the figures are within 0.1 % of the percentiles of the raw "
+            "samples. Means, minima and maxima are exact.",
+            "Box plots are drawn from the same percentiles: no single sample is kept, so the "
+            "whiskers are p1 and p99 rather than 1.5 × IQR.",
+            f"The OpenMessaging-Benchmark result files report per-period figures over "
+            f"{PERIOD_TICKS}-second periods, as OMB does.",
+        ],
+    )
+
+
+def build_document(data: ReportData) -> Document:
+    run_ids = ", ".join(r.run_id for r in data.runs)
+    workloads = sorted({str(r.workload.get("name")) for r in data.runs if r.workload.get("name")})
+    title = f"streambench report: {run_ids}"
+    if workloads:
+        title += f" ({', '.join(workloads)})"
+    sections = [
+        _runs_section(data),
+        _comparison_section(data),
+        _throughput_section(data),
+        *(_latency_section(data, kind) for kind in LATENCY_KINDS),
+        _latency_charts(),
+        _degradation_section(data),
+        _resources_section(data),
+        _errors_section(data),
+        _method_section(),
+    ]
+    return Document(title, sections)

@@ -1,0 +1,507 @@
+"""The docker runtime: a compose project per run and target from the files in compose/, driven
+with the `docker compose` CLI (v2 plugin) or `docker-compose` (v1), whichever exists.
+
+Images missing locally are pulled first through the Docker SDK, with progress and a time-out;
+readiness is polled per platform and a failure names the container and shows its last log
+lines; down() is `down -v` followed by a sweep by label, so nothing is left even when compose
+itself failed half-way. Every container, volume (and network, should a file define one) carries
+`streambench.run=<run id>`, `streambench.target=<label>` and `streambench.owner=<host>:<pid>`,
+which `streambench stacks ls|prune` use. The fault hooks (pause, unpause, kill, restart one
+broker) are methods of the stack and are recorded as run events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from compose.process import free_port, port_in_use
+from compose.stack import Progress, Stack, StackDescription
+from loadgen.errors import StackError
+from loadgen.target import Target
+
+COMPOSE_DIR = Path(__file__).parent
+RUN_LABEL = "streambench.run"
+TARGET_LABEL = "streambench.target"
+OWNER_LABEL = "streambench.owner"
+PROJECT_LABEL = "com.docker.compose.project"
+SERVICE_LABEL = "com.docker.compose.service"
+PULL_TIMEOUT_ENV = "STREAMBENCH_PULL_TIMEOUT"
+PULL_TIMEOUT_S = 600.0  # a whole pull; a pull that moves no byte for PULL_STALL_S fails sooner
+PULL_STALL_S = 60.0
+COMPOSE_TIMEOUT_S = 300.0
+STOP_GRACE_S = 10
+PROGRESS_EVERY_S = 5.0
+ENGINE_TIMEOUT_S = 10
+INSTALL_HINT = "Debian/Ubuntu: apt-get install docker.io docker-compose"
+FAULTS = ("pause", "unpause", "kill", "start", "restart")  # the fault hooks of ComposeStack
+
+
+def engine_address() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def engine() -> Any:
+    """A Docker SDK client of the engine DOCKER_HOST names (or the default socket); StackError
+    with one line when no engine answers."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
+        client.ping()
+    except Exception as exc:  # the SDK raises DockerException and requests' errors alike
+        raise StackError(f"no Docker engine answers at {engine_address()} ({_reason(exc)}): start "
+                         "dockerd, point DOCKER_HOST at a running engine, or use --runtime local") from None
+    return client
+
+
+@functools.cache
+def engine_answers() -> bool:
+    """Whether a Docker engine and a compose CLI are there (decides the default runtime)."""
+    try:
+        compose_command()
+        import docker
+
+        client = docker.from_env(timeout=2)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+def compose_command() -> list[str]:
+    """`docker compose` when the v2 plugin is installed, else `docker-compose` (v1)."""
+    docker_cli = shutil.which("docker")
+    if docker_cli is not None:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            if subprocess.run([docker_cli, "compose", "version"], capture_output=True, timeout=20,
+                              stdin=subprocess.DEVNULL).returncode == 0:
+                return [docker_cli, "compose"]
+    v1 = shutil.which("docker-compose")
+    if v1 is not None:
+        return [v1]
+    if docker_cli is None:
+        raise StackError(f"docker is not installed (no docker or docker-compose on PATH): install "
+                         f"Docker ({INSTALL_HINT}) or use --runtime local")
+    raise StackError(f"Docker Compose is not installed (neither `docker compose` nor docker-compose "
+                     f"works): install it ({INSTALL_HINT}) or use --runtime local")
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    for pattern, short in (("No such file or directory", "no socket there"),
+                           ("Connection refused", "connection refused"),
+                           ("Permission denied", "permission denied"),
+                           ("timed out", "timed out")):
+        if pattern in text:
+            return short
+    return (text.splitlines() or [type(exc).__name__])[0][:200]
+
+
+def owner() -> str:
+    """`<host>:<pid>` of the process that owns a stack: a crashed owner's stacks are leftovers."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def project_name(run_id: str, index: int) -> str:
+    """A compose project per run and target (lower case, digits, dashes: compose's rules)."""
+    run = re.sub(r"[^a-z0-9]+", "-", run_id.lower()).strip("-") or "run"
+    return f"streambench-{run}-{index}-{os.getpid()}"
+
+
+def last_log_lines(container: Any, lines: int = 5) -> str:
+    try:
+        text = container.logs(tail=lines).decode(errors="replace")
+    except Exception:
+        return "no log"
+    found = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " | ".join(found[-lines:]) or "no output"
+
+
+def parse_memory(text: str) -> str:
+    """A container memory limit as docker takes it: bytes, or a number with b/k/m/g."""
+    if not re.fullmatch(r"\d+(\.\d+)?[bkmgBKMG]?", text) or float(re.sub(r"[^\d.]", "", text)) <= 0:
+        raise ValueError("expected a size like 2.67g, 512m or 1073741824")
+    return text.lower()
+
+
+def parse_cpus(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("must be a number of CPUs greater than 0, e.g. 6 or 1.5")
+    return value
+
+
+# ---- image pulls ------------------------------------------------------------------------------
+
+@dataclass
+class _PullState:
+    layers: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (current, total)
+    done: set[str] = field(default_factory=set)
+    error: str | None = None
+    finished: bool = False
+    last_change: float = field(default_factory=time.monotonic)
+
+    def line(self) -> str:
+        current = sum(c for c, _ in self.layers.values())
+        total = sum(t for _, t in self.layers.values())
+        size = f", {current / 1e6:.1f} of {total / 1e6:.1f} MB" if total else ""
+        return f"{len(self.done)} of {max(len(self.layers), len(self.done))} layers{size}"
+
+
+def _pull_thread(client: Any, image: str, state: _PullState) -> None:
+    from docker.utils import parse_repository_tag
+
+    repo, tag = parse_repository_tag(image)
+    try:
+        for event in client.api.pull(repo, tag=tag or "latest", stream=True, decode=True):
+            if "error" in event:
+                state.error = str(event.get("error"))
+                break
+            layer, status = event.get("id"), str(event.get("status", ""))
+            if layer and event.get("progressDetail", {}).get("total"):
+                detail = event["progressDetail"]
+                state.layers[layer] = (int(detail.get("current", 0)), int(detail["total"]))
+            if layer and status in ("Pull complete", "Already exists"):
+                state.done.add(layer)
+            state.last_change = time.monotonic()
+    except Exception as exc:
+        state.error = str(getattr(exc, "explanation", None) or exc)
+    finally:
+        state.finished = True
+
+
+async def ensure_image(client: Any, image: str, label: str, progress: Progress) -> None:
+    """Pull `image` unless it is there; StackError naming the image when the pull fails, stalls
+    or runs past the time-out."""
+    import docker
+
+    try:
+        await asyncio.to_thread(client.images.get, image)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    timeout = float(os.environ.get(PULL_TIMEOUT_ENV) or PULL_TIMEOUT_S)
+    progress(f"{label}: pulling {image}")
+    state = _PullState()
+    threading.Thread(target=_pull_thread, args=(client, image, state), daemon=True,
+                     name=f"pull {image}").start()
+    started = last_report = time.monotonic()
+    while not state.finished:
+        await asyncio.sleep(0.25)
+        now = time.monotonic()
+        if now - started > timeout or now - state.last_change > PULL_STALL_S:
+            raise StackError(f"{label}: pulling {image} made no progress for "
+                             f"{min(now - started, now - state.last_change):.0f} s (no network? "
+                             "load or build the image locally, or set the image variable to one "
+                             "you have)")
+        if now - last_report >= 2.0 and state.layers:
+            last_report = now
+            progress(f"{label}: pulling {image}: {state.line()}")
+    if state.error is not None:
+        raise StackError(f"{label}: cannot pull image {image}: {_pull_reason(state.error)} (no "
+                         "network? load or build it locally, or set the image variable to an "
+                         "image you have)")
+    progress(f"{label}: pulled {image}")
+
+
+def _pull_reason(text: str) -> str:
+    text = " ".join(text.split())
+    for pattern in ("no such host", "Temporary failure in name resolution", "i/o timeout",
+                    "connection refused", "network is unreachable", "not found",
+                    "pull access denied", "manifest unknown"):
+        if pattern in text:
+            return text[:160]
+    return text[:200]
+
+
+# ---- the compose stack ------------------------------------------------------------------------
+
+class ComposeStack(Stack):
+    """A target's brokers as one compose project. Subclasses name the compose files, the
+    variables they read (ports, settings), the broker services and the readiness probe."""
+
+    runtime = "docker"
+    product = "broker"
+
+    def __init__(self, target: Target, label: str) -> None:
+        opts = target.options
+        self._target = target
+        self._label = label
+        self._cpus: float | None = opts.get("cpus")
+        self._memory: str | None = opts.get("memory")
+        self._keep = bool(opts.get("keep"))
+        self._cadvisor = opts.get("resources") == "cadvisor"
+        self._compose: list[str] = []
+        self._client: Any = None
+        self._project = ""
+        self._env: dict[str, str] = {}
+        self._images: dict[str, str] = {}
+        self._containers: dict[str, Any] = {}  # service -> container
+        self._launched = False
+        self._version = ""
+        self._cadvisor_port = 0
+
+    # -- what subclasses say --
+
+    @abstractmethod
+    def files(self) -> list[str]:
+        """Compose files under compose/ for this shape of the platform."""
+
+    @abstractmethod
+    def settings(self) -> dict[str, str]:
+        """The STREAMBENCH_* variables of the files: ports (chosen and checked here), options."""
+
+    @abstractmethod
+    def brokers(self) -> list[str]:
+        """The broker services, in order (the fault hooks take these names)."""
+
+    @abstractmethod
+    async def probe(self) -> bool:
+        """One readiness check; True when the platform answers (set self._version then)."""
+
+    @abstractmethod
+    def endpoints(self) -> dict[str, str]: ...
+
+    def config(self) -> dict[str, str]:
+        """Settings worth recording in run.json beyond the common ones."""
+        return {}
+
+    # -- helpers for subclasses --
+
+    def take_port(self, explicit: int, option: str = "port") -> int:
+        """The port the user chose (checked free), or a free one."""
+        if explicit:
+            if port_in_use(explicit):
+                raise StackError(f"port {explicit} on 127.0.0.1 is already in use; choose another "
+                                 f"with {self._target.platform}:{option}=N or leave {option} unset")
+            return explicit
+        return free_port()
+
+    # -- lifecycle --
+
+    def _all_files(self) -> list[str]:
+        return self.files() + (["cadvisor.yml"] if self._cadvisor else [])
+
+    async def _run_compose(self, *args: str, timeout_s: float = COMPOSE_TIMEOUT_S) -> tuple[int, str]:
+        argv = [*self._compose, "-p", self._project]
+        for name in self._all_files():
+            argv += ["-f", str(COMPOSE_DIR / name)]
+        # a session of its own: a Ctrl-C in the terminal reaches streambench, which then stops
+        # the stack itself, not compose half-way
+        proc = await asyncio.create_subprocess_exec(
+            *argv, *args, env={**os.environ, **self._env}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            if isinstance(exc, TimeoutError):
+                return -1, f"compose {args[0]} did not finish within {timeout_s:.0f} s"
+            raise
+        return proc.returncode or 0, out.decode(errors="replace")
+
+    async def up(self, progress: Progress) -> None:
+        self._compose = await asyncio.to_thread(compose_command)
+        self._client = await asyncio.to_thread(engine)
+        self._project = project_name(self.context.run_id, self.context.index)
+        self._env = {
+            "STREAMBENCH_RUN": self.context.run_id,
+            "STREAMBENCH_TARGET": self._label,
+            "STREAMBENCH_OWNER": owner(),
+            "STREAMBENCH_CPUS": f"{self._cpus:g}" if self._cpus else "0",
+            "STREAMBENCH_MEMORY": self._memory or "0",
+            **self.settings(),
+        }
+        if self._cadvisor:
+            self._cadvisor_port = self.take_port(0)
+            self._env["STREAMBENCH_CADVISOR_PORT"] = str(self._cadvisor_port)
+        code, out = await self._run_compose("config")
+        if code != 0:
+            raise StackError(f"{self._label}: the compose files do not load: {_compose_error(out)}")
+        services = (yaml.safe_load(out) or {}).get("services", {})
+        self._images = {name: str(svc.get("image", "")) for name, svc in services.items()}
+        for image in dict.fromkeys(self._images.values()):
+            await ensure_image(self._client, image, self._label, progress)
+        progress(f"{self._label}: starting {', '.join(self._images)} (compose project {self._project})")
+        self._launched = True
+        code, out = await self._run_compose("up", "-d", "--no-build", "--no-color")
+        if code != 0:
+            raise StackError(f"{self._label}: compose up failed: {_compose_error(out)}")
+        found = await asyncio.to_thread(self._client.containers.list, all=True,
+                                        filters={"label": f"{PROJECT_LABEL}={self._project}"})
+        self._containers = {c.labels.get(SERVICE_LABEL, c.name): c for c in found}
+        missing = sorted(set(self._images) - set(self._containers))
+        if missing:
+            raise StackError(f"{self._label}: compose up created no container for "
+                             f"{', '.join(missing)}")
+        self.context.events("stack-up", f"compose project {self._project}: " + ", ".join(
+            f"{s}={c.short_id}" for s, c in sorted(self._containers.items())))
+
+    def _exited(self) -> tuple[str, Any] | None:
+        for service, container in self._containers.items():
+            container.reload()
+            if container.status in ("exited", "dead"):
+                return service, container
+        return None
+
+    async def ready(self, timeout_s: float, progress: Progress) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        last_report = started
+        while True:
+            gone = await asyncio.to_thread(self._exited)
+            if gone is not None:
+                service, container = gone
+                code = container.attrs.get("State", {}).get("ExitCode")
+                logs = await asyncio.to_thread(last_log_lines, container)
+                raise StackError(f"{self._label}: container {container.name} ({service}) exited "
+                                 f"(code {code}) before {self.product} was ready; last log lines: "
+                                 f"{logs}")
+            if await self.probe():
+                return
+            now = loop.time()
+            if now - started > timeout_s:
+                container = self._containers[self.brokers()[0]]
+                logs = await asyncio.to_thread(last_log_lines, container)
+                raise StackError(f"{self._label}: {self.product} in container {container.name} not "
+                                 f"ready after {timeout_s:.0f} s; last log lines: {logs}")
+            if now - last_report >= PROGRESS_EVERY_S:
+                last_report = now
+                progress(f"{self._label}: waiting for {self.product} in "
+                         f"{', '.join(self.brokers())} ({now - started:.0f} s)")
+            await asyncio.sleep(0.5)
+
+    async def down(self) -> None:
+        if not self._launched:
+            self._close_client()
+            return
+        self._launched = False
+        args = ["down", "--remove-orphans", "--timeout", str(STOP_GRACE_S)]
+        if not self._keep:
+            args.append("-v")
+        with contextlib.suppress(Exception):
+            await self._run_compose(*args)
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(self._sweep)
+        self.context.events("stack-down", f"compose project {self._project}"
+                            + (" (volumes kept)" if self._keep else ""))
+        self._close_client()
+
+    def _sweep(self) -> None:
+        """What compose left (it failed or was killed half-way): remove by project label."""
+        if self._client is None:
+            return
+        remove_project(self._client, self._project, volumes=not self._keep)
+
+    def _close_client(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+            self._client = None
+
+    def describe(self) -> StackDescription:
+        containers = {s: c for s, c in self._containers.items() if s != "cadvisor"}
+        pids = []
+        for c in containers.values():
+            pid = c.attrs.get("State", {}).get("Pid") or 0
+            if pid:
+                pids.append(int(pid))
+        endpoints = self.endpoints()
+        if self._cadvisor:
+            endpoints["cadvisor"] = f"127.0.0.1:{self._cadvisor_port}"
+        config = {
+            "compose_project": self._project,
+            "compose_files": ",".join(self._all_files()),
+            "images": ",".join(f"{s}={i}" for s, i in sorted(self._images.items())),
+            "cpus": f"{self._cpus:g}" if self._cpus else "unlimited",
+            "memory": self._memory or "unlimited",
+            "volumes": "kept" if self._keep else "removed at the end",
+            **self.config(),
+        }
+        return StackDescription(runtime="docker", endpoints=endpoints, pids=tuple(pids),
+                                container_ids=tuple(c.id for c in containers.values()),
+                                version=self._version, config=config)
+
+    # -- fault hooks --
+
+    def _broker(self, broker: str) -> Any:
+        if broker not in self.brokers() or broker not in self._containers:
+            raise StackError(f"{self._label}: no broker {broker!r}; brokers: {', '.join(self.brokers())}")
+        return self._containers[broker]
+
+    async def _fault(self, kind: str, broker: str, action: Any) -> None:
+        container = self._broker(broker)
+        await asyncio.to_thread(action, container)
+        self.context.events(f"fault-{kind}", f"{broker} (container {container.name})")
+
+    async def pause(self, broker: str) -> None:
+        """Freeze every process of one broker (cgroup freezer): it stops answering, keeps state."""
+        await self._fault("pause", broker, lambda c: c.pause())
+
+    async def unpause(self, broker: str) -> None:
+        await self._fault("unpause", broker, lambda c: c.unpause())
+
+    async def kill(self, broker: str, sig: str = "SIGKILL") -> None:
+        """Send one broker a signal (default SIGKILL: a crash). Its container stays, stopped."""
+        await self._fault("kill", broker, lambda c: c.kill(signal=sig))
+
+    async def restart(self, broker: str) -> None:
+        """Stop one broker (SIGTERM, then SIGKILL after the grace time) and start it again, with
+        the same data."""
+        await self._fault("restart", broker, lambda c: c.restart(timeout=STOP_GRACE_S))
+
+    async def start(self, broker: str) -> None:
+        """Start a broker that was killed."""
+        await self._fault("start", broker, lambda c: c.start())
+
+
+def _compose_error(output: str) -> str:
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "error" in ln.lower():
+            return ln[:300]
+    return lines[-1][:300] if lines else "no output"
+
+
+def remove_project(client: Any, project: str, volumes: bool = True) -> list[str]:
+    """Remove every container (force), volume and network of a compose project that streambench
+    labelled; returns what was removed, as `kind name` strings."""
+    removed = []
+    label = f"{PROJECT_LABEL}={project}"
+    for c in client.containers.list(all=True, filters={"label": label}):
+        if RUN_LABEL in c.labels:
+            with contextlib.suppress(Exception):
+                c.remove(force=True, v=volumes)
+                removed.append(f"container {c.name}")
+    if volumes:
+        for v in client.volumes.list(filters={"label": label}):
+            if RUN_LABEL in (v.attrs.get("Labels") or {}):
+                with contextlib.suppress(Exception):
+                    v.remove(force=True)
+                    removed.append(f"volume {v.name}")
+    for n in client.networks.list(filters={"label": label}):
+        if RUN_LABEL in (n.attrs.get("Labels") or {}):
+            with contextlib.suppress(Exception):
+                n.remove()
+                removed.append(f"network {n.name}")
+    return removed
+

@@ -1,0 +1,213 @@
+"""The platforms as compose projects (docker runtime): which compose file, which ports and
+settings, which services are brokers, and when the platform counts as ready."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import urllib.error
+import urllib.request
+
+from aiokafka.errors import KafkaError
+from redis.exceptions import RedisError
+
+from compose.docker import ComposeStack
+from compose.kafka import broker_count, random_cluster_id
+from compose.redis import _check_version, ping
+from compose.stack import Progress
+from loadgen.errors import StackError
+from loadgen.target import Target
+
+PROBE_TIMEOUT_S = 2.0
+SHAPES = (1, 3)  # the compose files hold 1- and 3-broker clusters
+KAFKA_IMAGE_ENV = "STREAMBENCH_IMAGE_KAFKA"
+
+
+class RedisDockerStack(ComposeStack):
+    product = "redis"
+
+    def __init__(self, target: Target, label: str) -> None:
+        super().__init__(target, label)
+        self._port = 0
+
+    def files(self) -> list[str]:
+        return ["redis.yml"]
+
+    def settings(self) -> dict[str, str]:
+        opts = self._target.options
+        self._port = self.take_port(int(opts.get("port") or 0))
+        return {"STREAMBENCH_REDIS_PORT": str(self._port),
+                "STREAMBENCH_REDIS_AOF": "yes" if opts.get("aof") else "no",
+                "STREAMBENCH_REDIS_FSYNC": str(opts.get("fsync") or "everysec")}
+
+    def brokers(self) -> list[str]:
+        return ["redis"]
+
+    async def probe(self) -> bool:
+        try:
+            self._version = await ping("127.0.0.1", self._port, PROBE_TIMEOUT_S)
+        except (OSError, RedisError, TimeoutError):
+            return False
+        return True
+
+    async def ready(self, timeout_s: float, progress: Progress) -> None:
+        await super().ready(timeout_s, progress)
+        _check_version(self._version, f"the image {self._images.get('redis')}")
+
+    def endpoints(self) -> dict[str, str]:
+        return {"redis": f"127.0.0.1:{self._port}"}
+
+    def config(self) -> dict[str, str]:
+        opts = self._target.options
+        config = {"appendonly": "yes" if opts.get("aof") else "no"}
+        if opts.get("aof"):
+            config["appendfsync"] = str(opts.get("fsync") or "everysec")
+        return config
+
+
+def _cluster_size(target: Target) -> int:
+    count = int(target.options.get("brokers") or 1)
+    if count not in SHAPES:
+        raise StackError(f"target {target.spec!r}: the docker runtime runs 1 or 3 brokers "
+                         f"(compose files of those shapes); use brokers=1 or brokers=3, or "
+                         "runtime=local for other sizes")
+    return count
+
+
+class KafkaApiDockerStack(ComposeStack):
+    """Kafka-API brokers (Kafka in KRaft or ZooKeeper mode, Redpanda): ready when every broker
+    is in the cluster metadata."""
+
+    def __init__(self, target: Target, label: str) -> None:
+        super().__init__(target, label)
+        self._count = _cluster_size(target)
+        self._ports: list[int] = []
+
+    def _client_ports(self) -> list[int]:
+        first = int(self._target.options.get("port") or 0)
+        if not first:
+            return [self.take_port(0) for _ in range(self._count)]
+        return [self.take_port(first + i) for i in range(self._count)]
+
+    def _bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self._ports)
+
+    async def probe(self) -> bool:
+        try:
+            found = await broker_count(self._bootstrap(), PROBE_TIMEOUT_S)
+        except (KafkaError, OSError, TimeoutError):
+            return False
+        return found >= self._count
+
+    def endpoints(self) -> dict[str, str]:
+        return {"kafka": self._bootstrap()}
+
+
+class KafkaDockerStack(KafkaApiDockerStack):
+    """Apache Kafka, KRaft (combined broker+controller nodes) or ZooKeeper mode."""
+
+    product = "Kafka"
+
+    def __init__(self, target: Target, label: str, zookeeper: bool) -> None:
+        super().__init__(target, label)
+        self._zookeeper = zookeeper
+        self._version = str(target.options.get("version") or "")
+
+    def files(self) -> list[str]:
+        base = "kafka-zk" if self._zookeeper else "kafka"
+        return [f"{base}.yml" if self._count == 1 else f"{base}-{self._count}.yml"]
+
+    def settings(self) -> dict[str, str]:
+        self._ports = self._client_ports()
+        env = {f"STREAMBENCH_KAFKA_PORT_{i + 1}": str(p) for i, p in enumerate(self._ports)}
+        env["STREAMBENCH_KAFKA_HEAP"] = str(self._target.options.get("heap") or "1G")
+        if self._zookeeper:
+            env.update({"STREAMBENCH_ZOOKEEPER_PORT": str(self.take_port(0)),
+                        "STREAMBENCH_ZOOKEEPER_PEER_PORT": str(self.take_port(0)),
+                        "STREAMBENCH_ZOOKEEPER_ELECTION_PORT": str(self.take_port(0))})
+        else:
+            env["STREAMBENCH_KAFKA_CLUSTER_ID"] = random_cluster_id()
+            if "version" in self._target.explicit and not os.environ.get(KAFKA_IMAGE_ENV):
+                env[KAFKA_IMAGE_ENV] = f"apache/kafka:{self._version}"
+            for i in range(self._count):
+                env[f"STREAMBENCH_KAFKA_CONTROLLER_PORT_{i + 1}"] = str(self.take_port(0))
+        return env
+
+    def brokers(self) -> list[str]:
+        return [f"kafka-{i + 1}" for i in range(self._count)]
+
+    def config(self) -> dict[str, str]:
+        return {"mode": "zookeeper" if self._zookeeper else "kraft", "brokers": str(self._count),
+                "heap": str(self._target.options.get("heap") or "1G")}
+
+
+class RedpandaDockerStack(KafkaApiDockerStack):
+    product = "Redpanda"
+
+    def files(self) -> list[str]:
+        return ["redpanda.yml" if self._count == 1 else f"redpanda-{self._count}.yml"]
+
+    def settings(self) -> dict[str, str]:
+        self._ports = self._client_ports()
+        env = {}
+        for i, port in enumerate(self._ports, start=1):
+            env[f"STREAMBENCH_KAFKA_PORT_{i}"] = str(port)
+            for name in ("RPC", "ADMIN", "PROXY", "SCHEMA"):
+                env[f"STREAMBENCH_REDPANDA_{name}_PORT_{i}"] = str(self.take_port(0))
+        # Seastar takes whole cores and a fixed memory size: derive them from the limits
+        if self._cpus:
+            env["STREAMBENCH_REDPANDA_SMP"] = str(max(1, int(self._cpus)))
+        if self._memory:
+            env["STREAMBENCH_REDPANDA_MEMORY"] = f"{max(256, int(_bytes(self._memory) * 0.8 / 2**20))}M"
+        return env
+
+    def brokers(self) -> list[str]:
+        return [f"redpanda-{i + 1}" for i in range(self._count)]
+
+    def config(self) -> dict[str, str]:
+        return {"brokers": str(self._count)}
+
+
+class PulsarDockerStack(ComposeStack):
+    """Pulsar standalone: ready when the admin API lists the cluster."""
+
+    product = "Pulsar"
+
+    def __init__(self, target: Target, label: str) -> None:
+        super().__init__(target, label)
+        self._port = 0
+        self._admin_port = 0
+
+    def files(self) -> list[str]:
+        return ["pulsar.yml"]
+
+    def settings(self) -> dict[str, str]:
+        self._port = self.take_port(int(self._target.options.get("port") or 0))
+        self._admin_port = self.take_port(0)
+        return {"STREAMBENCH_PULSAR_PORT": str(self._port),
+                "STREAMBENCH_PULSAR_ADMIN_PORT": str(self._admin_port)}
+
+    def brokers(self) -> list[str]:
+        return ["pulsar"]
+
+    def _clusters(self) -> bool:
+        url = f"http://127.0.0.1:{self._admin_port}/admin/v2/clusters"
+        try:
+            with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as resp:
+                return bool(resp.status == 200)
+        except (OSError, urllib.error.URLError):
+            return False
+
+    async def probe(self) -> bool:
+        return await asyncio.to_thread(self._clusters)
+
+    def endpoints(self) -> dict[str, str]:
+        return {"pulsar": f"pulsar://127.0.0.1:{self._port}",
+                "pulsar-admin": f"http://127.0.0.1:{self._admin_port}"}
+
+
+def _bytes(size: str) -> float:
+    units = {"b": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+    if size[-1] in units:
+        return float(size[:-1]) * units[size[-1]]
+    return float(size)

@@ -1,0 +1,572 @@
+"""Pulsar stacks: a Pulsar standalone (broker, in-process BookKeeper, RocksDB metadata) from
+the release's binary distribution on Maven Central, started by the release's own `bin/pulsar
+standalone` on a local Java 17; or an existing cluster given by its service and admin URLs.
+
+The distribution is fetched once into the streambench cache and unpacked next to it. Each local
+standalone gets free loopback ports, a config derived from the release's conf/standalone.conf,
+and a temp dir for its data and logs that down() removes.
+
+The admin REST API (stdlib urllib, run in a worker thread) serves readiness, topic creation and
+the collector: pulsar-client has no admin API."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from compose.java import find_java, java_major
+from compose.maven import Coordinate, assemble, cache_dir
+from compose.process import (
+    free_port,
+    port_in_use,
+    remove_stale_dirs,
+    start_process,
+    stop_process,
+    tail,
+)
+from compose.stack import Progress, Stack, StackDescription
+from loadgen.errors import StackError, TargetError
+from loadgen.target import Target
+
+PULSAR_VERSION = "4.0.8"
+DISTRIBUTION = Coordinate("org.apache.pulsar", "pulsar-server-distribution", PULSAR_VERSION,
+                          "tar.gz", "bin")
+DATA_PREFIX = "streambench-pulsar-"
+# StackDescription.endpoints keys (the docker runtime's stack uses the same)
+ADMIN_ENDPOINT = "pulsar-admin"
+JAVA_MIN = 17
+CLUSTER = "standalone"
+STOCK_NAMESPACE = "public/default"  # what a standalone creates
+DEFAULT_SERVICE_PORT = 6650
+DEFAULT_ADMIN_PORT = 8080
+START_TIMEOUT_S = 240.0
+PROGRESS_EVERY_S = 5.0
+_UNPACKED = ".streambench-complete"
+_PROBE_TOPIC = "streambench-ready-probe"
+
+
+class AdminError(Exception):
+    """The admin REST API answered with an HTTP error; `reason` is Pulsar's own text."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"HTTP {status}: {reason}")
+        self.status = status
+        self.reason = reason
+
+
+class PulsarAdmin:
+    """The few admin REST calls streambench needs. Each runs urllib in a worker thread, so a
+    slow broker never stalls the event loop."""
+
+    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self._timeout_s = timeout_s
+
+    def _call(self, method: str, path: str, body: Any) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
+                                         headers={"Content-Type": "application/json",
+                                                  "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
+                text = response.read()
+        except urllib.error.HTTPError as exc:
+            raise AdminError(exc.code, _reason(exc)) from None
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:  # e.g. brokers/version: a bare version labelled application/json
+            return text.decode(errors="replace")
+
+    async def get(self, path: str) -> Any:
+        return await asyncio.to_thread(self._call, "GET", path, None)
+
+    async def put(self, path: str, body: Any = None) -> None:
+        await asyncio.to_thread(self._call, "PUT", path, body)
+
+    async def delete(self, path: str) -> None:
+        await asyncio.to_thread(self._call, "DELETE", path, None)
+
+    async def version(self) -> str:
+        return str(await self.get("/admin/v2/brokers/version"))
+
+
+def _reason(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(exc.read()).get("reason") or exc.reason)
+    except (ValueError, AttributeError, OSError):
+        return str(exc.reason)
+
+
+def unreachable(exc: BaseException) -> str:
+    """A short reason for a failed admin call."""
+    if isinstance(exc, AdminError):
+        return exc.reason
+    if isinstance(exc, urllib.error.URLError):
+        exc = exc.reason if isinstance(exc.reason, BaseException) else exc
+    text = str(exc)
+    if isinstance(exc, ConnectionRefusedError) or "refused" in text:
+        return "connection refused (nothing listens there?)"
+    if isinstance(exc, TimeoutError) or "timed out" in text:
+        return "timed out"
+    if "Name or service not known" in text or "resolution" in text:
+        return "unknown host"
+    return text or type(exc).__name__
+
+
+def topic_path(persistent: bool, namespace: str, topic: str) -> str:
+    """`persistent/public/default/<topic>`, as the admin API's paths spell a topic."""
+    return f"{'persistent' if persistent else 'non-persistent'}/{namespace}/{topic}"
+
+
+def topic_name(persistent: bool, namespace: str, topic: str) -> str:
+    """`persistent://public/default/<topic>`, as clients spell it."""
+    return f"{'persistent' if persistent else 'non-persistent'}://{namespace}/{topic}"
+
+
+# ---- addresses ------------------------------------------------------------------------------
+
+_SERVICE_SCHEMES = ("pulsar", "pulsar+ssl")
+_ADMIN_SCHEMES = ("http", "https")
+
+
+def parse_address(address: str) -> tuple[str, str]:
+    """`pulsar://HOST:6650,http://HOST:8080` (either part may be left out; the other then
+    defaults to the same host on the standard port) -> (service URL, admin URL)."""
+    service = admin = None
+    for item in filter(None, (a.strip() for a in address.split(","))):
+        parts = urllib.parse.urlsplit(item)
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if not parts.hostname or port == -1 or parts.path not in ("", "/"):
+            raise TargetError(f"bad Pulsar address {item!r}: expected pulsar://HOST:PORT and/or "
+                              "http://HOST:PORT, e.g. pulsar@pulsar://127.0.0.1:6650,http://127.0.0.1:8080")
+        if parts.scheme in _SERVICE_SCHEMES and service is None:
+            service = f"{parts.scheme}://{parts.netloc}"
+        elif parts.scheme in _ADMIN_SCHEMES and admin is None:
+            admin = f"{parts.scheme}://{parts.netloc}"
+        else:
+            raise TargetError(f"bad Pulsar address {address!r}: give one pulsar:// service URL and "
+                              "one http:// admin URL, separated by a comma")
+    if service is None and admin is None:
+        raise TargetError(f"bad Pulsar address {address!r}: expected pulsar://HOST:PORT,http://HOST:PORT")
+    if service is None:
+        assert admin is not None
+        service = f"pulsar://{_netloc(urllib.parse.urlsplit(admin).hostname)}:{DEFAULT_SERVICE_PORT}"
+    if admin is None:
+        admin = f"http://{_netloc(urllib.parse.urlsplit(service).hostname)}:{DEFAULT_ADMIN_PORT}"
+    return service, admin
+
+
+def _netloc(host: str | None) -> str:
+    host = host or "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def host_port(url: str, default: int) -> tuple[str, int]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or default
+
+
+async def probe_tcp(host: str, port: int, timeout_s: float) -> None:
+    """Open and close one TCP connection; raises OSError/TimeoutError."""
+    _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+
+
+# ---- options --------------------------------------------------------------------------------
+
+def parse_heap(text: str) -> str:
+    if not re.fullmatch(r"\d+[mMgG]", text) or int(text[:-1]) == 0:
+        raise ValueError("expected a JVM heap size like 512m or 2g")
+    return text.lower()
+
+
+def _megabytes(heap: str) -> int:
+    return int(heap[:-1]) * (1024 if heap.endswith("g") else 1)
+
+
+def parse_namespace(text: str) -> str:
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", text):
+        raise ValueError("expected TENANT/NAMESPACE, e.g. public/default")
+    return text
+
+
+@dataclass(frozen=True)
+class PulsarTargetConfig:
+    """What the run files record about a Pulsar target (labels for the report)."""
+
+    persistent: bool
+    subscription: str
+    batching: bool
+    batch_max_messages: int
+    batch_max_bytes: int
+    batch_delay_ms: int
+    namespace: str
+
+    @classmethod
+    def of(cls, target: Target) -> PulsarTargetConfig:
+        o = target.options
+        return cls(bool(o["persistent"]), str(o["subscription"]), bool(o["batching"]),
+                   int(o["batch_max_messages"]), int(o["batch_max_bytes"]),
+                   int(o["batch_delay_ms"]), str(o["namespace"]))
+
+    def describe(self) -> dict[str, str]:
+        config = {
+            "persistent": "true" if self.persistent else "false",
+            "topic_domain": "persistent" if self.persistent else "non-persistent",
+            "subscription_type": self.subscription,
+            "batching": "true" if self.batching else "false",
+            "namespace": self.namespace,
+        }
+        if self.batching:
+            config.update(batch_max_messages=str(self.batch_max_messages),
+                          batch_max_bytes=str(self.batch_max_bytes),
+                          batch_delay_ms=str(self.batch_delay_ms))
+        return config
+
+
+# ---- the distribution -----------------------------------------------------------------------
+
+def _unpack(archive: Path, home: Path) -> None:
+    """Unpack the release archive into `home` (atomically: a partial unpack never counts)."""
+    root = home.parent
+    for stale in root.glob(f".{home.name}.unpack-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    work = root / f".{home.name}.unpack-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(work, filter="data")
+        (unpacked,) = [p for p in work.iterdir() if p.is_dir()]
+        (unpacked / _UNPACKED).write_text(PULSAR_VERSION)
+        # another streambench may have finished first (keep its copy: it may be running it);
+        # what stands there without the marker is an interrupted unpack
+        if not (home / _UNPACKED).is_file():
+            shutil.rmtree(home, ignore_errors=True)
+            try:
+                unpacked.rename(home)
+            except OSError:
+                if not (home / _UNPACKED).is_file():
+                    raise
+    except (OSError, tarfile.TarError, ValueError) as exc:
+        raise StackError(f"cannot unpack the Pulsar distribution {archive}: {exc}") from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def distribution(progress: Progress, label: str) -> Path:
+    """The unpacked Pulsar release (bin/, conf/, lib/), fetched from Maven Central on first use."""
+    home = cache_dir() / "pulsar" / f"apache-pulsar-{PULSAR_VERSION}"
+    if (home / _UNPACKED).is_file():
+        return home
+    name = f"pulsar-{PULSAR_VERSION}-distribution"
+
+    def tell(message: str) -> None:
+        progress(f"{label}: {message}")
+
+    await assemble(name, [str(DISTRIBUTION)], tell, what=f"Pulsar {PULSAR_VERSION}")
+    archive = cache_dir() / "jars" / name / DISTRIBUTION.file_name
+    if not archive.is_file():
+        raise StackError(f"the Pulsar distribution is missing from {archive.parent}; remove that "
+                         "directory so that the next run fetches it again")
+    tell(f"unpacking Pulsar {PULSAR_VERSION} into {home} (first use only)")
+    await asyncio.to_thread(_unpack, archive, home)
+    return home
+
+
+def check_java(label: str) -> str:
+    java = find_java()
+    major = java_major(java)
+    if major < JAVA_MIN:
+        raise StackError(f"{label}: {java} is Java {major}; Pulsar {PULSAR_VERSION} needs Java "
+                         f"{JAVA_MIN} or newer: install openjdk-17-jre-headless or point JAVA_HOME "
+                         "at a newer Java")
+    return java
+
+
+def standalone_conf(stock: str, overrides: dict[str, str]) -> str:
+    """The release's standalone.conf with `overrides` replacing (or appended to) its keys."""
+    lines = []
+    seen = set()
+    for line in stock.splitlines():
+        m = re.match(r"([A-Za-z0-9_.-]+)=", line)
+        if m and m.group(1) in overrides:
+            key = m.group(1)
+            line = f"{key}={overrides[key]}"
+            seen.add(key)
+        lines.append(line)
+    lines += ["", "# streambench"] + [f"{k}={v}" for k, v in overrides.items() if k not in seen]
+    return "\n".join(lines) + "\n"
+
+
+# ---- stacks ---------------------------------------------------------------------------------
+
+class PulsarLocalStack(Stack):
+    """One Pulsar standalone on 127.0.0.1: broker service and admin (web service) on free ports
+    (or the ones given), the in-process bookie bound to loopback, function worker off."""
+
+    runtime = "local"
+
+    def __init__(self, target: Target, label: str) -> None:
+        opts = target.options
+        self._target = target
+        self._label = label
+        self._config = PulsarTargetConfig.of(target)
+        self._heap = str(opts["heap"])
+        self._fsync = bool(opts["fsync"])
+        self._port = int(opts.get("port") or 0)
+        self._admin_port = int(opts.get("admin_port") or 0)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir: Path | None = None
+        self._version = ""
+
+    @property
+    def _service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self._port}"
+
+    @property
+    def _admin_url(self) -> str:
+        return f"http://127.0.0.1:{self._admin_port}"
+
+    def _check_ports(self) -> None:
+        for value, option in ((self._port, "port"), (self._admin_port, "admin_port")):
+            if value and port_in_use(value):
+                raise StackError(f"port {value} on 127.0.0.1 is already in use; choose another with "
+                                 f"{self._target.platform}:{option}=N or leave {option} unset")
+        if self._port and self._port == self._admin_port:
+            raise StackError("port and admin_port must differ")
+
+    def _pick_ports(self) -> tuple[int, int]:
+        port = self._port or free_port()
+        admin = self._admin_port or free_port()
+        while admin == port:
+            admin = free_port()
+        return port, admin
+
+    def _write_conf(self, home: Path, port: int, admin_port: int) -> Path:
+        assert self._dir is not None
+        overrides = {
+            "bindAddress": "127.0.0.1",
+            "advertisedAddress": "127.0.0.1",
+            "brokerServicePort": str(port),
+            "webServicePort": str(admin_port),
+            "clusterName": CLUSTER,
+            "functionsWorkerEnabled": "false",
+            # the in-process bookie reads this file too: bind it to loopback, and fsync its
+            # journal per write (BookKeeper's default) unless fsync=false
+            "listeningInterface": "lo",
+            "journalSyncData": "true" if self._fsync else "false",
+        }
+        conf = self._dir / "standalone.conf"
+        conf.write_text(standalone_conf((home / "conf" / "standalone.conf").read_text(), overrides))
+        return conf
+
+    def _argv_env(self, home: Path, java: str, conf: Path) -> tuple[list[str], dict[str, str]]:
+        assert self._dir is not None
+        heap_mb = _megabytes(self._heap)
+        env = {
+            **os.environ,
+            "JAVA_HOME": str(Path(java).resolve().parent.parent),
+            # the stock heap-to-direct-memory ratio (2g heap, 4g direct) at the chosen heap
+            "PULSAR_MEM": f"-Xms{heap_mb}m -Xmx{heap_mb}m -XX:MaxDirectMemorySize={2 * heap_mb}m",
+            "PULSAR_LOG_DIR": str(self._dir / "logs"),
+        }
+        argv = [shutil.which("bash") or "/bin/bash", str(home / "bin" / "pulsar"), "standalone",
+                "--config", str(conf), "--no-functions-worker", "--no-stream-storage",
+                "--bookkeeper-dir", str(self._dir / "bookkeeper"),
+                "--metadata-dir", str(self._dir / "metadata")]
+        return argv, env
+
+    async def up(self, progress: Progress) -> None:
+        self._check_ports()
+        java = check_java(self._label)
+        home = await distribution(progress, self._label)
+        remove_stale_dirs(DATA_PREFIX)
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
+        fsync = "" if self._fsync else ", journal fsync off"
+        progress(f"{self._label}: starting Pulsar {PULSAR_VERSION} standalone (heap {self._heap}{fsync})")
+        wanted = (self._port, self._admin_port)
+        for _attempt in range(3):
+            port, admin_port = self._pick_ports()
+            conf = self._write_conf(home, port, admin_port)
+            argv, env = self._argv_env(home, java, conf)
+            log = self._dir / "pulsar.out"
+            # from the event loop's (main) thread: the broker's death signal is tied to it
+            self._proc = start_process(argv, log, cwd=self._dir, env=env)
+            self._port, self._admin_port = port, admin_port
+            if await self._wait_started(progress):
+                await self._create_namespace()
+                return
+            text = tail(log, 8)
+            stop_process(self._proc)
+            self._proc = None
+            if any(wanted) or "Address already in use" not in text:
+                raise StackError(f"{self._label}: Pulsar standalone did not start: "
+                                 f"{_last_error(log) or text or 'no output'} (log: {log})")
+            self._port, self._admin_port = wanted  # a free port was taken meanwhile: pick again
+        raise StackError(f"{self._label}: no free loopback ports for Pulsar after 3 tries")
+
+    async def _wait_started(self, progress: Progress) -> bool:
+        """Until the admin API lists the cluster and the default namespace exists (the
+        standalone creates both after its web service opens); False if the process died."""
+        assert self._proc is not None
+        admin = PulsarAdmin(self._admin_url, timeout_s=5.0)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        told = started
+        while loop.time() - started < START_TIMEOUT_S:
+            if self._proc.poll() is not None:
+                return False
+            try:
+                clusters = await admin.get("/admin/v2/clusters")
+                namespaces = await admin.get(f"/admin/v2/namespaces/{STOCK_NAMESPACE.split('/')[0]}")
+                if CLUSTER in clusters and STOCK_NAMESPACE in namespaces:
+                    return True
+            except (OSError, AdminError, ValueError):
+                pass
+            if loop.time() - told >= PROGRESS_EVERY_S:
+                told = loop.time()
+                progress(f"{self._label}: Pulsar standalone starting ({loop.time() - started:.0f} s)")
+            await asyncio.sleep(0.5)
+        raise StackError(f"{self._label}: Pulsar standalone did not answer on {self._admin_url} within "
+                         f"{START_TIMEOUT_S:.0f} s (log: {self._dir}/pulsar.out)")
+
+    async def _create_namespace(self) -> None:
+        """The namespace the target asks for, when it is not the one the standalone makes."""
+        namespace = self._config.namespace
+        if namespace == STOCK_NAMESPACE:
+            return
+        admin = PulsarAdmin(self._admin_url)
+        tenant = namespace.split("/")[0]
+        try:
+            with contextlib.suppress(AdminError):  # 409: the tenant exists (e.g. `public`)
+                await admin.put(f"/admin/v2/tenants/{tenant}", {"allowedClusters": [CLUSTER]})
+            await admin.put(f"/admin/v2/namespaces/{namespace}")
+        except (OSError, AdminError, ValueError) as exc:
+            raise StackError(f"{self._label}: cannot create namespace {namespace}: "
+                             f"{unreachable(exc)}") from None
+
+    async def ready(self, timeout_s: float, progress: Progress) -> None:
+        admin = PulsarAdmin(self._admin_url)
+        try:
+            self._version = await asyncio.wait_for(ready_check(admin, self._config.namespace), timeout_s)
+        except (OSError, AdminError, ValueError, TimeoutError) as exc:
+            raise StackError(f"{self._label}: the Pulsar standalone on {self._admin_url} is not ready: "
+                             f"{unreachable(exc)}") from None
+
+    async def down(self) -> None:
+        if self._proc is not None:
+            await asyncio.to_thread(stop_process, self._proc)
+            self._proc = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def describe(self) -> StackDescription:
+        config = {**self._config.describe(), "journalSyncData": "true" if self._fsync else "false",
+                  "heap": self._heap, "data_dir": str(self._dir)}
+        return StackDescription(
+            runtime="local",
+            endpoints={"pulsar": self._service_url, ADMIN_ENDPOINT: self._admin_url},
+            pids=(self._proc.pid,) if self._proc is not None else (),
+            version=self._version,
+            config=config,
+        )
+
+
+def _last_error(log: Path) -> str:
+    """The most telling line of a failed start: the last ERROR or exception line."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        if " ERROR " in line or "Exception:" in line or line.startswith("Error"):
+            return line.strip()[:300]
+    return ""
+
+
+async def ready_check(admin: PulsarAdmin, namespace: str) -> str:
+    """The broker's version, once the admin API answers and a topic can be created in
+    `namespace` (which also makes the broker own the namespace's first bundle)."""
+    clusters = await admin.get("/admin/v2/clusters")
+    if not clusters:
+        raise AdminError(503, "the cluster has no clusters configured yet")
+    tenant = namespace.split("/")[0]
+    try:
+        namespaces = await admin.get(f"/admin/v2/namespaces/{tenant}")
+    except AdminError as exc:
+        raise AdminError(exc.status, f"namespace {namespace}: {exc.reason}") from None
+    if namespace not in namespaces:
+        raise AdminError(404, f"namespace {namespace} does not exist (set one with "
+                              "pulsar:namespace=TENANT/NAMESPACE)")
+    probe = f"/admin/v2/{topic_path(True, namespace, f'{_PROBE_TOPIC}-{os.getpid()}-{time.time_ns()}')}"
+    await admin.put(probe)
+    with contextlib.suppress(AdminError):
+        await admin.delete(f"{probe}?force=true")
+    return await admin.version()
+
+
+class PulsarExternalStack(Stack):
+    runtime = "external"
+
+    def __init__(self, target: Target, label: str) -> None:
+        assert target.address is not None
+        local_only = sorted(target.explicit & {"admin_port", "heap", "fsync"})
+        if local_only:
+            raise TargetError(f"target {target.spec!r}: {', '.join(local_only)} apply to a local "
+                              "standalone only, not to an existing cluster")
+        self._label = label
+        self._config = PulsarTargetConfig.of(target)
+        self._service, self._admin = parse_address(target.address)
+        self._version = ""
+
+    async def up(self, progress: Progress) -> None:
+        progress(f"{self._label}: using the existing cluster at {self._service} (admin {self._admin})")
+
+    async def ready(self, timeout_s: float, progress: Progress) -> None:
+        admin = PulsarAdmin(self._admin, timeout_s=min(10.0, timeout_s))
+        try:
+            self._version = await asyncio.wait_for(ready_check(admin, self._config.namespace), timeout_s)
+        except (OSError, AdminError, ValueError, TimeoutError) as exc:
+            raise StackError(f"{self._label}: cannot reach the Pulsar admin API at {self._admin}: "
+                             f"{unreachable(exc)}") from None
+        host, port = host_port(self._service, DEFAULT_SERVICE_PORT)
+        try:
+            await probe_tcp(host, port, min(10.0, timeout_s))
+        except (OSError, TimeoutError) as exc:
+            raise StackError(f"{self._label}: cannot reach the Pulsar service at {self._service}: "
+                             f"{unreachable(exc)}") from None
+
+    async def down(self) -> None:
+        return None
+
+    def describe(self) -> StackDescription:
+        return StackDescription(runtime="external",
+                                endpoints={"pulsar": self._service, ADMIN_ENDPOINT: self._admin},
+                                version=self._version, config=self._config.describe())

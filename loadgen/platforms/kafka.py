@@ -1,0 +1,458 @@
+"""Kafka-API driver (aiokafka) for Apache Kafka in KRaft and ZooKeeper mode and for Redpanda: a
+topic is a Kafka topic created through the admin API, a subscription is a consumer group.
+
+Each record carries its intended send time in ns as the decimal ASCII value of header `t`; the
+payload is exactly `messageSize` bytes. Consumers commit automatically every
+`commit_interval_ms` and on close, so the group's committed lag drains to 0 after a run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, for_code
+
+from collectors.base import Collector
+from collectors.kafka import KafkaLag, TopicActivity, topic_activity
+from collectors.resources import resource_collectors
+from compose.docker_stacks import KafkaDockerStack, RedpandaDockerStack
+from compose.kafka import (
+    KAFKA_3,
+    KafkaExternalStack,
+    KafkaLocalStack,
+    parse_heap,
+    parse_version,
+    parse_zookeeper_version,
+)
+from compose.stack import Stack, StackDescription
+from loadgen.errors import DriverError, StackError
+from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
+from loadgen.platforms.runtime import runtime_options
+from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
+from loadgen.target import OptionSpec, Target, parse_bool, parse_positive_int
+
+INTENDED_HEADER = "t"
+RECEIVE_TIMEOUT_MS = 100
+ASSIGNMENT_TIMEOUT_S = 30.0
+REQUEST_TIMEOUT_MS = 30_000
+
+
+def topic_name(target: Target, run_topic: str) -> str:
+    """The Kafka topic behind one of the run's topics: the run's own unique name, or the
+    `topic` option (`NAME`, then `NAME-1`, `NAME-2` … for further topics of the workload)."""
+    chosen = target.options.get("topic")
+    if not chosen:
+        return run_topic
+    index = run_topic.rsplit("-", 1)[-1]
+    return f"{chosen}-{index}" if index.isdigit() and index != "0" else chosen
+
+
+def group_id(topic: str, subscription: str) -> str:
+    """Consumer groups are per topic, so targets sharing a cluster never share a group."""
+    return f"{topic}.{subscription}"
+
+
+def _failure(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class KafkaProducer(Producer):
+    """One AIOKafkaProducer. A batch is appended to the client's accumulator in one go, then
+    its acknowledgements are awaited; the client batches per partition by its own rules
+    (batch_size, linger_ms) and keeps requests in flight while the run loop adds more."""
+
+    max_in_flight = 16
+
+    def __init__(self, producer: AIOKafkaProducer, topic: str, partitions: list[int]) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._partitions = partitions
+        self._next = 0
+
+    async def send_batch(self, batch: Sequence[OutMessage]) -> None:
+        send = self._producer.send
+        topic = self._topic
+        # unkeyed records stick to one partition per batch and the batches take turns, like
+        # the Java client's sticky partitioner; keyed records go by murmur2 of the key
+        self._next = (self._next + 1) % len(self._partitions)
+        sticky = self._partitions[self._next]
+        acks = []
+        for m in batch:
+            acks.append(await send(topic, m.payload, key=m.key,
+                                   partition=sticky if m.key is None else None,
+                                   headers=[(INTENDED_HEADER, b"%d" % m.intended_ns)]))
+        for ack in acks:
+            await ack
+
+    async def close(self) -> None:
+        await self._producer.stop()
+
+
+class _Assignments(ConsumerRebalanceListener):
+    def __init__(self) -> None:
+        self.assigned = asyncio.Event()
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        return None
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.assigned.set()
+
+
+class KafkaConsumer(Consumer):
+    def __init__(self, consumer: AIOKafkaConsumer, group: str, activity: TopicActivity,
+                 track_ids: bool) -> None:
+        self._consumer = consumer
+        self._group = group
+        self._activity = activity
+        self._track = track_ids
+        activity.attach(group, consumer)
+
+    async def receive(self) -> ReceivedBatch | None:
+        data = await self._consumer.getmany(timeout_ms=RECEIVE_TIMEOUT_MS)
+        if not data:
+            return None
+        receive_ns = time.time_ns()
+        intended: list[int] = []
+        created: list[int] = []
+        size = 0
+        ids: list[tuple[int, str]] | None = [] if self._track else None
+        for tp, records in data.items():
+            for r in records:
+                for key, value in r.headers:
+                    if key == INTENDED_HEADER:
+                        intended.append(int(value))
+                        break
+                else:
+                    raise DriverError(f"record {tp.topic}/{tp.partition}@{r.offset} has no "
+                                      f"'{INTENDED_HEADER}' header: was it written by streambench?")
+                if r.timestamp_type == 0:  # CreateTime (not the broker's LogAppendTime)
+                    created.append(r.timestamp)
+                size += len(r.value)
+            if ids is not None:
+                ids.extend((tp.partition, str(r.offset)) for r in records)
+        self._activity.record_createtime(receive_ns / 1e6, created)
+        return ReceivedBatch(receive_ns, intended, size, ids)
+
+    async def close(self) -> None:
+        self._activity.detach(self._group, self._consumer)
+        await self._consumer.stop()  # commits what was consumed, leaves the group
+
+
+class KafkaDriver(Driver):
+    def __init__(self, target: Target, bootstrap: str, product: str) -> None:
+        self._target = target
+        self._bootstrap = bootstrap
+        self._product = product
+        self._opts = target.options
+        self._admin: AIOKafkaAdminClient | None = None
+        self._brokers = 0
+        self._created: set[str] = set()
+
+    def _where(self) -> str:
+        return f"{self._product} at {self._bootstrap}"
+
+    async def connect(self) -> None:
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap,
+                                          request_timeout_ms=REQUEST_TIMEOUT_MS,
+                                          client_id="streambench-admin")
+        try:
+            await asyncio.wait_for(self._admin.start(), 15)
+            cluster = await asyncio.wait_for(self._admin.describe_cluster(), 15)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            raise DriverError(f"cannot reach {self._where()}: {_failure(exc)}") from None
+        self._brokers = len(cluster["brokers"])
+
+    def _replication(self) -> int:
+        return int(self._opts.get("replication") or min(3, max(1, self._brokers)))
+
+    def _topic_configs(self) -> dict[str, str]:
+        configs = {}
+        if self._opts.get("flush_messages") is not None:
+            configs["flush.messages"] = str(self._opts["flush_messages"])
+        if self._opts.get("flush_ms") is not None:
+            configs["flush.ms"] = str(self._opts["flush_ms"])
+        return configs
+
+    async def create_topic(self, name: str, partitions: int, subscriptions: list[str]) -> None:
+        assert self._admin is not None
+        topic = topic_name(self._target, name)
+        replication = self._replication()
+        try:
+            existing = topic in await self._admin.list_topics()
+            if existing:
+                await self._check_shape(topic, partitions, replication)
+            else:
+                response = await self._admin.create_topics(
+                    [NewTopic(topic, partitions, replication, topic_configs=self._topic_configs())])
+                for entry in response.topic_errors:
+                    code, message = entry[1], (entry[2] if len(entry) > 2 else "") or ""
+                    if code:
+                        raise DriverError(f"cannot create topic {topic} ({partitions} partitions, "
+                                          f"replication {replication}) on {self._where()}: "
+                                          f"{for_code(code).__name__} {message}".rstrip())
+                if not self._opts.get("topic"):
+                    self._created.add(topic)  # a topic the user named outlives the run
+            await self._wait_leaders(topic, partitions)
+            await self._start_groups_at_end(topic, partitions,
+                                            [group_id(topic, s) for s in subscriptions])
+        except KafkaError as exc:
+            raise DriverError(f"cannot set up topic {topic} on {self._where()}: {_failure(exc)}") from None
+
+    async def _describe(self, topic: str) -> dict[str, Any]:
+        assert self._admin is not None
+        (described,) = await self._admin.describe_topics([topic])
+        return dict(described)
+
+    async def _check_shape(self, topic: str, partitions: int, replication: int) -> None:
+        """An existing topic must have the workload's partitions, and the replication factor
+        when the target sets one."""
+        described = await self._describe(topic)
+        have_p = len(described["partitions"])
+        have_r = max((len(p["replicas"]) for p in described["partitions"]), default=0)
+        if "replication" not in self._target.explicit:
+            replication = have_r
+        if (have_p, have_r) != (partitions, replication):
+            raise DriverError(f"topic {topic} exists with {have_p} partitions and replication "
+                              f"{have_r}, but the run needs {partitions} partitions and replication "
+                              f"{replication}: choose another topic= or match its shape")
+        if not self._opts.get("reuse_topic"):
+            raise DriverError(f"topic {topic} already exists on {self._where()}; add reuse_topic "
+                              "to run on it, or choose another topic=")
+
+    async def _wait_leaders(self, topic: str, partitions: int) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while True:
+            described = await self._describe(topic)
+            leaders = [p["leader"] for p in described.get("partitions", [])]
+            if len(leaders) == partitions and all(leader >= 0 for leader in leaders):
+                return
+            if loop.time() > deadline:
+                raise DriverError(f"topic {topic} on {self._where()} has no leader for every "
+                                  "partition after 30 s")
+            await asyncio.sleep(0.1)
+
+    async def _start_groups_at_end(self, topic: str, partitions: int, groups: list[str]) -> None:
+        """Commit the log-end offsets for each group before any consumer runs, so the groups
+        read exactly what this run produces (a reused topic's older records are skipped)."""
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        for group in groups:
+            consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, group_id=group,
+                                        enable_auto_commit=False, client_id="streambench-admin",
+                                        request_timeout_ms=REQUEST_TIMEOUT_MS)
+            try:
+                await consumer.start()
+                consumer.assign(tps)
+                ends = await consumer.end_offsets(tps)
+                await consumer.commit({tp: ends[tp] for tp in tps})
+            finally:
+                await consumer.stop()
+
+    async def producer(self, topic: str, index: int) -> Producer:
+        name = topic_name(self._target, topic)
+        opts = self._opts
+        try:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self._bootstrap, client_id=f"streambench-producer-{index}",
+                acks="all" if opts["acks"] == "all" else int(opts["acks"]),
+                linger_ms=int(opts["linger_ms"]), max_batch_size=int(opts["batch_size"]),
+                compression_type=None if opts["compression"] == "none" else opts["compression"],
+                enable_idempotence=bool(opts["idempotence"]),
+                request_timeout_ms=REQUEST_TIMEOUT_MS,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise DriverError(f"cannot make a Kafka producer with {self._target.spec}: {exc}") from None
+        try:
+            await producer.start()
+            partitions = sorted(await producer.partitions_for(name))
+        except KafkaError as exc:
+            await producer.stop()
+            raise DriverError(f"cannot start a producer on {self._where()}: {_failure(exc)}") from None
+        return KafkaProducer(producer, name, partitions)
+
+    async def consumer(self, topic: str, subscription: str, index: int, track_ids: bool) -> Consumer:
+        name = topic_name(self._target, topic)
+        group = group_id(name, subscription)
+        opts = self._opts
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self._bootstrap, group_id=group, client_id=f"streambench-consumer-{index}",
+            enable_auto_commit=True, auto_commit_interval_ms=int(opts["commit_interval_ms"]),
+            auto_offset_reset="earliest", fetch_min_bytes=int(opts["fetch_min_bytes"]),
+            fetch_max_wait_ms=int(opts["fetch_max_wait_ms"]), heartbeat_interval_ms=1000,
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+        )
+        assignments = _Assignments()
+        consumer.subscribe([name], listener=assignments)
+        try:
+            await consumer.start()
+            # the group settles before the load starts: no rebalance in the measurement
+            await asyncio.wait_for(assignments.assigned.wait(), ASSIGNMENT_TIMEOUT_S)
+        except (KafkaError, TimeoutError) as exc:
+            await consumer.stop()
+            reason = "no partitions assigned" if isinstance(exc, TimeoutError) else _failure(exc)
+            raise DriverError(f"consumer {index} of group {group} on {self._where()} did not "
+                              f"start: {reason}") from None
+        return KafkaConsumer(consumer, group, topic_activity(self._bootstrap, name), track_ids)
+
+    async def delete_topic(self, name: str) -> None:
+        topic = topic_name(self._target, name)
+        if self._admin is not None and topic in self._created:
+            await self._admin.delete_topics([topic])
+            self._created.discard(topic)
+
+    async def close(self) -> None:
+        if self._admin is not None:
+            await self._admin.close()
+            self._admin = None
+
+
+# ---- platforms ------------------------------------------------------------------------------
+
+CLIENT_OPTIONS = {
+    "acks": OptionSpec("producer acks: 0, 1 or all (all = every in-sync replica)", default="all",
+                       choices=("0", "1", "all")),
+    "linger_ms": OptionSpec("producer linger.ms: wait this long to fill a batch",
+                            default=0, parse=parse_non_negative),
+    "batch_size": OptionSpec("producer batch.size in bytes, per partition (aiokafka keeps one "
+                             "request per broker in flight, so a batch is what gathers during "
+                             "one round trip; OpenMessaging Benchmark's Kafka default)",
+                             default=1024 * 1024, parse=parse_positive_int),
+    "compression": OptionSpec("producer compression.type", default="none",
+                              choices=("none", "gzip", "snappy", "lz4", "zstd")),
+    "idempotence": OptionSpec("idempotent producer (needs acks=all)", default=False,
+                              parse=parse_bool, flag=True),
+    "fetch_min_bytes": OptionSpec("consumer fetch.min.bytes", default=1, parse=parse_positive_int),
+    "fetch_max_wait_ms": OptionSpec("consumer fetch.max.wait.ms", default=500,
+                                    parse=parse_non_negative),
+    "commit_interval_ms": OptionSpec("consumer auto-commit interval (the group's committed lag "
+                                     "trails by up to this much)", default=1000,
+                                     parse=parse_positive_int),
+}
+
+TOPIC_OPTIONS = {
+    "replication": OptionSpec("topic replication factor (0 = as many brokers as there are, "
+                              "at most 3)", default=0, parse=parse_non_negative),
+    "flush_messages": OptionSpec("topic flush.messages: fsync after this many messages "
+                                 "(unset = broker default, never forced)", default=None,
+                                 parse=parse_positive_int),
+    "flush_ms": OptionSpec("topic flush.ms: fsync after this many ms (0 = every write; "
+                           "unset = broker default)", default=None, parse=parse_non_negative),
+    "topic": OptionSpec("topic name (default: a new uniquely named topic per run)", default=None),
+    "reuse_topic": OptionSpec("run on an existing topic of the same shape", default=False,
+                              parse=parse_bool, flag=True),
+}
+
+
+def _local_options(version: OptionSpec) -> dict[str, OptionSpec]:
+    return {
+        "brokers": OptionSpec("brokers of the cluster, each on its own loopback ports (docker: "
+                              "1 or 3)",
+                              default=1, parse=parse_positive_int),
+        "version": version,
+        "heap": OptionSpec("JVM heap of each broker (-Xmx/-Xms)", default="1G", parse=parse_heap),
+        "port": OptionSpec("client port of the first broker, the next brokers take the next "
+                           "ports (default: free ones)", default=0, parse=parse_port),
+        **runtime_options(("docker", "local")),
+    }
+
+
+LOCAL_ONLY = ("brokers", "version", "heap")
+
+
+def _external(target: Target, product: str) -> Stack:
+    misplaced = sorted(target.explicit & set(LOCAL_ONLY))
+    if misplaced:
+        raise StackError(f"target {target.spec!r}: {', '.join(misplaced)} shape a cluster "
+                         "streambench starts; an @ADDRESS target uses an existing one")
+    return KafkaExternalStack(target, target.label, product)
+
+
+def _kafka_stack(target: Target) -> Stack:
+    if target.runtime == "external":
+        return _external(target, "kafka")
+    if target.runtime == "docker":
+        return KafkaDockerStack(target, target.label, zookeeper=False)
+    return KafkaLocalStack(target, target.label, zookeeper=False)
+
+
+def _kafka_zk_stack(target: Target) -> Stack:
+    if target.runtime == "external":
+        return _external(target, "kafka")
+    if target.runtime == "docker":
+        return KafkaDockerStack(target, target.label, zookeeper=True)
+    return KafkaLocalStack(target, target.label, zookeeper=True)
+
+
+def _redpanda_stack(target: Target) -> Stack:
+    if target.runtime == "external":
+        return KafkaExternalStack(target, target.label, "redpanda")
+    return RedpandaDockerStack(target, target.label)
+
+
+def _driver(product: str) -> Any:
+    def make(target: Target, desc: StackDescription) -> Driver:
+        return KafkaDriver(target, desc.endpoints["kafka"], product)
+    return make
+
+
+def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
+                subscriptions: list[str]) -> list[Collector]:
+    name = topic_name(target, topic)
+    found: list[Collector] = [KafkaLag(desc.endpoints["kafka"], name, partitions,
+                                       [group_id(name, s) for s in subscriptions])]
+    found[:0] = resource_collectors(target, desc)
+    return found
+
+
+PLATFORMS = [
+    Platform(
+        name="kafka",
+        summary="Apache Kafka in KRaft mode (combined broker+controller nodes), aiokafka clients",
+        options={
+            **_local_options(OptionSpec("Kafka release: 3.9, 4 or an exact 3.9.x / 4.x.y",
+                                        default=KAFKA_3, parse=parse_version)),
+            **CLIENT_OPTIONS, **TOPIC_OPTIONS,
+        },
+        runtimes=("docker", "local", "external"),
+        address_example="HOST:PORT[,HOST:PORT...]",
+        make_stack=_kafka_stack,
+        make_driver=_driver("kafka"),
+        make_collectors=_collectors,
+    ),
+    Platform(
+        name="kafka-zk",
+        summary="Apache Kafka 3.9 with ZooKeeper, aiokafka clients",
+        options={
+            **_local_options(OptionSpec("Kafka release (ZooKeeper mode: 3.9 only)",
+                                        default=KAFKA_3, parse=parse_zookeeper_version)),
+            **CLIENT_OPTIONS, **TOPIC_OPTIONS,
+        },
+        runtimes=("docker", "local", "external"),
+        address_example="HOST:PORT[,HOST:PORT...]",
+        make_stack=_kafka_zk_stack,
+        make_driver=_driver("kafka"),
+        make_collectors=_collectors,
+    ),
+    Platform(
+        name="redpanda",
+        summary="Redpanda through its Kafka API, aiokafka clients (existing cluster: redpanda@HOST:PORT)",
+        options={
+            "brokers": OptionSpec("brokers of the cluster: 1 or 3", default=1,
+                                  parse=parse_positive_int),
+            "port": OptionSpec("Kafka API port of the first broker, the next brokers take the "
+                               "next ports (default: free ones)", default=0, parse=parse_port),
+            **runtime_options(("docker",)),
+            **CLIENT_OPTIONS, **TOPIC_OPTIONS,
+        },
+        runtimes=("docker", "external"),
+        address_example="HOST:PORT[,HOST:PORT...]",
+        make_stack=_redpanda_stack,
+        make_driver=_driver("redpanda"),
+        make_collectors=_collectors,
+    ),
+]

@@ -1,0 +1,116 @@
+"""Where a target's brokers run, and the TARGET options of the docker runtime that every
+platform with one shares: per-broker CPU and memory limits, the telemetry source, keeping the
+data volumes.
+
+The runtime of a target is, first match wins: its own `runtime=` option; `--runtime` of the
+run; $STREAMBENCH_RUNTIME where the platform has that runtime; docker when a Docker engine (and
+a compose CLI) answers and the platform has a docker runtime; else the platform's last runtime
+(local). `PLATFORM@ADDRESS` is always the external runtime. Limits follow the same order: the
+target's `cpus=`/`memory=`, then the run's `--cpus`/`--memory` (or the workload's
+brokerCpus/brokerMemory); they apply to docker targets only."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from compose.docker import engine_answers, parse_cpus, parse_memory
+from loadgen.errors import TargetError
+from loadgen.target import OptionSpec, Target, parse_bool
+
+RUNTIME_ENV = "STREAMBENCH_RUNTIME"
+RUNTIMES = ("docker", "local")
+RESOURCE_SOURCES = ("docker", "cadvisor", "process")
+DOCKER_ONLY = ("cpus", "memory", "keep")
+
+
+def runtime_options(runtimes: tuple[str, ...]) -> dict[str, OptionSpec]:
+    """The `runtime` option and the docker runtime's options, for a platform that can run in
+    the given runtimes (besides external)."""
+    default_rule = ("docker when a Docker engine answers, else local" if len(runtimes) > 1
+                    else runtimes[0])
+    return {
+        "runtime": OptionSpec(f"where the brokers run (default: {default_rule})", default=None,
+                              choices=runtimes),
+        "cpus": OptionSpec("docker: CPU limit of each broker container, e.g. 6 (default: none)",
+                           default=None, parse=parse_cpus),
+        "memory": OptionSpec("docker: memory limit of each broker container, e.g. 2.67g "
+                             "(default: none)", default=None, parse=parse_memory),
+        "resources": OptionSpec("source of the CPU and memory figures (default: docker stats for "
+                                "containers, the process tree for local brokers; cadvisor adds "
+                                "a cAdvisor container to the stack)", default=None,
+                                choices=RESOURCE_SOURCES),
+        "keep": OptionSpec("docker: keep the data volumes after the run", default=False,
+                           parse=parse_bool, flag=True),
+    }
+
+
+def default_runtime(name: str, runtimes: tuple[str, ...], chosen: str | None = None) -> str:
+    """The runtime of a target that names none (see the module's docstring)."""
+    if chosen is not None:
+        if chosen not in runtimes:
+            raise TargetError(f"{name} has no {chosen} runtime (it runs: {', '.join(runtimes)}; "
+                              f"an existing cluster: {name}@HOST:PORT)")
+        return chosen
+    preferred = os.environ.get(RUNTIME_ENV)
+    if preferred in runtimes:
+        return preferred
+    if "docker" in runtimes and (len(runtimes) == 1 or engine_answers()):
+        return "docker"
+    return runtimes[-1]
+
+
+def place(target: Target, runtimes: tuple[str, ...], chosen: str | None = None) -> Target:
+    """Fill in the runtime of a parsed target and check the options that depend on it."""
+    if "runtime" not in target.options:
+        return target
+    if target.address is not None:
+        check(target)
+        return target
+    runtime = target.options["runtime"] or default_runtime(target.platform, runtimes, chosen)
+    options = {**target.options, "runtime": runtime}
+    placed = dataclasses.replace(target, options=options)
+    check(placed)
+    return placed
+
+
+def check(target: Target) -> None:
+    opts = target.options
+    if target.runtime == "docker":
+        return
+    misplaced = sorted(k for k in DOCKER_ONLY if k in target.explicit)
+    if misplaced:
+        hint = "add runtime=docker" if target.address is None else "it is an existing cluster"
+        raise TargetError(f"target {target.spec!r}: {', '.join(misplaced)} apply to containers "
+                          f"streambench starts ({hint}); leave them out")
+    if opts.get("resources") in ("docker", "cadvisor"):
+        raise TargetError(f"target {target.spec!r}: resources={opts['resources']} needs the "
+                          f"docker runtime; this target runs {target.runtime}")
+
+
+def with_run_settings(target: Target, cpus: float | None = None, memory: str | None = None,
+                      resources: str | None = None, keep: bool = False) -> Target:
+    """The run's --cpus/--memory/--resources/--keep filled into a target that does not set
+    them itself (limits and keep: docker targets only)."""
+    if "runtime" not in target.options or target.address is not None:
+        return target
+    docker = target.runtime == "docker"
+    fill: dict[str, Any] = {}
+    if docker and cpus is not None and "cpus" not in target.explicit:
+        fill["cpus"] = cpus
+    if docker and memory is not None and "memory" not in target.explicit:
+        try:
+            fill["memory"] = parse_memory(str(memory))
+        except ValueError as exc:
+            raise TargetError(f"--memory {memory}: {exc}") from None
+    if docker and keep and "keep" not in target.explicit:
+        fill["keep"] = True
+    if resources is not None and "resources" not in target.explicit:
+        if not docker and resources != "process":
+            raise TargetError(f"--resources {resources} needs the docker runtime; target "
+                              f"{target.spec!r} runs locally")
+        fill["resources"] = resources
+    if not fill:
+        return target
+    return dataclasses.replace(target, options={**target.options, **fill})

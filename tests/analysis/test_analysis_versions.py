@@ -1,0 +1,87 @@
+"""Runs of different run-file schema versions read together.
+
+A synthetic version 2 run is a version 1 run rewritten as a later writer would write it: an
+extra column in its tables and `schema_version: 2` (with `min_reader_version: 1`, since only
+columns were added). Today's reader reports it alongside version 1 runs; a reader that knows
+the new column (a version 2 reader) gets it from the new run and null from the old one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.compute import compute_report
+from analysis.runs import load_runs, read_table
+from analysis.schema import SCHEMAS
+from loadgen.errors import ReportError
+from tests.analysis.synthetic_runs import SyntheticRun
+
+pytestmark = pytest.mark.spark
+
+EXTRA = pa.field("gc_pause_ms", pa.float64(), nullable=True)
+
+
+def _as_version_2(v1: Path, v2: Path, run_id: str, min_reader: int = 1) -> None:
+    """Copy a run, adding EXTRA to its ticks and latency files and bumping its version."""
+    shutil.copytree(v1, v2)
+    for table in ("ticks", "latency"):
+        for f in sorted((v2 / table).glob("part-*.parquet")):
+            data = pq.read_table(f)
+            extra = pc.multiply(pc.cast(data["seq"], pa.float64()), 0.5)
+            data = data.append_column(EXTRA, extra)
+            meta = dict(data.schema.metadata or {})
+            meta[b"streambench.schema_version"] = b"2"
+            pq.write_table(data.replace_schema_metadata(meta), f, compression="zstd")
+    doc = json.loads((v2 / "run.json").read_text())
+    doc.update(schema_version=2, min_reader_version=min_reader, run_id=run_id)
+    (v2 / "run.json").write_text(json.dumps(doc))
+
+
+def test_version_2_run_reads_alongside_version_1(spark, run_b: SyntheticRun,
+                                                 tmp_path: Path) -> None:
+    v2 = tmp_path / "run-v2"
+    _as_version_2(run_b.run_dir, v2, "run-v2")
+    assert "gc_pause_ms" in pq.read_schema(next((v2 / "ticks").glob("part-*.parquet"))).names
+    runs = load_runs([run_b.run_dir, v2])
+    data = compute_report(spark, runs)
+    old, new = data.targets
+    assert (old.label, new.label) == ("alpha (run-b)", "alpha (run-v2)")
+    # the same measurements, whatever the file version
+    assert new.throughput == old.throughput
+    for kind in old.latency:
+        assert new.latency[kind] == old.latency[kind]
+    assert new.series["produce_mb_s"].trend == old.series["produce_mb_s"].trend
+
+    # a reader that knows the new column: null for the old run, the values for the new one
+    future = SCHEMAS["ticks"].append(EXTRA)
+    rows = read_table(spark, runs, "ticks", future).select("run_id", "seq", "gc_pause_ms")
+    by_run: dict[str, list] = {}
+    for r in rows.collect():
+        by_run.setdefault(r["run_id"], []).append((r["seq"], r["gc_pause_ms"]))
+    assert all(v is None for _, v in by_run["run-b"])
+    assert all(v == seq * 0.5 for seq, v in by_run["run-v2"])
+    assert len(by_run["run-b"]) == len(by_run["run-v2"]) == len(run_b.ticks)
+
+
+def test_run_needing_a_newer_reader_is_refused(run_b: SyntheticRun, tmp_path: Path) -> None:
+    v2 = tmp_path / "run-v2-only"
+    _as_version_2(run_b.run_dir, v2, "run-v2-only", min_reader=2)
+    with pytest.raises(ReportError) as exc:
+        load_runs([run_b.run_dir, v2])
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert msg == (f"{v2} has run-file schema version 2 (readable from version 2); this "
+                   "streambench reads version 1: upgrade streambench")
+
+
+def test_version_1_run_json_says_which_reader_it_needs(run_b: SyntheticRun) -> None:
+    doc = json.loads((run_b.run_dir / "run.json").read_text())
+    assert (doc["schema_version"], doc["min_reader_version"]) == (1, 1)
+    meta = pq.read_schema(next((run_b.run_dir / "ticks").glob("part-*.parquet"))).metadata
+    assert meta[b"streambench.min_reader_version"] == b"1"

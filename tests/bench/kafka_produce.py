@@ -1,0 +1,179 @@
+"""Benchmark: streambench's Kafka driver next to Kafka's own tools, on one local KRaft broker
+started for the purpose, in the same run.
+
+1. End-to-end latency (first, on the fresh broker): a streambench run at a fixed rate (default
+   5,000 msg/s, 1 producer, 1 consumer, 1 partition) next to
+   `org.apache.kafka.tools.EndToEndLatency`, which sends one record at a time and waits for it
+   to come back (a round-trip latency at whatever rate that allows, so comparable in the low
+   percentiles only; it prints whole milliseconds).
+2. Maximum produce rate: a streambench run at rate 0 with no consumers against
+   `org.apache.kafka.tools.ProducerPerformance` with the same record size, acks, batch.size,
+   linger.ms and compression. streambench's acknowledged count is checked against the
+   topic's log-end offsets.
+
+Prints the figures and their ratios."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from compose.kafka import KAFKA_3, KafkaLocalStack, KafkaRuntime, kafka_runtime
+from loadgen.histogram import HistogramSnapshot, percentiles
+from loadgen.pacing import run_precise
+from loadgen.platforms import resolve_target
+from loadgen.run import Run
+from loadgen.target import unique_labels
+from loadgen.tick import Phase, Tick
+from loadgen.workload import Workload
+
+PERCENTILES = [50.0, 99.0, 99.9]
+
+
+def progress(message: str) -> None:
+    print(f"  {message}", file=sys.stderr)
+
+
+def measured_rate(run_dir: Path) -> float:
+    ticks = ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pydict()
+    rows = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    return sum(ticks["produced"][i] for i in rows) / sum(ticks["interval_s"][i] for i in rows)
+
+
+async def log_end_total(bootstrap: str, topic: str, partitions: int) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+        return sum(ends.values())
+    finally:
+        await consumer.stop()
+
+
+def client_options(args: argparse.Namespace) -> str:
+    return (f"acks={args.acks},linger_ms={args.linger_ms},batch_size={args.batch_size},"
+            f"compression={args.compression}")
+
+
+def streambench_max_rate(bootstrap: str, args: argparse.Namespace, out: Path) -> float:
+    topic = f"bench-produce-{time.time_ns()}"
+    workload = Workload(name="bench-kafka-produce", rate=0, message_size=args.size,
+                        producers=args.producers, subscriptions=0, duration_s=args.seconds,
+                        warmup_s=3)
+    target = resolve_target(f"kafka:{client_options(args)},topic={topic}@{bootstrap}")
+    summary = run_precise(Run(workload, unique_labels([target]), out_dir=out).execute())
+    acked, errors = summary.targets[0].produced, summary.targets[0].send_errors
+    stored = asyncio.run(log_end_total(bootstrap, topic, 1))
+    if errors or stored != acked:
+        raise SystemExit(f"count mismatch: streambench acked {acked} (+{errors} errors), "
+                         f"the topic holds {stored} records")
+    return measured_rate(out)
+
+
+def producer_performance(runtime: KafkaRuntime, bootstrap: str, args: argparse.Namespace,
+                         records: int) -> float:
+    compression = "none" if args.compression == "none" else args.compression
+    argv = runtime.tool_argv(
+        "org.apache.kafka.tools.ProducerPerformance", "--topic", f"bench-pp-{time.time_ns()}",
+        "--num-records", str(records), "--record-size", str(args.size), "--throughput", "-1",
+        "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={args.acks}",
+        f"batch.size={args.batch_size}", f"linger.ms={args.linger_ms}",
+        f"compression.type={compression}", "enable.idempotence=false")
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    # the last line is the summary: "N records sent, R records/sec (…)"
+    return float(re.findall(r"records sent, ([\d.]+) records/sec", out)[-1])
+
+
+def streambench_latency(bootstrap: str, args: argparse.Namespace, out: Path) -> HistogramSnapshot:
+    workload = Workload(name="bench-kafka-e2e", rate=args.latency_rate, message_size=args.size,
+                        duration_s=args.seconds, warmup_s=3)
+    target = resolve_target(f"kafka:{client_options(args)}@{bootstrap}")
+    run = Run(workload, unique_labels([target]), out_dir=out)
+    snaps: list[HistogramSnapshot] = []
+
+    def keep(item: object) -> None:
+        if isinstance(item, Tick) and item.phase is Phase.MEASURING:
+            snaps.append(item.e2e_latency)
+
+    run.subscribe(keep)
+    run_precise(run.execute())
+    return HistogramSnapshot.merge(snaps)
+
+
+def end_to_end_latency(runtime: KafkaRuntime, bootstrap: str, args: argparse.Namespace
+                       ) -> dict[str, float]:
+    # EndToEndLatency broker_list topic num_messages producer_acks message_size_bytes
+    argv = runtime.tool_argv("org.apache.kafka.tools.EndToEndLatency", bootstrap,
+                             f"bench-e2e-{time.time_ns()}", str(args.e2e_messages), args.acks,
+                             str(args.size))
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    avg = float(re.search(r"Avg latency: ([\d.]+) ms", out).group(1))  # type: ignore[union-attr]
+    p = re.search(r"50th = ([\d.]+), 99th = ([\d.]+), 99.9th = ([\d.]+)", out)
+    assert p is not None, out
+    return {"avg": avg, "p50": float(p.group(1)), "p99": float(p.group(2)), "p99.9": float(p.group(3))}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--seconds", type=float, default=15, help="measured seconds per run")
+    parser.add_argument("--producers", type=int, default=1)
+    parser.add_argument("--acks", default="all", choices=("0", "1", "all"))
+    parser.add_argument("--linger-ms", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=1024 * 1024)
+    parser.add_argument("--compression", default="none")
+    parser.add_argument("--latency-rate", type=float, default=5000)
+    parser.add_argument("--e2e-messages", type=int, default=5000)
+    parser.add_argument("--version", default=KAFKA_3)
+    args = parser.parse_args()
+
+    target = resolve_target(f"kafka:runtime=local,version={args.version}")
+    stack = KafkaLocalStack(target, "bench", zookeeper=False)
+    work = Path(tempfile.mkdtemp(prefix="streambench-bench-"))
+    try:
+        runtime = asyncio.run(kafka_runtime(args.version, progress))
+        asyncio.run(stack.up(progress))
+        asyncio.run(stack.ready(120, progress))
+        bootstrap = stack.describe().endpoints["kafka"]
+        print(f"Kafka {args.version}, 1 KRaft broker (heap {target.options['heap']}), "
+              f"{args.size} B records, acks={args.acks}, batch.size={args.batch_size}, "
+              f"linger.ms={args.linger_ms}, compression={args.compression}")
+
+        # latency first, on the fresh broker: the throughput runs leave it flushing
+        # hundreds of MB of dirty pages for a while
+        e2e = streambench_latency(bootstrap, args, work / "latency")
+        ps = percentiles(e2e, PERCENTILES) / 1e6
+        tool = end_to_end_latency(runtime, bootstrap, args)
+        print(f"\nend-to-end latency, ms (streambench: {args.latency_rate:,.0f} msg/s paced, "
+              f"{e2e.total:,} messages; EndToEndLatency: {args.e2e_messages:,} sequential round trips)")
+        print(f"  {'':24} {'avg':>8} {'p50':>8} {'p99':>8} {'p99.9':>8}")
+        print(f"  {'streambench':24} {e2e.mean / 1e6:8.3f} {ps[0]:8.3f} {ps[1]:8.3f} {ps[2]:8.3f}")
+        print(f"  {'EndToEndLatency':24} {tool['avg']:8.3f} {tool['p50']:8.3f} {tool['p99']:8.3f} "
+              f"{tool['p99.9']:8.3f}")
+        print(f"  ratio p50 streambench / EndToEndLatency: {ps[0] / tool['p50']:.2f}")
+
+        ours = streambench_max_rate(bootstrap, args, work / "max-rate")
+        theirs = producer_performance(runtime, bootstrap, args, max(200_000, int(ours * args.seconds)))
+        print("\nmaximum produce rate (streambench's acked count checked against the log-end offsets)")
+        for name, rate in (("streambench", ours), ("ProducerPerformance", theirs)):
+            print(f"  {name:24} {rate:>10,.0f} msg/s  {rate * args.size / 1e6:7.1f} MB/s")
+        print(f"  ratio streambench / ProducerPerformance: {ours / theirs:.2f}")
+    finally:
+        asyncio.run(stack.down())
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Benchmark: maximum produce rate of streambench's Pulsar driver next to Pulsar's own
+`pulsar-perf produce`, on one local Pulsar standalone started for the purpose, in the same run.
+
+Both send messages of the same size to a topic with the same number of partitions, with the
+same producer batching (max messages, max bytes, delay), as fast as the broker acknowledges:
+streambench as a run at rate 0 with no consumers, pulsar-perf with a rate far beyond reach. streambench's
+acknowledged count is checked against the topic's msgInCounter. (streambench's messages also
+carry their send time in a property; pulsar-perf's carry nothing.)
+
+Prints both rates and their ratio."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pyarrow.dataset as ds
+
+from compose.pulsar import ADMIN_ENDPOINT, PULSAR_VERSION, PulsarLocalStack, distribution, topic_path
+from loadgen.pacing import run_precise
+from loadgen.platforms import resolve_target
+from loadgen.run import Run
+from loadgen.target import unique_labels
+from loadgen.tick import Phase, PhaseChange
+from loadgen.workload import Workload
+
+# pulsar-perf always paces with a rate limiter (it refuses 0): a rate no broker here reaches
+UNLIMITED_RATE = 100_000_000
+
+
+def progress(message: str) -> None:
+    print(f"  {message}", file=sys.stderr)
+
+
+def measured_rate(run_dir: Path) -> float:
+    ticks = ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pydict()
+    rows = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    return sum(ticks["produced"][i] for i in rows) / sum(ticks["interval_s"][i] for i in rows)
+
+
+def admin_json(admin: str, path: str, method: str = "GET", body: object = None) -> object:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{admin}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        text = response.read()
+    return json.loads(text) if text else None
+
+
+def batching_options(args: argparse.Namespace) -> str:
+    if not args.batching:
+        return "batching=false"
+    return (f"batching=true,batch_max_messages={args.batch_max_messages},"
+            f"batch_max_bytes={args.batch_max_bytes},batch_delay_ms={args.batch_delay_ms}")
+
+
+def streambench_max_rate(service: str, admin: str, args: argparse.Namespace, out: Path) -> float:
+    workload = Workload(name="bench-pulsar-produce", rate=0, message_size=args.size,
+                        partitions=args.partitions, producers=args.producers, subscriptions=0,
+                        duration_s=args.seconds, warmup_s=3)
+    target = resolve_target(f"pulsar:{batching_options(args)}@{service},{admin}")
+    run = Run(workload, unique_labels([target]), out_dir=out)
+    # the run deletes its topic from an existing cluster when it closes: count before that
+    topic = f"streambench-{run.run_id}-0-0"
+    counted: dict[str, int] = {}
+
+    def before_close(item: object) -> None:
+        if isinstance(item, PhaseChange) and item.phase is Phase.WRITING and not counted:
+            stats = admin_json(admin, f"/admin/v2/{topic_path(True, 'public/default', topic)}"
+                                      "/partitioned-stats")
+            assert isinstance(stats, dict)
+            counted["in"] = int(stats["msgInCounter"])
+
+    run.subscribe(before_close)
+    summary = run_precise(run.execute())
+    acked, errors = summary.targets[0].produced, summary.targets[0].send_errors
+    stored = counted.get("in")
+    if errors or (stored is not None and stored != acked):
+        raise SystemExit(f"count mismatch: streambench acked {acked} (+{errors} errors), "
+                         f"the broker counted {stored} messages in")
+    print(f"  streambench acked {acked:,} messages; the broker's msgInCounter: {stored:,}"
+          if stored is not None else f"  streambench acked {acked:,} messages")
+    return measured_rate(out)
+
+
+def pulsar_perf(home: Path, service: str, admin: str, args: argparse.Namespace, work: Path) -> float:
+    topic = f"bench-perf-{time.time_ns()}"
+    admin_json(admin, f"/admin/v2/{topic_path(True, 'public/default', topic)}/partitions", "PUT",
+               args.partitions)
+    argv = [str(home / "bin" / "pulsar-perf"), "produce", "-u", service, "-au", admin,
+            "-r", str(UNLIMITED_RATE), "-s", str(args.size), "-n", str(args.producers),
+            "-time", str(int(args.seconds + 3)), "--warmup-time", "3"]
+    if args.batching:
+        argv += ["-bm", str(args.batch_max_messages), "-bb", str(args.batch_max_bytes),
+                 "-b", str(args.batch_delay_ms)]
+    else:
+        argv += ["-db"]
+    env = {**os.environ, "PULSAR_LOG_DIR": str(work), "PULSAR_MEM": "-Xms512m -Xmx512m"}
+    out = subprocess.run([*argv, f"persistent://public/default/{topic}"], capture_output=True,
+                         text=True, env=env, timeout=args.seconds + 120)
+    text = out.stdout + out.stderr
+    # "Aggregated throughput stats --- N records sent --- R msg/s --- …"
+    found = re.findall(r"Aggregated throughput stats --- ([\d,]+) records sent --- ([\d.,]+) msg/s", text)
+    if not found:
+        raise SystemExit(f"pulsar-perf printed no summary (exit {out.returncode}): {text[-2000:]}")
+    return float(found[-1][1].replace(",", ""))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--seconds", type=float, default=15, help="measured seconds per run")
+    parser.add_argument("--partitions", type=int, default=1)
+    parser.add_argument("--producers", type=int, default=1)
+    parser.add_argument("--no-batching", dest="batching", action="store_false")
+    parser.add_argument("--batch-max-messages", type=int, default=1000)
+    parser.add_argument("--batch-max-bytes", type=int, default=128 * 1024)
+    parser.add_argument("--batch-delay-ms", type=int, default=1)
+    parser.add_argument("--heap", default="1g")
+    args = parser.parse_args()
+
+    stack = PulsarLocalStack(resolve_target(f"pulsar:heap={args.heap},runtime=local"), "bench")
+    work = Path(tempfile.mkdtemp(prefix="streambench-bench-"))
+    try:
+        home = asyncio.run(distribution(progress, "bench"))
+        asyncio.run(stack.up(progress))
+        asyncio.run(stack.ready(120, progress))
+        desc = stack.describe()
+        service, admin = desc.endpoints["pulsar"], desc.endpoints[ADMIN_ENDPOINT]
+        print(f"Pulsar {PULSAR_VERSION} standalone (heap {args.heap}), {args.size} B messages, "
+              f"{args.partitions} partition(s), {args.producers} producer(s), "
+              f"{batching_options(args)}")
+        ours = streambench_max_rate(service, admin, args, work / "max-rate")
+        theirs = pulsar_perf(home, service, admin, args, work)
+        print("\nmaximum produce rate")
+        for name, rate in (("streambench", ours), ("pulsar-perf produce", theirs)):
+            print(f"  {name:22} {rate:>10,.0f} msg/s  {rate * args.size / 1e6:7.1f} MB/s")
+        print(f"  ratio streambench / pulsar-perf: {ours / theirs:.2f}")
+    finally:
+        asyncio.run(stack.down())
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Fixed-rate runs with the brokers as containers (the real compose files, offline-built test
+images): Redis Streams and a 1-node KRaft Kafka. Rate within 2 %, nothing lost, lag drained,
+nothing labelled with the run left afterwards, and the CPU and memory in the ticks agreeing
+with `docker stats --no-stream` for the same container under load."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from compose.docker import RUN_LABEL
+from loadgen.pacing import run_precise
+from loadgen.platforms import resolve_target
+from loadgen.run import Run, RunSummary
+from loadgen.target import unique_labels
+from loadgen.tick import Tick
+from loadgen.workload import Workload
+from tests.containers.conftest import nothing_labelled
+from tests.integration.conftest import run_json
+
+pytestmark = pytest.mark.integration
+
+RATE = 2000.0
+WARMUP_S = 2
+DURATION_S = 15
+# docker stats and the ticks measure CPU over different one-second windows, so single samples
+# differ; their medians over the measuring phase agree within this many percentage points
+CPU_TOLERANCE_PP = 5.0
+# memory grows with the stream during the run; a docker stats sample and the tick closest in
+# time agree within this fraction (plus a little for the second between them)
+MEMORY_TOLERANCE = 0.10
+MEMORY_SLACK_BYTES = 4 * 2**20
+
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "kB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def _size(text: str) -> float:
+    m = re.fullmatch(r"([\d.]+)\s*([A-Za-z]+)", text.strip())
+    assert m is not None, text
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+@dataclass
+class StatsSampler:
+    """`docker stats --no-stream` of the run's broker container, repeated while the run goes."""
+
+    run_id: str
+    samples: list[tuple[int, float, float]] = field(default_factory=list)  # (time ns, cpu %, mem)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def _container(self) -> str | None:
+        out = subprocess.run(["docker", "ps", "-q", "--filter", f"label={RUN_LABEL}={self.run_id}"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        return out[0] if out else None
+
+    def run(self) -> None:
+        container = None
+        while container is None and not self._stop.wait(0.5):
+            container = self._container()
+        while container is not None and not self._stop.is_set():
+            res = subprocess.run(["docker", "stats", "--no-stream", "--format",
+                                  "{{.CPUPerc}}|{{.MemUsage}}", container],
+                                 capture_output=True, text=True, timeout=30)
+            if res.returncode != 0 or "|" not in res.stdout:
+                break
+            cpu, mem = res.stdout.strip().split("|")
+            self.samples.append((time.time_ns(), float(cpu.rstrip("%")),
+                                 _size(mem.split("/")[0])))
+
+    def __enter__(self) -> StatsSampler:
+        self._thread = threading.Thread(target=self.run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+@dataclass
+class DockerRun:
+    run_dir: Path
+    summary: RunSummary
+    ticks: list[Tick]
+    stats: list[tuple[int, float, float]]
+
+
+def _run(tmp_path_factory, spec: str) -> DockerRun:
+    run_dir = tmp_path_factory.mktemp(spec.split(":")[0]) / "run"
+    workload = Workload(name="docker-fixed-rate", rate=RATE, duration_s=DURATION_S,
+                        warmup_s=WARMUP_S, partitions=2, consumers=2, message_size=1024)
+    run = Run(workload, unique_labels([resolve_target(spec)]), out_dir=run_dir, track_ids=True)
+    ticks: list[Tick] = []
+    run.subscribe(lambda item: ticks.append(item) if isinstance(item, Tick) else None)
+    with StatsSampler(run.run_id) as sampler:
+        summary = run_precise(run.execute())
+    return DockerRun(run_dir, summary, ticks, sampler.samples)
+
+
+@pytest.fixture(scope="module")
+def redis_run(tmp_path_factory, docker_images) -> DockerRun:
+    return _run(tmp_path_factory, "redis:runtime=docker")
+
+
+@pytest.fixture(scope="module")
+def kafka_run(tmp_path_factory, docker_images) -> DockerRun:
+    return _run(tmp_path_factory, "kafka:runtime=docker,heap=512M")
+
+
+@pytest.fixture(params=["redis_run", "kafka_run"])
+def docker_run(request) -> DockerRun:
+    return request.getfixturevalue(request.param)
+
+
+def test_rate_within_two_percent(docker_run):
+    ticks = ds.dataset(docker_run.run_dir / "ticks", format="parquet").to_table().to_pydict()
+    rows = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    assert len(rows) == DURATION_S
+    achieved = sum(ticks["produced"][i] for i in rows) / sum(ticks["interval_s"][i] for i in rows)
+    assert abs(achieved - RATE) / RATE < 0.02, f"achieved {achieved:.1f} msg/s"
+
+
+def test_nothing_lost_and_lag_drains(docker_run):
+    (t,) = docker_run.summary.targets
+    assert t.send_errors == 0 and t.receive_errors == 0
+    assert t.produced == int(RATE * (WARMUP_S + DURATION_S))
+    assert t.consumed == t.produced == t.expected
+    assert t.duplicates == 0
+    assert t.drained and t.final_lag == 0
+
+
+def test_containers_recorded_and_removed(docker_run):
+    meta = run_json(docker_run.run_dir)
+    (target,) = meta["targets"]
+    assert target["runtime"] == "docker"
+    assert len(target["containers"]) == 1
+    assert target["config"]["compose_project"].startswith("streambench-")
+    events = ds.dataset(docker_run.run_dir / "events", format="parquet").to_table().to_pydict()
+    assert {"stack-up", "stack-down"} <= set(events["kind"])
+    nothing_labelled(meta["run_id"])
+
+
+def test_cpu_and_memory_agree_with_docker_stats(docker_run):
+    measuring = [t for t in docker_run.ticks if t.phase == "measuring"]
+    first, last = measuring[0].time_ns - 1_000_000_000, measuring[-1].time_ns
+    stats = [s for s in docker_run.stats if first <= s[0] <= last]
+    assert len(stats) >= 3, f"only {len(stats)} docker stats samples in the measuring phase"
+    ours = statistics.median(t.resources.cpu_percent for t in measuring)
+    theirs = statistics.median(cpu for _, cpu, _ in stats)
+    print(f"cpu: ticks median {ours:.1f} %, docker stats median {theirs:.1f} % ({len(stats)} samples)")
+    assert ours > 1.0
+    assert abs(ours - theirs) <= CPU_TOLERANCE_PP, f"ticks {ours:.1f} % vs docker stats {theirs:.1f} %"
+    for when, _, mem in stats:
+        tick = min(measuring, key=lambda t: abs(t.time_ns - when))
+        got = tick.resources.memory_bytes
+        print(f"memory: tick {got / 2**20:.1f} MiB, docker stats {mem / 2**20:.1f} MiB")
+        assert abs(got - mem) <= mem * MEMORY_TOLERANCE + MEMORY_SLACK_BYTES, (got, mem)

@@ -1,0 +1,209 @@
+"""Against one running Kafka broker reached through the external runtime: lag as Kafka's own
+tool reports it, the redpanda target's driver path, user-named and reused topics."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from collectors.kafka import COMMITTED_SOURCE, KafkaLag
+from loadgen.platforms import resolve_target
+from loadgen.platforms.base import OutMessage
+from loadgen.platforms.kafka import KafkaDriver, group_id
+from tests.integration.conftest import run_cli, run_json
+from tests.integration.kafka_support import (  # noqa: F401  (fixtures)
+    Cluster,
+    kafka_39,
+    kafka_cluster,
+    nothing_left_running,
+)
+from tests.integration.test_redis_run import _one_error_line
+
+pytestmark = pytest.mark.integration
+
+
+async def _topics(bootstrap: str) -> list[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return list(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
+async def _create(bootstrap: str, topic: str, partitions: int, records: int = 0) -> None:
+    driver = KafkaDriver(resolve_target(f"kafka@{bootstrap}"), bootstrap, "kafka")
+    await driver.connect()
+    try:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+        await admin.close()
+        if records:
+            producer = await driver.producer(topic, 0)
+            await producer.send_batch([OutMessage(b"old", None, 0)] * records)
+            await producer.close()
+    finally:
+        await driver.close()
+
+
+async def _lag_scenario(bootstrap: str, topic: str) -> tuple[str, dict[int, int], int]:
+    """Produce, consume everything with one group, stop it, produce more: the group's lag is
+    then what the second round put on each partition."""
+    driver = KafkaDriver(resolve_target(f"kafka@{bootstrap}"), bootstrap, "kafka")
+    await driver.connect()
+    group = group_id(topic, "sub")
+    try:
+        await driver.create_topic(topic, 3, ["sub"])
+        producer = await driver.producer(topic, 0)
+
+        async def produce(first: int, count: int) -> None:
+            await producer.send_batch([OutMessage(b"x" * 100, str(n).encode(), n)
+                                       for n in range(first, first + count)])
+
+        await produce(0, 900)
+        consumer = await driver.consumer(topic, "sub", 0, track_ids=False)
+        consumed = 0
+        while consumed < 900:
+            batch = await consumer.receive()
+            consumed += batch.count if batch is not None else 0
+        await consumer.close()  # commits its position
+        await produce(900, 500)
+        await producer.close()
+        collector = KafkaLag(bootstrap, topic, 3, [group])
+        await collector.start()
+        try:
+            snap = await collector.lag()
+        finally:
+            await collector.close()
+        return snap.source, snap.per_partition, snap.total
+    finally:
+        await driver.close()
+
+
+def _tool_lag(cluster: Cluster, group: str, topic: str) -> dict[int, int]:
+    argv = cluster.runtime.tool_argv("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                                     "--bootstrap-server", cluster.bootstrap, "--describe",
+                                     "--group", group)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
+    lags = {}
+    for line in out.splitlines():
+        cols = line.split()
+        # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID
+        if len(cols) >= 6 and cols[1] == topic and cols[2].isdigit():
+            lags[int(cols[2])] = int(cols[5])
+    return lags
+
+
+def test_lag_matches_consumer_group_command(kafka_cluster: Cluster):  # noqa: F811
+    topic = "streambench-lag-check"
+    source, ours, total = asyncio.run(_lag_scenario(kafka_cluster.bootstrap, topic))
+    theirs = _tool_lag(kafka_cluster, group_id(topic, "sub"), topic)
+    assert source == COMMITTED_SOURCE  # no consumer runs: the group's committed offsets
+    assert total == 500
+    assert ours == theirs, f"streambench {ours} vs ConsumerGroupCommand {theirs}"
+    assert len([v for v in ours.values() if v > 0]) >= 2
+
+
+def test_redpanda_target_through_external_runtime(tmp_path, kafka_cluster: Cluster,  # noqa: F811
+                                                  nothing_left_running):  # noqa: F811
+    res = run_cli(["run", f"redpanda@{kafka_cluster.bootstrap}", "--rate", "500", "--duration", "3",
+                   "--warmup", "0", "--partitions", "2", "--headless", "--track-delivery",
+                   "--out", str(tmp_path / "run")])
+    assert res.returncode == 0, res.stderr
+    meta = run_json(tmp_path / "run")
+    (target,) = meta["targets"]
+    assert target["platform"] == "redpanda" and target["runtime"] == "external"
+    totals = meta["totals"][0]
+    assert totals["consumed"] == totals["produced"] == 1500 and totals["duplicates"] == 0
+    assert totals["drained"]
+    # the run's own topic is removed again; the cluster keeps running
+    assert not any(t in target["topics"] for t in asyncio.run(_topics(kafka_cluster.bootstrap)))
+
+
+def test_topic_shape_mismatch(kafka_cluster: Cluster, nothing_left_running):  # noqa: F811
+    asyncio.run(_create(kafka_cluster.bootstrap, "shaped", 2))
+    res = run_cli(["run", f"kafka:topic=shaped@{kafka_cluster.bootstrap}", "--partitions", "3",
+                   "--headless", "--duration", "1"])
+    assert res.returncode == 2, res.stderr
+    _one_error_line(res.stderr, "topic shaped exists with 2 partitions and replication 1, but "
+                                "the run needs 3 partitions")
+    res = run_cli(["run", f"kafka:topic=shaped@{kafka_cluster.bootstrap}", "--partitions", "2",
+                   "--headless", "--duration", "1"])
+    assert res.returncode == 2, res.stderr
+    _one_error_line(res.stderr, "add reuse_topic")
+
+
+def test_reused_topic_reads_only_this_run(tmp_path, kafka_cluster: Cluster):  # noqa: F811
+    asyncio.run(_create(kafka_cluster.bootstrap, "reused", 2, records=50))
+    res = run_cli(["run", f"kafka:topic=reused,reuse_topic@{kafka_cluster.bootstrap}",
+                   "--partitions", "2", "--rate", "200", "--duration", "2", "--warmup", "0",
+                   "--headless", "--out", str(tmp_path / "run")])
+    assert res.returncode == 0, res.stderr
+    totals = run_json(tmp_path / "run")["totals"][0]
+    assert totals["consumed"] == totals["produced"] == 400  # the 50 older records are skipped
+    assert "reused" in asyncio.run(_topics(kafka_cluster.bootstrap))  # a named topic stays
+
+
+def test_flush_settings_reach_the_topic(kafka_cluster: Cluster):  # noqa: F811
+    async def scenario() -> dict[str, str]:
+        bootstrap = kafka_cluster.bootstrap
+        target = resolve_target(f"kafka:flush_messages=1,flush_ms=0,replication=1@{bootstrap}")
+        driver = KafkaDriver(target, bootstrap, "kafka")
+        await driver.connect()
+        try:
+            await driver.create_topic("streambench-fsync-0", 1, [])
+        finally:
+            await driver.close()
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            (resp,) = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, "streambench-fsync-0",
+                                {"flush.messages": None, "flush.ms": None})])
+        finally:
+            await admin.close()
+        (_code, _msg, _type, _name, entries) = resp.resources[0][:5]
+        return {e[0]: e[1] for e in entries}
+
+    assert asyncio.run(scenario()) == {"flush.messages": "1", "flush.ms": "0"}
+
+
+def test_consumer_starts_at_log_end(kafka_cluster: Cluster):  # noqa: F811
+    """Groups are positioned at the end when the topic is set up: a consumer that joins later
+    still reads everything produced after set-up and nothing before."""
+    async def scenario() -> list[int]:
+        bootstrap = kafka_cluster.bootstrap
+        await _create(bootstrap, "late-join", 1, records=10)
+        driver = KafkaDriver(resolve_target(f"kafka:topic=late-join,reuse_topic@{bootstrap}"),
+                             bootstrap, "kafka")
+        await driver.connect()
+        try:
+            await driver.create_topic("late-join", 1, ["sub"])
+            producer = await driver.producer("late-join", 0)
+            await producer.send_batch([OutMessage(b"new", None, n) for n in range(1, 6)])
+            await producer.close()
+            consumer = await driver.consumer("late-join", "sub", 0, track_ids=True)
+            seen: list[int] = []
+            while len(seen) < 5:
+                batch = await consumer.receive()
+                if batch is not None:
+                    seen += batch.intended_ns
+            await consumer.close()
+            check = AIOKafkaConsumer("late-join", bootstrap_servers=bootstrap,
+                                     group_id=group_id("late-join", "sub"))
+            await check.start()
+            more = await check.getmany(timeout_ms=1000)
+            await check.stop()
+            assert not more
+            return seen
+        finally:
+            await driver.close()
+
+    assert asyncio.run(scenario()) == [1, 2, 3, 4, 5]
+

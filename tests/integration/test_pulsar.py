@@ -1,0 +1,298 @@
+"""End-to-end runs against a real Pulsar standalone: one started by a run itself (local runtime),
+then one started once for the module, which the other runs reach as an existing cluster
+(`pulsar@pulsar://…,http://…`), so that only one broker runs at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pyarrow.dataset as ds
+import pytest
+
+from collectors.pulsar import PulsarTelemetry
+from compose.process import port_in_use
+from compose.pulsar import ADMIN_ENDPOINT, PulsarLocalStack, PulsarTargetConfig, topic_path
+from loadgen.pacing import run_precise
+from loadgen.platforms import resolve_target
+from loadgen.platforms.base import OutMessage
+from loadgen.platforms.pulsar import PulsarDriver
+from loadgen.run import Run, RunSummary
+from loadgen.target import unique_labels
+from loadgen.workload import Workload
+from tests.integration.conftest import CLI, run_json
+from tests.integration.test_redis_run import _one_error_line
+
+pytestmark = pytest.mark.integration
+
+RATE = 2000.0
+CLI_TIMEOUT_S = 420  # the first run fetches and unpacks the Pulsar release
+
+
+def _table(run_dir: Path, name: str) -> dict:
+    return ds.dataset(run_dir / name, format="parquet").to_table().to_pydict()
+
+
+def standalone_pids() -> set[int]:
+    found = set()
+    for p in psutil.process_iter(["cmdline"]):
+        if "org.apache.pulsar.PulsarStandaloneStarter" in (p.info["cmdline"] or []):
+            found.add(p.pid)
+    return found
+
+
+@pytest.fixture
+def nothing_left_running() -> Iterator[None]:
+    """Fails the test if it leaves a Pulsar standalone running that was not there before."""
+    before = standalone_pids()
+    yield
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and standalone_pids() - before:
+        time.sleep(0.2)
+    assert standalone_pids() - before == set(), "a Pulsar standalone started by the test still runs"
+
+
+def _cli(args: list[str], env: dict[str, str] | None = None,
+         timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout_s,
+                          stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+
+
+def _fails(res: subprocess.CompletedProcess[str], fragment: str) -> None:
+    assert res.returncode == 2, res.stderr
+    _one_error_line(res.stderr, fragment)
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 30) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                   for p in pids):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+# ---- the local runtime, started and stopped by the run ---------------------------------------
+# (first in the module, before the module's standalone exists)
+
+def test_local_runtime_runs_and_cleans_up(tmp_path, nothing_left_running):
+    run_dir = tmp_path / "run"
+    res = _cli(["run", "pulsar:heap=512m,runtime=local,namespace=bench/local", "--rate", "500",
+                "--duration", "3", "--warmup", "1", "--partitions", "2", "--consumers", "2",
+                "--headless", "--out", str(run_dir)])
+    assert res.returncode == 0, res.stderr
+    assert "starting Pulsar" in res.stderr
+    meta = run_json(run_dir)
+    (target,) = meta["targets"]
+    assert target["runtime"] == "local" and target["version"].startswith("4.")
+    assert target["config"]["persistent"] == "true"
+    assert target["config"]["namespace"] == "bench/local"  # created in the standalone
+    assert target["config"]["journalSyncData"] == "true"
+    (totals,) = meta["totals"]
+    assert totals["consumed"] == totals["produced"] == 2000 and totals["drained"]
+    assert _wait_gone(target["pids"])
+    assert not Path(target["config"]["data_dir"]).exists()
+    for url in target["endpoints"].values():
+        assert not port_in_use(int(url.rsplit(":", 1)[1]))
+
+
+# ---- one standalone for the rest of the module ------------------------------------------------
+
+@dataclass(frozen=True)
+class Standalone:
+    service: str
+    admin: str
+    pid: int
+
+    def target(self, options: str = "") -> str:
+        return f"pulsar{':' + options if options else ''}@{self.service},{self.admin}"
+
+    def admin_get(self, path: str) -> dict:
+        with urllib.request.urlopen(f"{self.admin}{path}", timeout=10) as response:
+            return dict(json.loads(response.read()))
+
+
+@pytest.fixture(scope="module")
+def standalone() -> Iterator[Standalone]:
+    stack = PulsarLocalStack(resolve_target("pulsar:heap=512m,runtime=local"), "pulsar")
+
+    async def up() -> None:
+        await stack.up(print)
+        await stack.ready(60, print)
+
+    try:
+        run_precise(up())
+        desc = stack.describe()
+        yield Standalone(desc.endpoints["pulsar"], desc.endpoints[ADMIN_ENDPOINT], desc.pids[0])
+    finally:
+        run_precise(stack.down())
+
+
+def _run(workload: Workload, specs: list[str], run_dir: Path, track_ids: bool = False) -> RunSummary:
+    run = Run(workload, unique_labels([resolve_target(s) for s in specs]), out_dir=run_dir,
+              track_ids=track_ids)
+    return run_precise(run.execute())
+
+
+@pytest.fixture(scope="module")
+def fixed_rate_run(standalone: Standalone, tmp_path_factory) -> tuple[Path, RunSummary]:
+    """15 s at 2,000 msg/s: 2 partitions, 2 consumers in one shared subscription."""
+    run_dir = tmp_path_factory.mktemp("pulsar-fixed") / "run"
+    workload = Workload(name="pulsar-fixed-rate", rate=RATE, duration_s=15, warmup_s=2,
+                        partitions=2, consumers=2, message_size=1024)
+    return run_dir, _run(workload, [standalone.target()], run_dir, track_ids=True)
+
+
+def test_rate_within_two_percent(fixed_rate_run):
+    run_dir, _ = fixed_rate_run
+    ticks = _table(run_dir, "ticks")
+    measuring = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    assert len(measuring) == 15
+    produced = sum(ticks["produced"][i] for i in measuring)
+    achieved = produced / sum(ticks["interval_s"][i] for i in measuring)
+    assert abs(achieved - RATE) / RATE < 0.02, f"achieved {achieved:.1f} msg/s"
+
+
+def test_every_message_consumed_once_and_backlog_drains(fixed_rate_run):
+    run_dir, summary = fixed_rate_run
+    (t,) = summary.targets
+    assert t.send_errors == 0 and t.receive_errors == 0
+    assert t.produced == int(RATE * 17)  # warm-up + measuring slots, none skipped
+    assert t.consumed == t.produced == t.expected
+    assert t.duplicates == 0
+    assert t.drained and t.final_lag == 0
+    lag = _table(run_dir, "lag")
+    last = max(lag["seq"])
+    assert {p: v for s, p, v in zip(lag["seq"], lag["partition"], lag["lag"], strict=True)
+            if s == last} == {0: 0, 1: 0}
+    ticks = _table(run_dir, "ticks")
+    assert sum(ticks["produced_bytes"]) == t.produced * 1024
+
+
+def _backlog_from_admin(standalone: Standalone, path: str, sub: str) -> int:
+    stats = standalone.admin_get(f"/admin/v2/{path}/partitioned-stats?perPartition=true")
+    return sum(p["subscriptions"][sub]["msgBacklog"] for p in stats["partitions"].values())
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
+def test_backlog_with_consumers_paused(standalone, batching):
+    """Produce 150 and consume them, pause the consumer, produce 450 more: the backlog
+    streambench reports is what the admin API says, and without producer batching it is
+    exactly the 450 produced but unacknowledged messages (with batching the broker counts
+    batches)."""
+    spec = standalone.target(f"batching={str(batching).lower()}")
+    config = PulsarTargetConfig.of(resolve_target(spec))
+    topic, sub = f"paused-{batching}-{time.time_ns()}", "streambench-sub-0"
+    path = topic_path(True, config.namespace, topic)
+
+    def messages(n: int) -> list[OutMessage]:
+        now = time.time_ns()
+        return [OutMessage(b"x" * 100, None, now) for _ in range(n)]
+
+    async def scenario() -> tuple[int, int]:
+        driver = PulsarDriver(standalone.service, standalone.admin, config)
+        await driver.connect()
+        try:
+            await driver.create_topic(topic, 2, [sub])
+            telemetry = PulsarTelemetry(standalone.admin, True, config.namespace, topic, 2, [sub],
+                                        batching)
+            await telemetry.start()
+            consumer = await driver.consumer(topic, sub, 0, track_ids=False)
+            producer = await driver.producer(topic, 0)
+            await producer.send_batch(messages(150))
+            consumed = 0
+            while consumed < 150:
+                batch = await consumer.receive()
+                consumed += batch.count if batch else 0
+            assert consumed == 150
+            # paused: the consumer stays subscribed but takes nothing more
+            await producer.send_batch(messages(450))
+            await asyncio.sleep(1.5)  # acknowledgements are grouped for 100 ms
+            lag = (await telemetry.sample()).lag
+            assert lag is not None and set(lag.per_partition) == {0, 1}
+            reported = lag.total
+            admin = _backlog_from_admin(standalone, path, sub)
+            await producer.close()
+            await consumer.close()
+            await telemetry.close()
+            return reported, admin
+        finally:
+            await driver.delete_topic(topic)
+            await driver.close()
+
+    reported, admin = run_precise(scenario())
+    assert reported == admin
+    if batching:
+        assert 0 < reported <= 450
+    else:
+        assert reported == 450
+
+
+def test_non_persistent_topics_run_and_are_labelled(standalone, tmp_path):
+    run_dir = tmp_path / "run"
+    workload = Workload(name="pulsar-np", rate=1000, duration_s=4, warmup_s=1, partitions=2,
+                        consumers=2, message_size=512)
+    summary = _run(workload, [standalone.target("persistent=false")], run_dir, track_ids=True)
+    (t,) = summary.targets
+    assert t.consumed == t.produced == 5000 and t.drained and t.duplicates == 0
+    (target,) = run_json(run_dir)["targets"]
+    assert target["config"]["persistent"] == "false"
+    assert target["config"]["topic_domain"] == "non-persistent"
+
+
+def test_pulsar_and_redis_side_by_side(standalone, tmp_path):
+    run_dir = tmp_path / "run"
+    workload = Workload(name="pulsar-redis", rate=500, duration_s=3, warmup_s=1, partitions=2,
+                        consumers=2, message_size=1024)
+    summary = _run(workload, [standalone.target(), "redis"], run_dir)
+    assert [t.label for t in summary.targets] == [standalone.target(), "redis"]
+    for t in summary.targets:
+        assert t.consumed == t.produced == 2000 and t.drained, t
+    meta = run_json(run_dir)
+    assert [t["platform"] for t in meta["targets"]] == ["pulsar", "redis"]
+    assert set(_table(run_dir, "ticks")["target"]) == {t.label for t in summary.targets}
+
+
+# ---- mistakes: one line, exit 2, nothing left running -----------------------------------------
+
+def test_java_missing(tmp_path, nothing_left_running):
+    res = _cli(["run", "pulsar:runtime=local", "--headless", "--duration", "1"],
+               env={"PATH": str(tmp_path), "JAVA_HOME": ""})
+    _fails(res, "java not found")
+
+
+def test_port_taken(nothing_left_running):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        res = _cli(["run", f"pulsar:runtime=local,port={port}", "--headless", "--duration", "1"])
+    _fails(res, f"port {port} on 127.0.0.1 is already in use")
+
+
+def test_admin_api_unreachable(nothing_left_running):
+    res = _cli(["run", "pulsar@pulsar://127.0.0.1:1,http://127.0.0.1:1", "--headless",
+                "--duration", "1"])
+    _fails(res, "cannot reach the Pulsar admin API at http://127.0.0.1:1: connection refused")
+
+
+def test_bad_subscription_type(nothing_left_running):
+    res = _cli(["run", "pulsar:subscription=exclusiv", "--headless", "--duration", "1"])
+    _fails(res, "expected one of shared, key_shared, failover, exclusive")
+
+
+def test_exclusive_with_two_consumers(standalone, tmp_path, nothing_left_running):
+    res = _cli(["run", standalone.target("subscription=exclusive"), "--consumers", "2",
+                "--headless", "--duration", "1", "--out", str(tmp_path / "run")])
+    _fails(res, "subscription=exclusive admits one consumer per subscription")
+    assert standalone.pid in standalone_pids()  # an existing cluster is left alone
