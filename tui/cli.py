@@ -338,7 +338,8 @@ def _cmd_platforms() -> int:
         print(f"  runtimes: {', '.join(p.runtimes)} (external: {p.name}@{p.address_example})")
         for name, opt in p.options.items():
             values = f" [{'|'.join(opt.choices)}]" if opt.choices else ""
-            print(f"  {name}{values}: {opt.help} (default {opt.default!r})")
+            default = "" if opt.default is None else f" (default {opt.default!r})"
+            print(f"  {name}{values}: {opt.help}{default}")
     return 0
 
 
