@@ -28,8 +28,6 @@ SUMMARY_STATS: tuple[tuple[str, pa.DataType], ...] = (
     ("max", pa.int64()),
 )
 
-TABLE_NAMES: tuple[str, ...] = ("ticks", "latency", "lag", "broker", "events", "raw")
-
 
 def _req(name: str, type_: pa.DataType) -> pa.Field:
     return pa.field(name, type_, nullable=False)

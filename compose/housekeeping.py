@@ -29,7 +29,6 @@ class Project:
     containers: list[str] = field(default_factory=list)  # "name (status)"
     volumes: list[str] = field(default_factory=list)
     networks: list[str] = field(default_factory=list)
-    running: int = 0
 
     @property
     def owner_alive(self) -> bool | None:
@@ -73,7 +72,6 @@ def projects(client: Any) -> list[Project]:
     for c in client.containers.list(all=True, filters=label):
         p = project_of(_labels(c))
         p.containers.append(f"{c.name} ({c.status})")
-        p.running += c.status == "running"
     for v in client.volumes.list(filters=label):
         project_of(_labels(v)).volumes.append(v.name)
     for n in client.networks.list(filters=label):

@@ -3,6 +3,7 @@ streambench, and a stop that always leaves nothing behind."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import os
@@ -90,3 +91,11 @@ def remove_stale_dirs(prefix: str) -> None:
         pid_text = path.name[len(prefix):].split("-", 1)[0]
         if pid_text.isdigit() and not psutil.pid_exists(int(pid_text)):
             shutil.rmtree(path, ignore_errors=True)
+
+
+async def stop_and_remove(proc: subprocess.Popen[bytes] | None, data_dir: Path | None) -> None:
+    """Stop a local broker (see stop_process) off the event loop, then remove its data dir."""
+    if proc is not None:
+        await asyncio.to_thread(stop_process, proc)
+    if data_dir is not None:
+        shutil.rmtree(data_dir, ignore_errors=True)

@@ -18,6 +18,7 @@ from compose.process import (
     port_in_use,
     remove_stale_dirs,
     start_process,
+    stop_and_remove,
     stop_process,
     tail,
 )
@@ -140,12 +141,8 @@ class RedisLocalStack(Stack):
         _check_version(self._version, "the local redis-server")
 
     async def down(self) -> None:
-        if self._proc is not None:
-            await asyncio.to_thread(stop_process, self._proc)
-            self._proc = None
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+        proc, data_dir, self._proc, self._dir = self._proc, self._dir, None, None
+        await stop_and_remove(proc, data_dir)
 
     def describe(self) -> StackDescription:
         opts = self._target.options

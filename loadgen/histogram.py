@@ -158,11 +158,6 @@ class Histogram:
         self._max = 0
         self._sum = 0
 
-    def record(self, value: int) -> None:
-        self._buf.append(value)
-        if len(self._buf) >= _BUFFER_LIMIT:
-            self._fold()
-
     def record_n(self, value: int, n: int) -> None:
         """Record the same value n times (a batch acknowledged at once)."""
         self._buf.extend([value] * n)

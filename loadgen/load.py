@@ -41,12 +41,13 @@ def _payload_pool(size: int) -> list[bytes]:
     return [os.urandom(size) for _ in range(count)]
 
 
-def _key_source(distributor: str) -> Callable[[int], bytes | None]:
+def _key_source(distributor: str) -> Callable[[int], bytes] | None:
+    """The key of message n, or None for unkeyed messages (NO_KEY)."""
     if distributor == "KEY_ROUND_ROBIN":
         return lambda n: str(n % 10_000).encode()
     if distributor == "RANDOM_NANO":
         return lambda n: str(time.perf_counter_ns()).encode()
-    return lambda n: None
+    return None
 
 
 @dataclass
@@ -203,11 +204,16 @@ class TargetLoad:
                     break
                 await asyncio.sleep(sched.seconds_until_next(mono))
             send_wall = time.time_ns()
-            batch = [OutMessage(payloads[(n + i) % pool], key_of(n + i), t) for i, t in enumerate(due)]
+            if key_of is None:
+                batch = [OutMessage(payloads[(n + i) % pool], None, t) for i, t in enumerate(due)]
+            else:
+                batch = [OutMessage(payloads[(n + i) % pool], key_of(n + i), t)
+                         for i, t in enumerate(due)]
             n += len(batch)
-            self._delay.record_many([send_wall - t for t in due])
+            delays = [send_wall - t for t in due]
+            self._delay.record_many(delays)
             if self._record_raw:
-                self._raw["delay"].extend(send_wall - t for t in due)
+                self._raw["delay"].extend(delays)
             task = asyncio.create_task(self._send(producer, batch, send_wall, size, sem))
             self._sends.add(task)
             task.add_done_callback(self._sends.discard)

@@ -20,7 +20,6 @@ from loadgen.errors import TargetError
 from loadgen.target import OptionSpec, Target, parse_bool
 
 RUNTIME_ENV = "STREAMBENCH_RUNTIME"
-RUNTIMES = ("docker", "local")
 RESOURCE_SOURCES = ("docker", "cadvisor", "process")
 DOCKER_ONLY = ("cpus", "memory", "keep")
 
