@@ -303,10 +303,13 @@ class ComposeStack(Stack):
         argv = [*self._compose, "-p", self._project]
         for name in self._all_files():
             argv += ["-f", str(COMPOSE_DIR / name)]
+        # docker-compose v1 is a Python program with a top-level `compose` package: a PYTHONPATH
+        # that reaches this project's own `compose` package would shadow it, so none is passed on
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
         # a session of its own: a Ctrl-C in the terminal reaches streambench, which then stops
         # the stack itself, not compose half-way
         proc = await asyncio.create_subprocess_exec(
-            *argv, *args, env={**os.environ, **self._env}, stdin=subprocess.DEVNULL,
+            *argv, *args, env={**env, **self._env}, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)

@@ -31,9 +31,13 @@ pytestmark = pytest.mark.integration
 RATE = 2000.0
 WARMUP_S = 2
 DURATION_S = 15
-# docker stats and the ticks measure CPU over different one-second windows, so single samples
-# differ; their medians over the measuring phase agree within this many percentage points
-CPU_TOLERANCE_PP = 5.0
+# the engine computes CPU over one-second frames; `docker stats --no-stream` shows one frame's
+# figure and a tick the newest frame's, so a sample matches one of the ticks within a second and
+# a half of it (which one depends on the phase of the two clocks) within this many points
+CPU_TOLERANCE_PP = 2.0
+CPU_MATCH_WINDOW_NS = 1_500_000_000
+# an engine frame can arrive late under load, so a few samples may fall between ticks
+CPU_MATCHED_FRACTION = 0.8
 # memory grows with the stream during the run; a docker stats sample and the tick closest in
 # time agree within this fraction (plus a little for the second between them)
 MEMORY_TOLERANCE = 0.10
@@ -153,11 +157,15 @@ def test_cpu_and_memory_agree_with_docker_stats(docker_run):
     first, last = measuring[0].time_ns - 1_000_000_000, measuring[-1].time_ns
     stats = [s for s in docker_run.stats if first <= s[0] <= last]
     assert len(stats) >= 3, f"only {len(stats)} docker stats samples in the measuring phase"
-    ours = statistics.median(t.resources.cpu_percent for t in measuring)
-    theirs = statistics.median(cpu for _, cpu, _ in stats)
-    print(f"cpu: ticks median {ours:.1f} %, docker stats median {theirs:.1f} % ({len(stats)} samples)")
-    assert ours > 1.0
-    assert abs(ours - theirs) <= CPU_TOLERANCE_PP, f"ticks {ours:.1f} % vs docker stats {theirs:.1f} %"
+    assert statistics.median(t.resources.cpu_percent for t in measuring) > 1.0
+    matched = 0
+    for when, cpu, _ in stats:
+        near = [t.resources.cpu_percent for t in docker_run.ticks
+                if abs(t.time_ns - when) <= CPU_MATCH_WINDOW_NS]
+        best = min(near, key=lambda ours: abs(ours - cpu), default=None)
+        print(f"cpu: docker stats {cpu:.1f} %, ticks around it {[round(c, 1) for c in near]}")
+        matched += best is not None and abs(best - cpu) <= CPU_TOLERANCE_PP
+    assert matched >= CPU_MATCHED_FRACTION * len(stats), f"{matched} of {len(stats)} samples matched"
     for when, _, mem in stats:
         tick = min(measuring, key=lambda t: abs(t.time_ns - when))
         got = tick.resources.memory_bytes
