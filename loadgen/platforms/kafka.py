@@ -15,6 +15,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, for_code
+from aiokafka.partitioner import DefaultPartitioner
 
 from collectors.base import Collector
 from collectors.kafka import KafkaLag, TopicActivity, topic_activity
@@ -61,30 +62,63 @@ def _failure(exc: BaseException) -> str:
 
 
 class KafkaProducer(Producer):
-    """One AIOKafkaProducer. A batch is appended to the client's accumulator in one go, then
-    its acknowledgements are awaited; the client batches per partition by its own rules
-    (batch_size, linger_ms) and keeps requests in flight while the run loop adds more."""
+    """One AIOKafkaProducer. Small batches (what a paced run hands over) go record by record
+    into the client's accumulator, which batches per partition by its own rules (batch_size,
+    linger_ms). Large batches (a maximum-rate run) are built into record batches of at most
+    batch_size bytes here, one partition at a time, and handed over whole: one future per
+    record batch instead of one per record, which is most of the client's cost per message."""
 
     max_in_flight = 16
+    # below this many records a batch goes record by record, so linger_ms still applies
+    WHOLE_BATCH_MIN = 32
 
     def __init__(self, producer: AIOKafkaProducer, topic: str, partitions: list[int]) -> None:
         self._producer = producer
         self._topic = topic
         self._partitions = partitions
         self._next = 0
+        # the client queues one handed-over batch per partition and makes the next wait for
+        # it to drain (its wait loop also counts elapsed time twice, so many waiters time out
+        # early): one hand-over per partition at a time
+        self._handing_over = {p: asyncio.Lock() for p in partitions}
 
     async def send_batch(self, batch: Sequence[OutMessage]) -> None:
-        send = self._producer.send
-        topic = self._topic
         # unkeyed records stick to one partition per batch and the batches take turns, like
         # the Java client's sticky partitioner; keyed records go by murmur2 of the key
         self._next = (self._next + 1) % len(self._partitions)
         sticky = self._partitions[self._next]
+        if len(batch) >= self.WHOLE_BATCH_MIN:
+            await self._send_whole(batch, sticky)
+            return
+        send = self._producer.send
+        topic = self._topic
         acks = []
         for m in batch:
             acks.append(await send(topic, m.payload, key=m.key,
                                    partition=sticky if m.key is None else None,
                                    headers=[(INTENDED_HEADER, b"%d" % m.intended_ns)]))
+        for ack in acks:
+            await ack
+
+    async def _send_whole(self, batch: Sequence[OutMessage], sticky: int) -> None:
+        by_partition: dict[int, list[OutMessage]] = {}
+        by_key, parts = DefaultPartitioner(), self._partitions  # what send() does for keys
+        for m in batch:
+            partition = sticky if m.key is None else by_key(m.key, parts, parts)
+            by_partition.setdefault(partition, []).append(m)
+        producer, topic = self._producer, self._topic
+        acks = []
+        for partition, records in by_partition.items():
+            builders = [producer.create_batch()]
+            for m in records:
+                header = [(INTENDED_HEADER, b"%d" % m.intended_ns)]
+                if builders[-1].append(timestamp=None, key=m.key, value=m.payload,
+                                       headers=header) is None:  # full: start the next
+                    builders.append(producer.create_batch())
+                    builders[-1].append(timestamp=None, key=m.key, value=m.payload, headers=header)
+            async with self._handing_over[partition]:
+                for builder in builders:
+                    acks.append(await producer.send_batch(builder, topic, partition=partition))
         for ack in acks:
             await ack
 

@@ -6,7 +6,10 @@ started for the purpose, in the same run.
    `org.apache.kafka.tools.EndToEndLatency`, which sends one record at a time and waits for it
    to come back (a round-trip latency at whatever rate that allows, so comparable in the low
    percentiles only; it prints whole milliseconds).
-2. Maximum produce rate: a streambench run at rate 0 with no consumers against
+2. Publish latency (send → acknowledgement) of a producer-only streambench run (no consumers,
+   as the tool has none) next to `ProducerPerformance` at the same fixed rate, record size and
+   client settings (it prints whole milliseconds but an exact average).
+3. Maximum produce rate: a streambench run at rate 0 with no consumers against
    `org.apache.kafka.tools.ProducerPerformance` with the same record size, acks, batch.size,
    linger.ms and compression. streambench's acknowledged count is checked against the
    topic's log-end offsets.
@@ -80,34 +83,54 @@ def streambench_max_rate(bootstrap: str, args: argparse.Namespace, out: Path) ->
     return measured_rate(out)
 
 
-def producer_performance(runtime: KafkaRuntime, bootstrap: str, args: argparse.Namespace,
-                         records: int) -> float:
+def _producer_performance(runtime: KafkaRuntime, bootstrap: str, args: argparse.Namespace,
+                          records: int, throughput: float) -> str:
     compression = "none" if args.compression == "none" else args.compression
     argv = runtime.tool_argv(
         "org.apache.kafka.tools.ProducerPerformance", "--topic", f"bench-pp-{time.time_ns()}",
-        "--num-records", str(records), "--record-size", str(args.size), "--throughput", "-1",
+        "--num-records", str(records), "--record-size", str(args.size),
+        "--throughput", str(int(throughput)) if throughput > 0 else "-1",
         "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={args.acks}",
         f"batch.size={args.batch_size}", f"linger.ms={args.linger_ms}",
         f"compression.type={compression}", "enable.idempotence=false")
-    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+def producer_performance(runtime: KafkaRuntime, bootstrap: str, args: argparse.Namespace,
+                         records: int) -> float:
+    out = _producer_performance(runtime, bootstrap, args, records, 0)
     # the last line is the summary: "N records sent, R records/sec (…)"
     return float(re.findall(r"records sent, ([\d.]+) records/sec", out)[-1])
 
 
-def streambench_latency(bootstrap: str, args: argparse.Namespace, out: Path) -> HistogramSnapshot:
+def producer_performance_latency(runtime: KafkaRuntime, bootstrap: str, args: argparse.Namespace
+                                 ) -> dict[str, float]:
+    records = int(args.latency_rate * args.seconds)
+    out = _producer_performance(runtime, bootstrap, args, records, args.latency_rate)
+    m = re.findall(r"records sent, ([\d.]+) records/sec .*?, ([\d.]+) ms avg latency, [\d.]+ ms max "
+                   r"latency, (\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th, (\d+) ms 99.9th", out)
+    assert m, out
+    rate, avg, p50, p99, p999 = (float(x) for x in m[-1])
+    return {"rate": rate, "avg": avg, "p50": p50, "p99": p99, "p99.9": p999}
+
+
+def streambench_latency(bootstrap: str, args: argparse.Namespace, out: Path, consumers: bool = True
+                        ) -> tuple[HistogramSnapshot, HistogramSnapshot]:
     workload = Workload(name="bench-kafka-e2e", rate=args.latency_rate, message_size=args.size,
-                        duration_s=args.seconds, warmup_s=3)
+                        duration_s=args.seconds, warmup_s=3, subscriptions=1 if consumers else 0)
     target = resolve_target(f"kafka:{client_options(args)}@{bootstrap}")
     run = Run(workload, unique_labels([target]), out_dir=out)
-    snaps: list[HistogramSnapshot] = []
+    e2e: list[HistogramSnapshot] = []
+    publish: list[HistogramSnapshot] = []
 
     def keep(item: object) -> None:
         if isinstance(item, Tick) and item.phase is Phase.MEASURING:
-            snaps.append(item.e2e_latency)
+            e2e.append(item.e2e_latency)
+            publish.append(item.publish_latency)
 
     run.subscribe(keep)
     run_precise(run.execute())
-    return HistogramSnapshot.merge(snaps)
+    return HistogramSnapshot.merge(e2e), HistogramSnapshot.merge(publish)
 
 
 def end_to_end_latency(runtime: KafkaRuntime, bootstrap: str, args: argparse.Namespace
@@ -152,7 +175,7 @@ def main() -> int:
 
         # latency first, on the fresh broker: the throughput runs leave it flushing
         # hundreds of MB of dirty pages for a while
-        e2e = streambench_latency(bootstrap, args, work / "latency")
+        e2e, _ = streambench_latency(bootstrap, args, work / "latency")
         ps = percentiles(e2e, PERCENTILES) / 1e6
         tool = end_to_end_latency(runtime, bootstrap, args)
         print(f"\nend-to-end latency, ms (streambench: {args.latency_rate:,.0f} msg/s paced, "
@@ -162,6 +185,18 @@ def main() -> int:
         print(f"  {'EndToEndLatency':24} {tool['avg']:8.3f} {tool['p50']:8.3f} {tool['p99']:8.3f} "
               f"{tool['p99.9']:8.3f}")
         print(f"  ratio p50 streambench / EndToEndLatency: {ps[0] / tool['p50']:.2f}")
+
+        _, publish = streambench_latency(bootstrap, args, work / "publish", consumers=False)
+        pp = producer_performance_latency(runtime, bootstrap, args)
+        ps = percentiles(publish, [50.0, 99.0, 99.9]) / 1e6
+        print(f"\npublish latency (send → ack), ms, no consumers, both at "
+              f"{args.latency_rate:,.0f} msg/s paced "
+              f"(ProducerPerformance achieved {pp['rate']:,.0f} msg/s)")
+        print(f"  {'':24} {'avg':>8} {'p50':>8} {'p99':>8} {'p99.9':>8}")
+        print(f"  {'streambench':24} {publish.mean / 1e6:8.3f} {ps[0]:8.3f} {ps[1]:8.3f} {ps[2]:8.3f}")
+        print(f"  {'ProducerPerformance':24} {pp['avg']:8.3f} {pp['p50']:8.3f} {pp['p99']:8.3f} "
+              f"{pp['p99.9']:8.3f}")
+        print(f"  ratio avg streambench / ProducerPerformance: {publish.mean / 1e6 / pp['avg']:.2f}")
 
         ours = streambench_max_rate(bootstrap, args, work / "max-rate")
         theirs = producer_performance(runtime, bootstrap, args, max(200_000, int(ours * args.seconds)))

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import subprocess
 
+import pyarrow.dataset as ds
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.partitioner import DefaultPartitioner
 
 from collectors.kafka import COMMITTED_SOURCE, KafkaLag
 from loadgen.platforms import resolve_target
@@ -207,3 +209,42 @@ def test_consumer_starts_at_log_end(kafka_cluster: Cluster):  # noqa: F811
 
     assert asyncio.run(scenario()) == [1, 2, 3, 4, 5]
 
+
+
+async def _end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+        return {tp.partition: offset for tp, offset in ends.items()}
+    finally:
+        await consumer.stop()
+
+
+def test_maximum_rate_keyed_records_land_where_their_keys_say(tmp_path, kafka_cluster: Cluster):  # noqa: F811
+    """At maximum rate a producer hands over whole record batches; keyed records must still go
+    to murmur2(key)'s partition, each exactly once, with the intended-time header intact."""
+    asyncio.run(_create(kafka_cluster.bootstrap, "keyed", 3))
+    workload = tmp_path / "keyed.yaml"
+    workload.write_text("name: keyed\ntopics: 1\npartitionsPerTopic: 3\nmessageSize: 200\n"
+                        "producersPerTopic: 1\nsubscriptionsPerTopic: 1\nconsumerPerSubscription: 2\n"
+                        "producerRate: 0\nkeyDistributor: KEY_ROUND_ROBIN\n"
+                        "testDurationSeconds: 3\nwarmupDurationSeconds: 0\n")
+    res = run_cli(["run", f"kafka:topic=keyed,reuse_topic@{kafka_cluster.bootstrap}",
+                   "--workload", str(workload), "--headless", "--track-delivery",
+                   "--out", str(tmp_path / "run")])
+    assert res.returncode == 0, res.stderr
+    totals = run_json(tmp_path / "run")["totals"][0]
+    produced = totals["produced"]
+    assert produced > 1000 and totals["send_errors"] == 0
+    assert totals["consumed"] == produced and totals["duplicates"] == 0 and totals["drained"]
+    # message n of the single producer has key n mod 10,000
+    partitions = [0, 1, 2]
+    expected = dict.fromkeys(partitions, 0)
+    for n in range(produced):
+        expected[DefaultPartitioner()(str(n % 10_000).encode(), partitions, partitions)] += 1
+    assert asyncio.run(_end_offsets(kafka_cluster.bootstrap, "keyed", 3)) == expected
+    e2e = ds.dataset(tmp_path / "run" / "ticks", format="parquet").to_table(
+        columns=["e2e_count", "e2e_min"]).to_pydict()
+    assert sum(e2e["e2e_count"]) == produced
+    assert all(m is None or m > 0 for m in e2e["e2e_min"])
