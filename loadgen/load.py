@@ -66,11 +66,18 @@ class TargetTotals:
 
 
 class TargetLoad:
-    """One target's stack, driver, producers, consumers, collectors and interval counters."""
+    """One target's stack, driver, producers, consumers, collectors and interval counters.
+
+    A target can spread its load over several processes (`share` = (this one, how many)): the
+    first owns the stack, the topics and the collectors; every process runs the producers and
+    consumers whose number modulo the count is its own."""
 
     def __init__(self, index: int, label: str, target: Any, workload: Workload, run_id: str,
-                 record_raw: bool, track_ids: bool, publish: EventSink) -> None:
+                 record_raw: bool, track_ids: bool, publish: EventSink,
+                 share: tuple[int, int] = (0, 1)) -> None:
         self.index = index
+        self.share, self.shares = share
+        self.primary = self.share == 0
         self.label = label
         self.target = target
         self.platform = PLATFORMS[target.platform]
@@ -85,6 +92,7 @@ class TargetLoad:
         self.desc: StackDescription | None = None
         self.driver: Driver | None = None
         self.producers: list[Producer] = []
+        self._producer_numbers: list[int] = []  # each producer's number over all processes
         self.consumers: list[Consumer] = []
         self.collectors: list[Collector] = []
         self._producer_tasks: list[asyncio.Task[None]] = []
@@ -110,7 +118,12 @@ class TargetLoad:
 
     # ---- set-up -------------------------------------------------------------------------
 
+    def _mine(self, number: int) -> bool:
+        return number % self.shares == self.share
+
     async def start(self, progress: Callable[[str], None]) -> None:
+        """The first process: bring the stack up, create the topics, start the collectors,
+        then its share of consumers and producers."""
         self.stack = self.platform.make_stack(self.target)
         self.stack.attach(StackContext(self.run_id, self.index, self._stack_event))
         await self.stack.up(progress)
@@ -126,14 +139,35 @@ class TargetLoad:
                 self.target, self.desc, topic, w.partitions, self.subscriptions)
         for c in self.collectors:
             await c.start()
-        for topic in self.topics:
-            for sub in self.subscriptions:
-                for i in range(w.consumers):
-                    self.consumers.append(
-                        await self.driver.consumer(topic, sub, i, self._track_ids))
-            for i in range(w.producers):
-                self.producers.append(await self.driver.producer(topic, i))
+        await self._start_clients()
         progress(f"{self.label}: ready ({self.desc.runtime}, {self.desc.version or 'version unknown'})")
+
+    async def join(self, desc: StackDescription) -> None:
+        """A further process: reach the stack the first one started, take its topics, start
+        this process's share of consumers and producers."""
+        self.desc = desc
+        self.driver = self.platform.make_driver(self.target, desc)
+        await self.driver.connect()
+        for topic in self.topics:
+            self.driver.adopt_topic(topic, self.workload.partitions)
+        await self._start_clients()
+
+    async def _start_clients(self) -> None:
+        assert self.driver is not None
+        w = self.workload
+        for t, topic in enumerate(self.topics):
+            for s, sub in enumerate(self.subscriptions):
+                for i in range(w.consumers):
+                    if self._mine((t * len(self.subscriptions) + s) * w.consumers + i):
+                        self.consumers.append(
+                            await self.driver.consumer(topic, sub, i, self._track_ids))
+            for i in range(w.producers):
+                if self._mine(t * w.producers + i):
+                    self.producers.append(await self.driver.producer(topic, i))
+                    self._producer_numbers.append(t * w.producers + i)
+
+    def stack_description(self) -> StackDescription | None:
+        return self.desc
 
     def describe(self) -> dict[str, Any]:
         desc = self.desc
@@ -169,10 +203,10 @@ class TargetLoad:
         self._interval_start = t0_mono
         for c in self.consumers:
             self._consumer_tasks.append(asyncio.create_task(self._consume(c)))
-        n = len(self.producers)
+        n = len(self.topics) * self.workload.producers  # over every process of the target
         per_rate = self.workload.rate / n
         payloads = _payload_pool(self.workload.message_size)
-        for i, p in enumerate(self.producers):
+        for i, p in zip(self._producer_numbers, self.producers, strict=True):
             # stagger producers across one slot so their sends interleave evenly
             phase = int(1e9 / per_rate * i / n) if per_rate > 0 else 0
             sched = Schedule(per_rate, t0_mono, t0_wall, end_mono, phase_ns=phase)
@@ -351,7 +385,7 @@ class TargetLoad:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(closing, 5)
         if self.driver is not None:
-            if self.desc is not None and self.desc.runtime == "external":
+            if self.primary and self.desc is not None and self.desc.runtime == "external":
                 for topic in self.topics:
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(self.driver.delete_topic(topic), 10)

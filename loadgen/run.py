@@ -67,7 +67,8 @@ class Run:
 
     def __init__(self, workload: Workload, targets: list[Any], out_dir: Path | None = None,
                  record_raw: bool = False, track_ids: bool = False, tick_s: float = 1.0,
-                 argv: list[str] | None = None, run_id: str | None = None) -> None:
+                 argv: list[str] | None = None, run_id: str | None = None,
+                 processes: int = 1) -> None:
         self.workload = workload
         self.targets = targets
         self.started = datetime.now(UTC)
@@ -76,13 +77,15 @@ class Run:
         self.tick_s = tick_s
         self.phase = Phase.STARTING
         self.record_raw = record_raw
+        self.processes = processes
         self._argv = argv or []
         self._subscribers: list[Subscriber] = []
         self._stop_requests = 0
         self._stop_event = asyncio.Event()
         self._sink: ParquetSink | None = None
         self.runners = [
-            TargetWorker(i, t, workload, self.run_id, record_raw, track_ids, self.publish)
+            TargetWorker(i, t, workload, self.run_id, record_raw, track_ids, self.publish,
+                         processes)
             for i, t in enumerate(targets)
         ]
         self.warmup_ticks = math.ceil(workload.warmup_s / tick_s)
@@ -143,6 +146,7 @@ class Run:
             "warmup_ticks": self.warmup_ticks,
             "measure_ticks": self.measure_ticks,
             "record_raw": self.record_raw,
+            "load_processes": self.processes,
             "command": self._argv,
             "host": {"hostname": host_platform.node(), "cpus": os.cpu_count(),
                      "python": host_platform.python_version(), "system": host_platform.platform()},

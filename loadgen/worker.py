@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import multiprocessing
 import signal
@@ -20,8 +21,11 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+import numpy as np
+
 from analysis.sink import RawSamples
 from loadgen.errors import StackError, StreambenchError
+from loadgen.histogram import HistogramSnapshot
 from loadgen.load import TargetLoad, TargetTotals
 from loadgen.pacing import run_precise
 from loadgen.tick import Phase, RunEvent, Tick
@@ -37,10 +41,10 @@ def _picklable(exc: BaseException) -> StreambenchError:
 
 
 def _worker_main(conn: Connection, index: int, target: Any, workload: Workload, run_id: str,
-                 record_raw: bool, track_ids: bool) -> None:
+                 record_raw: bool, track_ids: bool, share: tuple[int, int]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides when to stop
     run_precise(_serve(conn, TargetLoad(index, target.label, target, workload, run_id,
-                                        record_raw, track_ids, lambda e: _send(conn, e))))
+                                        record_raw, track_ids, lambda e: _send(conn, e), share)))
 
 
 def _send(conn: Connection, item: object) -> None:
@@ -66,7 +70,10 @@ async def _serve(conn: Connection, load: TargetLoad) -> None:
         try:
             if op == "start":
                 await load.start(lambda msg: _send(conn, ("progress", msg)))
-                value: Any = load.describe()
+                value: Any = (load.describe(), load.stack_description())
+            elif op == "join":
+                await load.join(*args)
+                value = None
             elif op == "tick":
                 value = (*await load.tick(*args), load.totals)
             elif op == "stop_producers":
@@ -103,28 +110,21 @@ async def _serve(conn: Connection, load: TargetLoad) -> None:
         task.add_done_callback(tasks.discard)
 
 
-class TargetWorker:
-    """The coordinator's handle on one target's worker process."""
+class _LoadProcess:
+    """One worker process of a target and the pipe to it."""
 
-    def __init__(self, index: int, target: Any, workload: Workload, run_id: str,
-                 record_raw: bool, track_ids: bool, publish: Callable[[Any], None]) -> None:
-        self.index = index
-        self.target = target
-        self.label: str = target.label
-        self.totals = TargetTotals(self.label)
-        self._args = (index, target, workload, run_id, record_raw, track_ids)
+    def __init__(self, label: str, args: tuple[Any, ...], publish: Callable[[Any], None]) -> None:
+        self.label = label
+        self._args = args
         self._publish = publish
-        self._described: dict[str, Any] | None = None
+        self.progress: Callable[[str], None] = lambda _msg: None
         self._conn: Connection | None = None
         self._proc: multiprocessing.process.BaseProcess | None = None
         self._ids = itertools.count()
         self._pending: dict[int, asyncio.Future[Any] | None] = {}
-        self._progress: Callable[[str], None] = lambda _msg: None
         self._reading = False
 
     def spawn(self) -> None:
-        """Start the worker process. Done before a dashboard takes over the terminal: starting
-        a process needs the real standard streams."""
         if self._proc is not None:
             return
         ctx = multiprocessing.get_context("spawn")
@@ -164,7 +164,7 @@ class TargetWorker:
         if isinstance(message, RunEvent):
             self._publish(message)
         elif message[0] == "progress":
-            self._progress(message[1])
+            self.progress(message[1])
         else:
             req_id, ok, value = message
             waiter = self._pending.pop(req_id, None)
@@ -174,7 +174,7 @@ class TargetWorker:
                 else:
                     waiter.set_exception(value)
 
-    def _request(self, op: str, *args: Any) -> asyncio.Future[Any]:
+    def request(self, op: str, *args: Any) -> asyncio.Future[Any]:
         self.spawn()
         self._listen()
         assert self._conn is not None
@@ -188,55 +188,15 @@ class TargetWorker:
             fut.set_exception(StackError(f"{self.label}: the worker process is gone ({exc})"))
         return fut
 
-    # ---- the TargetLoad interface, across the pipe ---------------------------------------
-
-    async def start(self, progress: Callable[[str], None]) -> None:
-        self._progress = progress
-        self._described = await self._request("start")
-
-    def describe(self) -> dict[str, Any]:
-        if self._described is not None:
-            return self._described
-        return {"label": self.label, "spec": self.target.spec, "platform": self.target.platform,
-                "options": dict(self.target.options), "runtime": self.target.runtime}
-
-    def start_load(self, t0_mono: int, t0_wall: int, end_mono: int) -> None:
-        self._request("start_load", t0_mono, t0_wall, end_mono)
-
-    def stop_producing_at(self, end_mono: int) -> None:
-        self._request("stop_producing_at", end_mono)
-
-    async def stop_producers(self) -> None:
-        self.totals = await self._request("stop_producers")
-
-    async def fault(self, action: str, broker: str) -> None:
-        """Pause, unpause, kill, start or restart one broker of the target (docker runtime);
-        recorded as a run event."""
-        await self._request("fault", action, broker)
-
-    async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
-        tick, raws, totals = await self._request("tick", seq, time_ns, phase, elapsed_s)
-        # keep the coordinator's drain bookkeeping, take the worker's counts
-        totals.expected, totals.drained, totals.final_lag = (
-            self.totals.expected, self.totals.drained, self.totals.final_lag)
-        self.totals = totals
-        self._publish(tick)
-        for raw in raws:
-            assert isinstance(raw, RawSamples)
-            self._publish(raw)
-        assert isinstance(tick, Tick)
-        return tick
-
-    async def close(self) -> None:
-        """Stop the target (brokers down) and the worker; never raises."""
+    async def close(self) -> TargetTotals | None:
+        """Stop the process's load (and, for the first, the stack); never raises. Returns the
+        process's final counts when it could still give them."""
         if self._proc is None:
-            return
+            return None
+        final = None
         if self._proc.is_alive():
             with contextlib.suppress(Exception):
-                final = await asyncio.wait_for(self._request("close"), _CLOSE_TIMEOUT_S)
-                final.expected, final.drained, final.final_lag = (
-                    self.totals.expected, self.totals.drained, self.totals.final_lag)
-                self.totals = final
+                final = await asyncio.wait_for(self.request("close"), _CLOSE_TIMEOUT_S)
         proc = self._proc
         await asyncio.to_thread(proc.join, 10)
         if proc.is_alive():
@@ -250,3 +210,129 @@ class TargetWorker:
         self._reading = False
         self._proc = None
         self._conn = None
+        return final
+
+
+def _sum_totals(label: str, parts: list[TargetTotals]) -> TargetTotals:
+    total = TargetTotals(label)
+    for t in parts:
+        total.produced += t.produced
+        total.consumed += t.consumed
+        total.send_errors += t.send_errors
+        total.receive_errors += t.receive_errors
+        total.duplicates += t.duplicates
+    return total
+
+
+def _merge_ticks(ticks: list[Tick]) -> Tick:
+    """The first process's tick (telemetry, lag, interval) with every process's counts and
+    latencies."""
+    if len(ticks) == 1:
+        return ticks[0]
+    first = ticks[0]
+    return dataclasses.replace(
+        first,
+        produced=sum(t.produced for t in ticks),
+        produced_bytes=sum(t.produced_bytes for t in ticks),
+        consumed=sum(t.consumed for t in ticks),
+        consumed_bytes=sum(t.consumed_bytes for t in ticks),
+        send_errors=sum(t.send_errors for t in ticks),
+        publish_latency=HistogramSnapshot.merge([t.publish_latency for t in ticks]),
+        publish_delay=HistogramSnapshot.merge([t.publish_delay for t in ticks]),
+        e2e_latency=HistogramSnapshot.merge([t.e2e_latency for t in ticks]),
+        produced_total=sum(t.produced_total for t in ticks),
+        consumed_total=sum(t.consumed_total for t in ticks),
+    )
+
+
+def _merge_raws(raws: list[list[RawSamples]]) -> list[RawSamples]:
+    if len(raws) == 1:
+        return raws[0]
+    merged = []
+    for same_kind in zip(*raws, strict=True):
+        first = same_kind[0]
+        merged.append(dataclasses.replace(
+            first, values=np.concatenate([r.values for r in same_kind])))
+    return merged
+
+
+class TargetWorker:
+    """The coordinator's handle on one target's worker processes (one, or `processes` with the
+    load spread over them); the same interface as TargetLoad."""
+
+    def __init__(self, index: int, target: Any, workload: Workload, run_id: str,
+                 record_raw: bool, track_ids: bool, publish: Callable[[Any], None],
+                 processes: int = 1) -> None:
+        self.index = index
+        self.target = target
+        self.label: str = target.label
+        self.totals = TargetTotals(self.label)
+        self._publish = publish
+        self._described: dict[str, Any] | None = None
+        self._procs = [_LoadProcess(self.label, (index, target, workload, run_id, record_raw,
+                                                 track_ids, (k, processes)), publish)
+                       for k in range(processes)]
+
+    def spawn(self) -> None:
+        """Start the worker processes. Done before a dashboard takes over the terminal:
+        starting a process needs the real standard streams."""
+        for p in self._procs:
+            p.spawn()
+
+    async def start(self, progress: Callable[[str], None]) -> None:
+        first, *others = self._procs
+        first.progress = progress
+        self._described, desc = await first.request("start")
+        if others:
+            progress(f"{self.label}: starting {len(others)} more load process(es)")
+            await asyncio.gather(*(p.request("join", desc) for p in others))
+
+    def describe(self) -> dict[str, Any]:
+        if self._described is not None:
+            return self._described
+        return {"label": self.label, "spec": self.target.spec, "platform": self.target.platform,
+                "options": dict(self.target.options), "runtime": self.target.runtime}
+
+    def start_load(self, t0_mono: int, t0_wall: int, end_mono: int) -> None:
+        for p in self._procs:
+            p.request("start_load", t0_mono, t0_wall, end_mono)
+
+    def stop_producing_at(self, end_mono: int) -> None:
+        for p in self._procs:
+            p.request("stop_producing_at", end_mono)
+
+    def _take_counts(self, parts: list[TargetTotals]) -> None:
+        # keep the coordinator's drain bookkeeping, take the workers' counts
+        totals = _sum_totals(self.label, parts)
+        totals.expected, totals.drained, totals.final_lag = (
+            self.totals.expected, self.totals.drained, self.totals.final_lag)
+        self.totals = totals
+
+    async def stop_producers(self) -> None:
+        self._take_counts(list(await asyncio.gather(
+            *(p.request("stop_producers") for p in self._procs))))
+
+    async def fault(self, action: str, broker: str) -> None:
+        """Pause, unpause, kill, start or restart one broker of the target (docker runtime);
+        recorded as a run event."""
+        await self._procs[0].request("fault", action, broker)
+
+    async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
+        replies = await asyncio.gather(
+            *(p.request("tick", seq, time_ns, phase, elapsed_s) for p in self._procs))
+        self._take_counts([totals for _, _, totals in replies])
+        tick = _merge_ticks([t for t, _, _ in replies])
+        assert isinstance(tick, Tick)
+        self._publish(tick)
+        for raw in _merge_raws([r for _, r, _ in replies]):
+            assert isinstance(raw, RawSamples)
+            self._publish(raw)
+        return tick
+
+    async def close(self) -> None:
+        """Stop the load processes, then the first (brokers down); never raises."""
+        first, *others = self._procs
+        finals = list(await asyncio.gather(*(p.close() for p in others)))
+        finals.insert(0, await first.close())
+        if all(f is not None for f in finals):
+            self._take_counts([f for f in finals if f is not None])

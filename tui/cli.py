@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="consumers per subscription (one consumer group)")
     run.add_argument("--subscriptions", type=_non_negative_int, metavar="N",
                      help="subscriptions (consumer groups) per topic; 0 = produce only")
+    run.add_argument("--processes", type=_positive_int, metavar="N", default=1,
+                     help="load processes per target, its producers and consumers spread over "
+                          "them (a Python process drives about one core; default 1)")
     run.add_argument("--headless", action="store_true",
                      help="no dashboard: one status line per target per second")
     run.add_argument("--out", type=Path, metavar="DIR",
@@ -267,7 +270,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise StreambenchError("the dashboard needs a terminal; use --headless for scripts and CI")
     run_args = dict(workload=workload, targets=targets, out_dir=args.out,
                     record_raw=args.record_raw_samples, track_ids=args.track_delivery,
-                    argv=["streambench", *argv])
+                    processes=args.processes, argv=["streambench", *argv])
     run = Run(**run_args)
     run.prepare()
 

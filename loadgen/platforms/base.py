@@ -68,6 +68,10 @@ class Driver(ABC):
         """Create the topic and the subscriptions (consumer groups) that will read it, so
         that nothing produced before the consumers start is missed."""
 
+    def adopt_topic(self, name: str, partitions: int) -> None:
+        """Take a topic another load process of the same target created, without touching the
+        broker: remember what producers and consumers need to know about it."""
+
     @abstractmethod
     async def producer(self, topic: str, index: int) -> Producer: ...
 

@@ -297,6 +297,9 @@ class PulsarDriver(Driver):
     def _name(self, topic: str) -> str:
         return topic_name(self._config.persistent, self._config.namespace, topic)
 
+    def adopt_topic(self, name: str, partitions: int) -> None:
+        self._partitions[name] = partitions
+
     async def create_topic(self, name: str, partitions: int, subscriptions: list[str]) -> None:
         self._partitions[name] = partitions
         try:

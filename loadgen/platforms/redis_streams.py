@@ -146,6 +146,9 @@ class RedisStreamsDriver(Driver):
     def version(self) -> str:
         return self._version
 
+    def adopt_topic(self, name: str, partitions: int) -> None:
+        self._partitions[name] = partitions
+
     async def create_topic(self, name: str, partitions: int, subscriptions: list[str]) -> None:
         assert self._admin is not None
         self._partitions[name] = partitions

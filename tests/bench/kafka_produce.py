@@ -74,7 +74,8 @@ def streambench_max_rate(bootstrap: str, args: argparse.Namespace, out: Path) ->
                         producers=args.producers, subscriptions=0, duration_s=args.seconds,
                         warmup_s=3)
     target = resolve_target(f"kafka:{client_options(args)},topic={topic}@{bootstrap}")
-    summary = run_precise(Run(workload, unique_labels([target]), out_dir=out).execute())
+    summary = run_precise(Run(workload, unique_labels([target]), out_dir=out,
+                              processes=args.processes).execute())
     acked, errors = summary.targets[0].produced, summary.targets[0].send_errors
     stored = asyncio.run(log_end_total(bootstrap, topic, 1))
     if errors or stored != acked:
@@ -159,7 +160,11 @@ def main() -> int:
     parser.add_argument("--latency-rate", type=float, default=5000)
     parser.add_argument("--e2e-messages", type=int, default=5000)
     parser.add_argument("--version", default=KAFKA_3)
+    parser.add_argument("--processes", type=int, default=1,
+                        help="streambench load processes for the maximum rate (the producers "
+                             "are spread over them)")
     args = parser.parse_args()
+    args.producers = max(args.producers, args.processes)
 
     target = resolve_target(f"kafka:runtime=local,version={args.version}")
     stack = KafkaLocalStack(target, "bench", zookeeper=False)
@@ -200,7 +205,8 @@ def main() -> int:
 
         ours = streambench_max_rate(bootstrap, args, work / "max-rate")
         theirs = producer_performance(runtime, bootstrap, args, max(200_000, int(ours * args.seconds)))
-        print("\nmaximum produce rate (streambench's acked count checked against the log-end offsets)")
+        print(f"\nmaximum produce rate ({args.producers} streambench producer(s) in {args.processes} "
+              f"process(es); the acked count checked against the log-end offsets)")
         for name, rate in (("streambench", ours), ("ProducerPerformance", theirs)):
             print(f"  {name:24} {rate:>10,.0f} msg/s  {rate * args.size / 1e6:7.1f} MB/s")
         print(f"  ratio streambench / ProducerPerformance: {ours / theirs:.2f}")

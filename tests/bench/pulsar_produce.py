@@ -69,7 +69,7 @@ def streambench_max_rate(service: str, admin: str, args: argparse.Namespace, out
                         partitions=args.partitions, producers=args.producers, subscriptions=0,
                         duration_s=args.seconds, warmup_s=3)
     target = resolve_target(f"pulsar:{batching_options(args)}@{service},{admin}")
-    run = Run(workload, unique_labels([target]), out_dir=out)
+    run = Run(workload, unique_labels([target]), out_dir=out, processes=args.processes)
     # the run deletes its topic from an existing cluster when it closes: count before that
     topic = f"streambench-{run.run_id}-0-0"
     counted: dict[str, int] = {}
@@ -128,7 +128,10 @@ def main() -> int:
     parser.add_argument("--batch-max-bytes", type=int, default=128 * 1024)
     parser.add_argument("--batch-delay-ms", type=int, default=1)
     parser.add_argument("--heap", default="1g")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="streambench load processes (the producers are spread over them)")
     args = parser.parse_args()
+    args.producers = max(args.producers, args.processes)
 
     stack = PulsarLocalStack(resolve_target(f"pulsar:heap={args.heap},runtime=local"), "bench")
     work = Path(tempfile.mkdtemp(prefix="streambench-bench-"))
@@ -139,7 +142,8 @@ def main() -> int:
         desc = stack.describe()
         service, admin = desc.endpoints["pulsar"], desc.endpoints[ADMIN_ENDPOINT]
         print(f"Pulsar {PULSAR_VERSION} standalone (heap {args.heap}), {args.size} B messages, "
-              f"{args.partitions} partition(s), {args.producers} producer(s), "
+              f"{args.partitions} partition(s), {args.producers} producer(s) in "
+              f"{args.processes} streambench process(es), "
               f"{batching_options(args)}")
         ours = streambench_max_rate(service, admin, args, work / "max-rate")
         theirs = pulsar_perf(home, service, admin, args, work)

@@ -1,0 +1,102 @@
+"""A target's load spread over several worker processes (`--processes`): the first process
+owns the broker and the telemetry, every process runs its share of producers and consumers,
+and the ticks add their counts and merge their latencies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pyarrow.dataset as ds
+import pytest
+
+from loadgen.pacing import run_precise
+from loadgen.platforms import resolve_target
+from loadgen.run import Run, RunSummary
+from loadgen.target import unique_labels
+from loadgen.tick import Phase, Tick
+from loadgen.workload import Workload
+from tests.integration.conftest import run_json
+
+pytestmark = pytest.mark.integration
+
+RATE = 3000.0
+WARMUP_S = 2
+DURATION_S = 10
+PROCESSES = 2
+
+
+def _workers() -> set[int]:
+    """This process's children that are spawned multiprocessing workers (not the resource
+    tracker)."""
+    return {c.pid for c in psutil.Process().children() if "--multiprocessing-fork" in c.cmdline()}
+
+
+@pytest.fixture(scope="module")
+def spread_run(tmp_path_factory) -> tuple[Path, RunSummary, set[int]]:
+    """3 producers and 3 consumers over 2 processes (2 + 1 of each), 2 partitions."""
+    run_dir = tmp_path_factory.mktemp("spread") / "run"
+    workload = Workload(name="spread", rate=RATE, duration_s=DURATION_S, warmup_s=WARMUP_S,
+                        partitions=2, producers=3, consumers=3, message_size=512)
+    run = Run(workload, unique_labels([resolve_target("redis:runtime=local")]), out_dir=run_dir,
+              record_raw=True, track_ids=True, processes=PROCESSES)
+    seen: set[int] = set()
+
+    def watch(item: object) -> None:
+        if isinstance(item, Tick) and item.phase is Phase.MEASURING and item.seq == WARMUP_S + 1:
+            seen.update(_workers())
+
+    run.subscribe(watch)
+    summary = run_precise(run.execute())
+    return run_dir, summary, seen
+
+
+def test_every_process_is_a_worker_of_the_target(spread_run):
+    run_dir, _, seen = spread_run
+    assert len(seen) == PROCESSES
+    assert run_json(run_dir)["load_processes"] == PROCESSES
+    assert not any(psutil.pid_exists(pid) for pid in seen)  # all gone after the run
+
+
+def test_rate_and_counts_add_up(spread_run):
+    run_dir, summary, _ = spread_run
+    ticks = ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pydict()
+    measuring = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    assert len(measuring) == DURATION_S
+    achieved = (sum(ticks["produced"][i] for i in measuring)
+                / sum(ticks["interval_s"][i] for i in measuring))
+    assert abs(achieved - RATE) / RATE < 0.02, f"achieved {achieved:.1f} msg/s"
+    (t,) = summary.targets
+    assert t.send_errors == 0 and t.receive_errors == 0
+    assert t.produced == int(RATE * (WARMUP_S + DURATION_S))  # no slot of any producer skipped
+    assert t.consumed == t.produced == t.expected
+    assert t.duplicates == 0
+    assert t.drained and t.final_lag == 0
+    # the merged histograms hold every process's samples
+    assert sum(ticks["publish_count"]) == t.produced
+    assert sum(ticks["e2e_count"]) == t.consumed
+    assert max(ticks["produced_total"]) == t.produced
+
+
+def test_raw_samples_of_every_process_kept(spread_run):
+    run_dir, summary, _ = spread_run
+    raw = ds.dataset(run_dir / "raw", format="parquet").to_table().to_pydict()
+    kinds = np.array(raw["kind"])
+    (t,) = summary.targets
+    assert (kinds == "e2e").sum() == t.consumed
+    assert (kinds == "publish").sum() == t.produced
+    assert (kinds == "delay").sum() == t.produced
+    assert np.array(raw["value_ns"])[kinds == "e2e"].min() > 0
+
+
+def test_telemetry_comes_from_the_first_process_only(spread_run):
+    run_dir, _, _ = spread_run
+    ticks = ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pydict()
+    measuring = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    assert all(ticks["cpu_percent"][i] > 0 for i in measuring)
+    lag = ds.dataset(run_dir / "lag", format="parquet").to_table().to_pydict()
+    per_tick: dict[int, list[int]] = {}
+    for seq, partition in zip(lag["seq"], lag["partition"], strict=True):
+        per_tick.setdefault(seq, []).append(partition)
+    assert all(sorted(parts) == [0, 1] for parts in per_tick.values())  # not once per process
