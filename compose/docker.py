@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from compose.process import free_port, port_in_use
+from compose.process import LOG_LIMIT_BYTES, free_port, port_in_use
 from compose.stack import Progress, Stack, StackDescription
 from loadgen.errors import StackError
 from loadgen.target import Target
@@ -398,6 +398,7 @@ class ComposeStack(Stack):
             self._close_client()
             return
         self._launched = False
+        await self._keep_logs()
         args = ["down", "--remove-orphans", "--timeout", str(STOP_GRACE_S)]
         if not self._keep:
             args.append("-v")
@@ -408,6 +409,16 @@ class ComposeStack(Stack):
         self.context.events("stack-down", f"compose project {self._project}"
                             + (" (volumes kept)" if self._keep else ""))
         self._close_client()
+
+    async def _keep_logs(self) -> None:
+        """The containers' output (`compose logs`), into the run's log dir; never raises."""
+        log_dir = self.context.log_dir
+        if log_dir is None:
+            return
+        with contextlib.suppress(Exception):
+            _code, out = await self._run_compose("logs", "--no-color", "--timestamps", timeout_s=60)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            (log_dir / "compose.log").write_text(out[-LOG_LIMIT_BYTES:])
 
     def _sweep(self) -> None:
         """What compose left (it failed or was killed half-way): remove by project label."""

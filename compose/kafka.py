@@ -28,6 +28,7 @@ from compose.java import find_java, java_major
 from compose.maven import assemble, classpath
 from compose.process import (
     free_port,
+    keep_logs,
     port_in_use,
     remove_stale_dirs,
     start_process,
@@ -456,6 +457,7 @@ class KafkaLocalStack(Stack):
                     stop_process(node.proc, grace_s=0)  # interrupted above: no grace left
                 node.proc = None
             if self._dir is not None:
+                keep_logs([node.log for node in self._nodes()], self._dir, self.context.log_dir)
                 shutil.rmtree(self._dir, ignore_errors=True)
                 self._dir = None
 

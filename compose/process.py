@@ -93,9 +93,31 @@ def remove_stale_dirs(prefix: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-async def stop_and_remove(proc: subprocess.Popen[bytes] | None, data_dir: Path | None) -> None:
-    """Stop a local broker (see stop_process) off the event loop, then remove its data dir."""
+LOG_LIMIT_BYTES = 16 * 2**20  # of each log kept: its end
+
+
+def keep_logs(files: list[Path], root: Path, log_dir: Path | None) -> None:
+    """Copy a stopped broker's log files (their last LOG_LIMIT_BYTES) into the run's log dir,
+    named by their path under root (`node-1/broker.log` → `node-1-broker.log`); never raises."""
+    if log_dir is None:
+        return
+    for path in files:
+        with contextlib.suppress(OSError, ValueError):
+            if not path.is_file() or path.stat().st_size == 0:
+                continue
+            name = "-".join(path.relative_to(root).parts)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            with path.open("rb") as src, (log_dir / name).open("wb") as dst:
+                src.seek(max(0, path.stat().st_size - LOG_LIMIT_BYTES))
+                shutil.copyfileobj(src, dst)
+
+
+async def stop_and_remove(proc: subprocess.Popen[bytes] | None, data_dir: Path | None,
+                          logs: list[Path] | None = None, log_dir: Path | None = None) -> None:
+    """Stop a local broker (see stop_process) off the event loop, keep its logs in log_dir,
+    then remove its data dir."""
     if proc is not None:
         await asyncio.to_thread(stop_process, proc)
     if data_dir is not None:
+        keep_logs(logs or [], data_dir, log_dir)
         shutil.rmtree(data_dir, ignore_errors=True)

@@ -482,7 +482,9 @@ class PulsarLocalStack(Stack):
 
     async def down(self) -> None:
         proc, data_dir, self._proc, self._dir = self._proc, self._dir, None, None
-        await stop_and_remove(proc, data_dir)
+        logs = ([data_dir / "pulsar.out", *sorted((data_dir / "logs").glob("*.log"))]
+                if data_dir is not None else [])
+        await stop_and_remove(proc, data_dir, logs, self.context.log_dir)
 
     def describe(self) -> StackDescription:
         config = {**self._config.describe(), "journalSyncData": "true" if self._fsync else "false",

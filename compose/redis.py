@@ -142,7 +142,8 @@ class RedisLocalStack(Stack):
 
     async def down(self) -> None:
         proc, data_dir, self._proc, self._dir = self._proc, self._dir, None, None
-        await stop_and_remove(proc, data_dir)
+        logs = [data_dir / "redis.log", data_dir / "redis.stdout"] if data_dir is not None else []
+        await stop_and_remove(proc, data_dir, logs, self.context.log_dir)
 
     def describe(self) -> StackDescription:
         opts = self._target.options

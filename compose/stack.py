@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 Progress = Callable[[str], None]
 # (kind, detail) of something worth keeping in the run files, e.g. a fault injected
@@ -23,6 +24,7 @@ class StackContext:
     run_id: str = "manual"
     index: int = 0
     events: StackEvents = _no_events
+    log_dir: Path | None = None  # where the brokers' logs are kept when the stack goes down
 
 
 @dataclass(frozen=True)

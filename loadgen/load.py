@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -74,9 +75,10 @@ class TargetLoad:
 
     def __init__(self, index: int, label: str, target: Any, workload: Workload, run_id: str,
                  record_raw: bool, track_ids: bool, publish: EventSink,
-                 share: tuple[int, int] = (0, 1)) -> None:
+                 share: tuple[int, int] = (0, 1), log_dir: Path | None = None) -> None:
         self.index = index
         self.share, self.shares = share
+        self._log_dir = log_dir
         self.primary = self.share == 0
         self.label = label
         self.target = target
@@ -125,7 +127,7 @@ class TargetLoad:
         """The first process: bring the stack up, create the topics, start the collectors,
         then its share of consumers and producers."""
         self.stack = self.platform.make_stack(self.target)
-        self.stack.attach(StackContext(self.run_id, self.index, self._stack_event))
+        self.stack.attach(StackContext(self.run_id, self.index, self._stack_event, self._log_dir))
         await self.stack.up(progress)
         progress(f"{self.label}: waiting for the broker to answer")
         await self.stack.ready(float(os.environ.get(READY_TIMEOUT_ENV) or READY_TIMEOUT_S), progress)

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import platform as host_platform
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,11 @@ Subscriber = Callable[[BusItem], None]
 
 def default_run_dir(workload: Workload, started: datetime, root: Path = Path("runs")) -> Path:
     return root / f"{started.strftime('%Y%m%dT%H%M%SZ')}-{workload.name}"
+
+
+def log_dir(run_dir: Path, index: int, label: str) -> Path:
+    """Where a target's broker logs are kept: logs/<index>-<label, in file-name characters>."""
+    return run_dir / "logs" / f"{index}-{re.sub(r'[^A-Za-z0-9._-]+', '_', label)}"
 
 
 @dataclass
@@ -85,7 +91,7 @@ class Run:
         self._sink: ParquetSink | None = None
         self.runners = [
             TargetWorker(i, t, workload, self.run_id, record_raw, track_ids, self.publish,
-                         processes)
+                         processes, log_dir(self.run_dir, i, t.label))
             for i, t in enumerate(targets)
         ]
         self.warmup_ticks = math.ceil(workload.warmup_s / tick_s)

@@ -19,6 +19,7 @@ import signal
 import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,10 +42,11 @@ def _picklable(exc: BaseException) -> StreambenchError:
 
 
 def _worker_main(conn: Connection, index: int, target: Any, workload: Workload, run_id: str,
-                 record_raw: bool, track_ids: bool, share: tuple[int, int]) -> None:
+                 record_raw: bool, track_ids: bool, share: tuple[int, int],
+                 log_dir: Path | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides when to stop
-    run_precise(_serve(conn, TargetLoad(index, target.label, target, workload, run_id,
-                                        record_raw, track_ids, lambda e: _send(conn, e), share)))
+    run_precise(_serve(conn, TargetLoad(index, target.label, target, workload, run_id, record_raw,
+                                        track_ids, lambda e: _send(conn, e), share, log_dir)))
 
 
 def _send(conn: Connection, item: object) -> None:
@@ -262,7 +264,7 @@ class TargetWorker:
 
     def __init__(self, index: int, target: Any, workload: Workload, run_id: str,
                  record_raw: bool, track_ids: bool, publish: Callable[[Any], None],
-                 processes: int = 1) -> None:
+                 processes: int = 1, log_dir: Path | None = None) -> None:
         self.index = index
         self.target = target
         self.label: str = target.label
@@ -270,7 +272,7 @@ class TargetWorker:
         self._publish = publish
         self._described: dict[str, Any] | None = None
         self._procs = [_LoadProcess(self.label, (index, target, workload, run_id, record_raw,
-                                                 track_ids, (k, processes)), publish)
+                                                 track_ids, (k, processes), log_dir), publish)
                        for k in range(processes)]
 
     def spawn(self) -> None:

@@ -150,6 +150,9 @@ def test_containers_recorded_and_removed(docker_run):
     events = ds.dataset(docker_run.run_dir / "events", format="parquet").to_table().to_pydict()
     assert {"stack-up", "stack-down"} <= set(events["kind"])
     nothing_labelled(meta["run_id"])
+    # the containers' output, taken before they were removed
+    (compose_log,) = (docker_run.run_dir / "logs").glob("0-*/compose.log")
+    assert len(compose_log.read_text().splitlines()) > 5
 
 
 def test_cpu_and_memory_agree_with_docker_stats(docker_run):

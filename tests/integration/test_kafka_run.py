@@ -140,6 +140,14 @@ def test_brokers_stopped_and_cleaned(fixed_rate_run: FixedRateRun):
             assert not port_listening(int(endpoint.rsplit(":", 1)[1]))
         assert not any(psutil.pid_exists(pid) for pid in target["pids"])
         assert not Path(target["config"]["data_dir"]).exists()
+    # every broker's (and ZooKeeper's) log outlives the data dir, in the run's log dir
+    for index, target in enumerate(run_json(run_dir)["targets"]):
+        logs = list((run_dir / "logs").glob(f"{index}-*/*.log"))
+        brokers = [p for p in logs if p.name.endswith("-broker.log")]
+        assert len(brokers) == int(target["config"]["brokers"])
+        assert all("Kafka Server started" in p.read_text(errors="replace") or
+                   "[KafkaServer id=" in p.read_text(errors="replace") for p in brokers)
+        assert (len(logs) - len(brokers)) == (target["config"]["mode"] == "zookeeper")
 
 
 def test_sigterm_during_measuring_stops_brokers_and_zookeeper(tmp_path, kafka_39,  # noqa: F811

@@ -104,6 +104,9 @@ def test_local_runtime_runs_and_cleans_up(tmp_path, nothing_left_running):
     assert not Path(target["config"]["data_dir"]).exists()
     for url in target["endpoints"].values():
         assert not port_in_use(int(url.rsplit(":", 1)[1]))
+    # the standalone's output outlives its data dir, in the run's log dir
+    (logs,) = (run_dir / "logs").iterdir()
+    assert "messaging service is ready" in (logs / "pulsar.out").read_text(errors="replace").lower()
 
 
 # ---- one standalone for the rest of the module ------------------------------------------------

@@ -88,6 +88,9 @@ def test_broker_stopped_and_cleaned(fixed_rate_run):
     assert not port_listening(port)
     assert not any(psutil.pid_exists(pid) for pid in target["pids"])
     assert not Path(target["config"]["data_dir"]).exists()
+    # the server's log outlives its data dir, in the run's log dir
+    log = run_dir / "logs" / "0-redis" / "redis.log"
+    assert "Ready to accept connections" in log.read_text()
 
 
 def test_cpu_and_memory_recorded(fixed_rate_run):
