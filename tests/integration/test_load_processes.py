@@ -100,3 +100,18 @@ def test_telemetry_comes_from_the_first_process_only(spread_run):
     for seq, partition in zip(lag["seq"], lag["partition"], strict=True):
         per_tick.setdefault(seq, []).append(partition)
     assert all(sorted(parts) == [0, 1] for parts in per_tick.values())  # not once per process
+
+
+def test_kafka_and_pulsar_targets_spread_over_processes(tmp_path):
+    """The Kafka consumer group and the Pulsar subscription span both processes; Pulsar's
+    second process takes the partitioned topic the first one created."""
+    workload = Workload(name="spread-jvm", rate=1000.0, duration_s=4, warmup_s=1, partitions=2,
+                        producers=2, consumers=2, message_size=256)
+    targets = unique_labels([resolve_target("kafka:runtime=local,heap=512M"),
+                             resolve_target("pulsar:runtime=local,heap=512m")])
+    summary = run_precise(Run(workload, targets, out_dir=tmp_path / "run", track_ids=True,
+                              processes=PROCESSES).execute())
+    for t in summary.targets:
+        assert t.send_errors == 0 and t.receive_errors == 0, t
+        assert t.produced == 5000, t
+        assert t.consumed == t.produced and t.duplicates == 0 and t.drained, t
