@@ -168,9 +168,6 @@ class TargetLoad:
                     self.producers.append(await self.driver.producer(topic, i))
                     self._producer_numbers.append(t * w.producers + i)
 
-    def stack_description(self) -> StackDescription | None:
-        return self.desc
-
     def describe(self) -> dict[str, Any]:
         desc = self.desc
         return {

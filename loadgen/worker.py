@@ -72,7 +72,7 @@ async def _serve(conn: Connection, load: TargetLoad) -> None:
         try:
             if op == "start":
                 await load.start(lambda msg: _send(conn, ("progress", msg)))
-                value: Any = (load.describe(), load.stack_description())
+                value: Any = (load.describe(), load.desc)
             elif op == "join":
                 await load.join(*args)
                 value = None

@@ -301,7 +301,7 @@ class PulsarDriver(Driver):
         self._partitions[name] = partitions
 
     async def create_topic(self, name: str, partitions: int, subscriptions: list[str]) -> None:
-        self._partitions[name] = partitions
+        self.adopt_topic(name, partitions)
         try:
             await self._admin.put(f"{self._path(name)}/partitions", partitions)
             # a durable subscription keeps what is produced before its consumers connect; a

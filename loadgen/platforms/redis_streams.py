@@ -151,7 +151,7 @@ class RedisStreamsDriver(Driver):
 
     async def create_topic(self, name: str, partitions: int, subscriptions: list[str]) -> None:
         assert self._admin is not None
-        self._partitions[name] = partitions
+        self.adopt_topic(name, partitions)
         for stream in stream_names(name, partitions):
             for group in subscriptions:
                 try:

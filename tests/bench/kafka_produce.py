@@ -147,6 +147,15 @@ def end_to_end_latency(runtime: KafkaRuntime, bootstrap: str, args: argparse.Nam
     return {"avg": avg, "p50": float(p.group(1)), "p99": float(p.group(2)), "p99.9": float(p.group(3))}
 
 
+def latency_table(ours: HistogramSnapshot, tool_name: str, tool: dict[str, float]) -> None:
+    """avg, p50, p99 and p99.9 in ms: streambench's histogram and a tool's parsed figures."""
+    ps = percentiles(ours, PERCENTILES) / 1e6
+    print(f"  {'':24} {'avg':>8} {'p50':>8} {'p99':>8} {'p99.9':>8}")
+    print(f"  {'streambench':24} {ours.mean / 1e6:8.3f} {ps[0]:8.3f} {ps[1]:8.3f} {ps[2]:8.3f}")
+    print(f"  {tool_name:24} {tool['avg']:8.3f} {tool['p50']:8.3f} {tool['p99']:8.3f} "
+          f"{tool['p99.9']:8.3f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -185,22 +194,15 @@ def main() -> int:
         tool = end_to_end_latency(runtime, bootstrap, args)
         print(f"\nend-to-end latency, ms (streambench: {args.latency_rate:,.0f} msg/s paced, "
               f"{e2e.total:,} messages; EndToEndLatency: {args.e2e_messages:,} sequential round trips)")
-        print(f"  {'':24} {'avg':>8} {'p50':>8} {'p99':>8} {'p99.9':>8}")
-        print(f"  {'streambench':24} {e2e.mean / 1e6:8.3f} {ps[0]:8.3f} {ps[1]:8.3f} {ps[2]:8.3f}")
-        print(f"  {'EndToEndLatency':24} {tool['avg']:8.3f} {tool['p50']:8.3f} {tool['p99']:8.3f} "
-              f"{tool['p99.9']:8.3f}")
+        latency_table(e2e, "EndToEndLatency", tool)
         print(f"  ratio p50 streambench / EndToEndLatency: {ps[0] / tool['p50']:.2f}")
 
         _, publish = streambench_latency(bootstrap, args, work / "publish", consumers=False)
         pp = producer_performance_latency(runtime, bootstrap, args)
-        ps = percentiles(publish, [50.0, 99.0, 99.9]) / 1e6
         print(f"\npublish latency (send → ack), ms, no consumers, both at "
               f"{args.latency_rate:,.0f} msg/s paced "
               f"(ProducerPerformance achieved {pp['rate']:,.0f} msg/s)")
-        print(f"  {'':24} {'avg':>8} {'p50':>8} {'p99':>8} {'p99.9':>8}")
-        print(f"  {'streambench':24} {publish.mean / 1e6:8.3f} {ps[0]:8.3f} {ps[1]:8.3f} {ps[2]:8.3f}")
-        print(f"  {'ProducerPerformance':24} {pp['avg']:8.3f} {pp['p50']:8.3f} {pp['p99']:8.3f} "
-              f"{pp['p99.9']:8.3f}")
+        latency_table(publish, "ProducerPerformance", pp)
         print(f"  ratio avg streambench / ProducerPerformance: {publish.mean / 1e6 / pp['avg']:.2f}")
 
         ours = streambench_max_rate(bootstrap, args, work / "max-rate")
