@@ -1,87 +1,10 @@
-"""Helpers for tests against real brokers: the CLI in a subprocess, process and port checks."""
+"""The broker tests' helpers live in tests/conftest.py, shared with the container and TUI tests;
+they are re-exported here for the modules that import them from this package."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from pathlib import Path
-
-import psutil
-import pytest
-
-CLI = [sys.executable, "-m", "tui.cli"]
-
-
-def redis_pids() -> set[int]:
-    """redis-servers this test process could have started: its descendants, and orphans (a
-    leaked broker is re-parented to init). Other test runs on the machine are not counted."""
-    mine = {p.pid for p in psutil.Process().children(recursive=True)}
-    found = set()
-    for p in psutil.process_iter(["name", "ppid"]):
-        if p.info["name"] == "redis-server" and (p.pid in mine or p.info["ppid"] == 1):
-            found.add(p.pid)
-    return found
-
-
-@pytest.fixture
-def no_leftover_redis() -> Iterator[None]:
-    """Fails the test if it leaves a redis-server running that was not there before."""
-    before = redis_pids()
-    yield
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and redis_pids() - before:
-        time.sleep(0.1)
-    assert redis_pids() - before == set(), "a redis-server started by the test is still running"
-
-
-class CliRun:
-    """`streambench …` in its own session so signals reach only it."""
-
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(
-            [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **(env or {})}, start_new_session=True,
-        )
-        self.lines: list[str] = []
-
-    def wait_for_line(self, fragment: str, timeout_s: float) -> str:
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.lines.append(line)
-            if fragment in line:
-                return line
-        raise AssertionError(f"no line with {fragment!r} within {timeout_s} s; got {self.lines[-5:]}")
-
-    def signal(self, sig: signal.Signals) -> None:
-        self.proc.send_signal(sig)
-
-    def finish(self, timeout_s: float = 120) -> tuple[int, str, str]:
-        out, err = self.proc.communicate(timeout=timeout_s)
-        return self.proc.returncode, "".join(self.lines) + out, err
-
-
-def run_cli(args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout_s,
-                          stdin=subprocess.DEVNULL)
-
-
-def run_json(run_dir: Path) -> dict:
-    return json.loads((run_dir / "run.json").read_text())
-
-
-def port_listening(port: int) -> bool:
-    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
-               for c in psutil.net_connections("tcp"))
-
-
-def stop_signal_name(sig: signal.Signals) -> str:
-    return sig.name
+from tests.conftest import CLI as CLI
+from tests.conftest import CliRun as CliRun
+from tests.conftest import port_listening as port_listening
+from tests.conftest import run_cli as run_cli
+from tests.conftest import run_json as run_json
