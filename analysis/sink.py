@@ -17,36 +17,21 @@ import re
 import time
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.schema import LATENCY_KINDS, MIN_READER_VERSION, SCHEMA_VERSION, SCHEMAS, TIMESTAMP
 from loadgen.errors import OutputError
 from loadgen.histogram import HistogramSnapshot, bucket_value, percentiles
-from loadgen.tick import Phase, PhaseChange, RunEvent, Tick
+from loadgen.tick import Phase, PhaseChange, RawSamples, RunEvent, RunMeta, Tick
 
 _PART_RE = re.compile(r"^part-(\d+)\.parquet$")
 _TMP_SUFFIX = ".inprogress"
 _SUMMARY_PS = [50.0, 99.0, 99.9]
-
-
-@dataclass(frozen=True, slots=True)
-class RawSamples:
-    """Every latency value of one interval, unbinned: published on the bus only when raw
-    recording is on (a test switch used to check the report against exact percentiles)."""
-
-    target: str
-    seq: int
-    time_ns: int
-    phase: Phase
-    kind: str  # "e2e" | "publish" | "delay"
-    values: npt.NDArray[np.int64]  # nanoseconds
 
 
 def _reason(exc: OSError) -> str:
@@ -126,7 +111,8 @@ def _summary(snap: HistogramSnapshot) -> tuple[int, int, int | None, float | Non
 
 class ParquetSink:
     """Callable bus subscriber writing Tick, PhaseChange, RunEvent and RawSamples items into
-    `<run_dir>/<table>/part-NNNNN.parquet` files (zstd), one file per table per rotation.
+    `<run_dir>/<table>/part-NNNNN.parquet` files (zstd), one file per table per rotation, and
+    each RunMeta as run.json.
 
     Files are written by one background thread, in order; `wait()` blocks until they are on
     disk and `close()` flushes and waits. `background=False` writes in the calling thread.
@@ -206,6 +192,8 @@ class ParquetSink:
         elif isinstance(item, RawSamples):
             if self.raw:
                 self._add_raw(item)
+        elif isinstance(item, RunMeta):
+            write_run_json(self.run_dir, item.meta)
         else:
             return  # other bus traffic is not ours
         if self._clock() - self._last_rotate >= self.rotate_s:

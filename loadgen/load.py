@@ -11,11 +11,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from analysis.sink import RawSamples
 from collectors.base import Collector, Reading
 from compose.docker import FAULTS
 from compose.stack import Stack, StackContext, StackDescription
@@ -24,7 +23,8 @@ from loadgen.histogram import Histogram
 from loadgen.pacing import Schedule
 from loadgen.platforms import PLATFORMS
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer
-from loadgen.tick import Phase, Resources, RunEvent, Tick
+from loadgen.target import Target
+from loadgen.tick import BusItem, Phase, RawSamples, Resources, RunEvent, Tick
 from loadgen.workload import Workload
 
 READY_TIMEOUT_S = 60.0
@@ -34,7 +34,7 @@ PACED_BATCH_LIMIT = 2000
 MAX_RATE_BATCH = 256
 MAX_RATE_BATCH_BYTES = 1 << 20  # large messages go in smaller batches at maximum rate
 
-EventSink = Callable[[RunEvent], None]
+Publish = Callable[[BusItem], None]
 
 
 def _payload_pool(size: int) -> list[bytes]:
@@ -49,6 +49,10 @@ def _key_source(distributor: str) -> Callable[[int], bytes] | None:
     if distributor == "RANDOM_NANO":
         return lambda n: str(time.perf_counter_ns()).encode()
     return None
+
+
+def _nan_if_none(x: float | None) -> float:
+    return float("nan") if x is None else float(x)
 
 
 @dataclass
@@ -66,6 +70,33 @@ class TargetTotals:
     drained: bool = False
 
 
+class LoadHandle(Protocol):
+    """What the run loop drives for one target: the in-process TargetLoad and the coordinator's
+    proxy to worker processes (loadgen.worker.TargetWorker) both are one."""
+
+    label: str
+    totals: TargetTotals
+
+    async def start(self, progress: Callable[[str], None]) -> None: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def start_load(self, t0_mono: int, t0_wall: int, end_mono: int) -> None: ...
+
+    def stop_producing_at(self, end_mono: int) -> None: ...
+
+    async def stop_producers(self) -> None: ...
+
+    async def fault(self, action: str, broker: str) -> None: ...
+
+    async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
+        """Close the interval and return its Tick; raw samples, when recorded, are published
+        on the bus before it returns."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 class TargetLoad:
     """One target's stack, driver, producers, consumers, collectors and interval counters.
 
@@ -73,8 +104,8 @@ class TargetLoad:
     first owns the stack, the topics and the collectors; every process runs the producers and
     consumers whose number modulo the count is its own."""
 
-    def __init__(self, index: int, label: str, target: Any, workload: Workload, run_id: str,
-                 record_raw: bool, track_ids: bool, publish: EventSink,
+    def __init__(self, index: int, label: str, target: Target, workload: Workload, run_id: str,
+                 record_raw: bool, track_ids: bool, publish: Publish,
                  share: tuple[int, int] = (0, 1), log_dir: Path | None = None) -> None:
         self.index = index
         self.share, self.shares = share
@@ -327,10 +358,10 @@ class TargetLoad:
                                        f"{c.name}: {type(r).__name__}: {r}"))
         return reading
 
-    async def tick(self, seq: int, time_ns: int, phase: Phase,
-                   elapsed_s: float) -> tuple[Tick, list[RawSamples]]:
+    async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
         """Close the interval: counters and histograms since the previous tick, telemetry now.
-        The interval is measured here, where the counting happens."""
+        The interval is measured here, where the counting happens. Raw samples, when recorded,
+        are published before the tick is returned."""
         mono = time.monotonic_ns()
         interval_s = (mono - self._interval_start) / 1e9
         self._interval_start = mono
@@ -343,8 +374,6 @@ class TargetLoad:
         for v in self._raw.values():
             v.clear()
         reading = await self._sample()
-        def nan_if_none(x):
-            return (float("nan") if x is None else float(x))
         tick = Tick(
             target=self.label, seq=seq, time_ns=time_ns, interval_s=interval_s, phase=phase,
             elapsed_s=elapsed_s, produced=produced, produced_bytes=produced_bytes,
@@ -352,7 +381,7 @@ class TargetLoad:
             target_rate=self.workload.rate, publish_latency=pub, publish_delay=delay,
             e2e_latency=e2e, lag=reading.lag,
             resources=Resources(
-                cpu_percent=nan_if_none(reading.cpu_percent),
+                cpu_percent=_nan_if_none(reading.cpu_percent),
                 memory_bytes=reading.memory_bytes or 0,
                 disk_read_bytes=reading.disk_read_bytes or 0,
                 disk_write_bytes=reading.disk_write_bytes or 0,
@@ -363,9 +392,10 @@ class TargetLoad:
             produced_total=self.totals.produced,
             consumed_total=self.totals.consumed,
         )
-        raws = [RawSamples(self.label, seq, time_ns, phase, kind, values)
-                for kind, values in raw.items()] if self._record_raw else []
-        return tick, raws
+        if self._record_raw:
+            for kind, values in raw.items():
+                self._publish(RawSamples(self.label, seq, time_ns, phase, kind, values))
+        return tick
 
     # ---- tear-down ----------------------------------------------------------------------
 

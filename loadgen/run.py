@@ -1,7 +1,9 @@
 """The run loop: bring every target up, drive it with paced producers and consumers, publish
 one Tick per target per second on the bus, drain, write the files, bring everything down.
 
-The same Run serves the dashboard and --headless: both are subscribers of the bus."""
+The same Run serves the dashboard and --headless: both are subscribers of the bus. So is the
+recorder that keeps the run files (the command line gives analysis' Parquet sink): the engine
+publishes, it never writes run files itself."""
 
 from __future__ import annotations
 
@@ -17,18 +19,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from analysis.sink import ParquetSink, RawSamples, write_run_json
 from loadgen.errors import OutputError, StackError, StreambenchError
 from loadgen.load import TargetTotals
 from loadgen.pacing import now_ns
-from loadgen.tick import LagSnapshot, Phase, PhaseChange, RunEvent, Tick
+from loadgen.target import Target
+from loadgen.tick import BusItem, LagSnapshot, Phase, PhaseChange, RunEvent, RunMeta
 from loadgen.worker import TargetWorker
 from loadgen.workload import Workload
 
-BusItem = Tick | PhaseChange | RunEvent | RawSamples
 Subscriber = Callable[[BusItem], None]
+
+
+class Recorder(Protocol):
+    """A bus subscriber that keeps the run files; closed (flushed) when the run ends."""
+
+    def __call__(self, item: BusItem) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class RecorderFactory(Protocol):
+    """Makes the run's recorder once the run directory exists (e.g. analysis.sink.ParquetSink)."""
+
+    def __call__(self, run_dir: Path, run_id: str, *, raw: bool) -> Recorder: ...
 
 
 def default_run_dir(workload: Workload, started: datetime, root: Path = Path("runs")) -> Path:
@@ -71,10 +86,10 @@ def drained(totals: TargetTotals, subscriptions: int, lag: LagSnapshot | None) -
 class Run:
     """One benchmark run over one or more targets side by side."""
 
-    def __init__(self, workload: Workload, targets: list[Any], out_dir: Path | None = None,
+    def __init__(self, workload: Workload, targets: list[Target], out_dir: Path | None = None,
                  record_raw: bool = False, track_ids: bool = False, tick_s: float = 1.0,
                  argv: list[str] | None = None, run_id: str | None = None,
-                 processes: int = 1) -> None:
+                 processes: int = 1, recorder: RecorderFactory | None = None) -> None:
         self.workload = workload
         self.targets = targets
         self.started = datetime.now(UTC)
@@ -88,8 +103,10 @@ class Run:
         self._subscribers: list[Subscriber] = []
         self._stop_requests = 0
         self._stop_event = asyncio.Event()
-        self._sink: ParquetSink | None = None
-        self.runners = [
+        self._recorder_factory = recorder
+        self._recorder: Recorder | None = None
+        self._prepared = False
+        self.runners: list[TargetWorker] = [
             TargetWorker(i, t, workload, self.run_id, record_raw, track_ids, self.publish,
                          processes, log_dir(self.run_dir, i, t.label))
             for i, t in enumerate(targets)
@@ -125,14 +142,16 @@ class Run:
         return self._stop_requests > 0
 
     def prepare(self) -> None:
-        """Create the run directory and the sink and start the targets' worker processes (which
-        wait for instructions); raises OutputError before anything starts. Call it before a
-        dashboard takes over the terminal."""
-        if self._sink is not None:
+        """Create the run directory and the recorder and start the targets' worker processes
+        (which wait for instructions); raises OutputError before anything starts. Call it before
+        a dashboard takes over the terminal."""
+        if self._prepared:
             return
         check_run_dir(self.run_dir)
-        self._sink = ParquetSink(self.run_dir, self.run_id, raw=self.record_raw)
-        self.subscribe(self._sink)
+        if self._recorder_factory is not None:
+            self._recorder = self._recorder_factory(self.run_dir, self.run_id, raw=self.record_raw)
+            self.subscribe(self._recorder)
+        self._prepared = True
         for r in self.runners:
             r.spawn()
 
@@ -163,26 +182,26 @@ class Run:
 
     async def execute(self) -> RunSummary:
         self.prepare()
-        assert self._sink is not None
         summary = RunSummary(self.run_dir, self.run_id, stopped_early=False)
         try:
             self._set_phase(Phase.STARTING, "starting brokers")
             await self._start_all()
-            write_run_json(self.run_dir, self._meta())
+            self.publish(RunMeta(self._meta()))
             measured = await self._drive()
             summary.measured_ticks = measured
             summary.stopped_early = self.stop_requested
             self._set_phase(Phase.WRITING, "writing run files")
             summary.targets = [r.totals for r in self.runners]
-            write_run_json(self.run_dir, self._meta({
+            self.publish(RunMeta(self._meta({
                 "ended": datetime.now(UTC).isoformat(),
                 "stopped_early": summary.stopped_early,
                 "measured_ticks": measured,
                 "totals": [json.loads(json.dumps(t.__dict__)) for t in summary.targets],
-            }))
+            })))
         finally:
             await asyncio.gather(*(r.close() for r in self.runners), return_exceptions=True)
-            self._sink.close()
+            if self._recorder is not None:
+                self._recorder.close()
         self._set_phase(Phase.DONE, f"run files in {self.run_dir}")
         return summary
 
@@ -229,6 +248,8 @@ class Run:
                 measured += 1
             ticks = await asyncio.gather(*(
                 r.tick(seq, wall, phase, (mono - t0_mono) / 1e9) for r in self.runners))
+            for t in ticks:
+                self.publish(t)
             seq += 1
             if k == warm_end and measure_end > warm_end:
                 self._set_phase(Phase.MEASURING)

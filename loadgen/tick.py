@@ -1,10 +1,15 @@
-"""The Tick: one per target per second, the bus between the run loop and its subscribers
-(dashboard, Parquet sink, headless status line)."""
+"""The bus between the run loop and its subscribers (dashboard, Parquet sink, headless status
+line): one Tick per target per second, phase changes, run events, raw samples and the run's
+description. Shared vocabulary: imports nothing above loadgen.histogram."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from loadgen.histogram import HistogramSnapshot
 
@@ -99,3 +104,28 @@ class RunEvent:
     target: str
     kind: str
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RawSamples:
+    """Every latency value of one interval, unbinned: published on the bus only when raw
+    recording is on (a test switch used to check the report against exact percentiles)."""
+
+    target: str
+    seq: int
+    time_ns: int
+    phase: Phase
+    kind: str  # "e2e" | "publish" | "delay"
+    values: npt.NDArray[np.int64]  # nanoseconds
+
+
+@dataclass(frozen=True, slots=True)
+class RunMeta:
+    """The run's description (workload, targets, versions, host; at the end also the totals):
+    published when the brokers are up and again when the run ends. The sink keeps the latest
+    as run.json."""
+
+    meta: dict[str, Any]
+
+
+BusItem = Tick | PhaseChange | RunEvent | RawSamples | RunMeta

@@ -2,11 +2,12 @@
 share an event loop (one slow broker cannot delay another target's sends or timestamps) and
 the dashboard's drawing never delays either.
 
-The coordinator (Run) talks to a worker through `TargetWorker`, which has the same interface as
-TargetLoad; requests and replies cross a pipe. Interval counters, histograms and telemetry are
-summarised in the worker and cross once per tick as a Tick (the coordinator merges summaries,
-never raw samples). CLOCK_MONOTONIC is shared by all processes, so schedule times pass as they
-are. A worker whose coordinator disappears stops its target and exits."""
+The coordinator (Run) talks to a worker through `TargetWorker`, which is a LoadHandle like
+TargetLoad; requests (an allowlist of operations) and replies cross a pipe. Interval counters,
+histograms and telemetry are summarised in the worker and cross once per tick as a Tick (the
+coordinator merges summaries; raw samples, a test switch, go straight to the bus).
+CLOCK_MONOTONIC is shared by all processes, so schedule times pass as they are. A worker whose
+coordinator disappears stops its target and exits."""
 
 from __future__ import annotations
 
@@ -17,19 +18,18 @@ import itertools
 import multiprocessing
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from analysis.sink import RawSamples
+from compose.stack import StackDescription
 from loadgen.errors import StackError, StreambenchError
 from loadgen.histogram import HistogramSnapshot
-from loadgen.load import TargetLoad, TargetTotals
+from loadgen.load import LoadHandle, Publish, TargetLoad, TargetTotals
 from loadgen.pacing import run_precise
-from loadgen.tick import Phase, RunEvent, Tick
+from loadgen.target import Target
+from loadgen.tick import Phase, Tick
 from loadgen.workload import Workload
 
 _CLOSE_TIMEOUT_S = 120.0
@@ -41,7 +41,7 @@ def _picklable(exc: BaseException) -> StreambenchError:
     return StackError(f"{type(exc).__name__}: {exc}")
 
 
-def _worker_main(conn: Connection, index: int, target: Any, workload: Workload, run_id: str,
+def _worker_main(conn: Connection, index: int, target: Target, workload: Workload, run_id: str,
                  record_raw: bool, track_ids: bool, share: tuple[int, int],
                  log_dir: Path | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides when to stop
@@ -52,6 +52,53 @@ def _worker_main(conn: Connection, index: int, target: Any, workload: Workload, 
 def _send(conn: Connection, item: object) -> None:
     with contextlib.suppress(OSError, ValueError):
         conn.send(item)
+
+
+# The operations a coordinator may ask of a worker, each with the reply it gets.
+Handler = Callable[..., Awaitable[Any]]
+
+
+async def _start(load: TargetLoad, conn: Connection) -> tuple[dict[str, Any], StackDescription | None]:
+    await load.start(lambda msg: _send(conn, ("progress", msg)))
+    return load.describe(), load.desc
+
+
+async def _join(load: TargetLoad, conn: Connection, desc: StackDescription) -> None:
+    await load.join(desc)
+
+
+async def _tick(load: TargetLoad, conn: Connection, seq: int, time_ns: int, phase: Phase,
+                elapsed_s: float) -> tuple[Tick, TargetTotals]:
+    return await load.tick(seq, time_ns, phase, elapsed_s), load.totals
+
+
+async def _stop_producers(load: TargetLoad, conn: Connection) -> TargetTotals:
+    await load.stop_producers()
+    return load.totals
+
+
+async def _start_load(load: TargetLoad, conn: Connection, t0_mono: int, t0_wall: int,
+                      end_mono: int) -> None:
+    load.start_load(t0_mono, t0_wall, end_mono)
+
+
+async def _stop_producing_at(load: TargetLoad, conn: Connection, end_mono: int) -> None:
+    load.stop_producing_at(end_mono)
+
+
+async def _fault(load: TargetLoad, conn: Connection, action: str, broker: str) -> None:
+    await load.fault(action, broker)
+
+
+HANDLERS: dict[str, Handler] = {
+    "start": _start,
+    "join": _join,
+    "tick": _tick,
+    "stop_producers": _stop_producers,
+    "start_load": _start_load,
+    "stop_producing_at": _stop_producing_at,
+    "fault": _fault,
+}
 
 
 async def _serve(conn: Connection, load: TargetLoad) -> None:
@@ -70,29 +117,10 @@ async def _serve(conn: Connection, load: TargetLoad) -> None:
 
     async def handle(req_id: int, op: str, args: tuple[Any, ...]) -> None:
         try:
-            if op == "start":
-                await load.start(lambda msg: _send(conn, ("progress", msg)))
-                value: Any = (load.describe(), load.desc)
-            elif op == "join":
-                await load.join(*args)
-                value = None
-            elif op == "tick":
-                value = (*await load.tick(*args), load.totals)
-            elif op == "stop_producers":
-                await load.stop_producers()
-                value = load.totals
-            elif op == "start_load":
-                load.start_load(*args)
-                value = None
-            elif op == "stop_producing_at":
-                load.stop_producing_at(*args)
-                value = None
-            elif op == "fault":
-                await load.fault(*args)
-                value = None
-            else:
+            handler = HANDLERS.get(op)
+            if handler is None:
                 raise StackError(f"unknown request {op!r}")
-            _send(conn, (req_id, True, value))
+            _send(conn, (req_id, True, await handler(load, conn, *args)))
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -115,7 +143,7 @@ async def _serve(conn: Connection, load: TargetLoad) -> None:
 class _LoadProcess:
     """One worker process of a target and the pipe to it."""
 
-    def __init__(self, label: str, args: tuple[Any, ...], publish: Callable[[Any], None]) -> None:
+    def __init__(self, label: str, args: tuple[Any, ...], publish: Publish) -> None:
         self.label = label
         self._args = args
         self._publish = publish
@@ -163,8 +191,8 @@ class _LoadProcess:
                         f"(exit code {code})"))
             self._pending.clear()
             return
-        if isinstance(message, RunEvent):
-            self._publish(message)
+        if not isinstance(message, tuple):
+            self._publish(message)  # a bus item from the worker (run event, raw samples)
         elif message[0] == "progress":
             self.progress(message[1])
         else:
@@ -247,23 +275,12 @@ def _merge_ticks(ticks: list[Tick]) -> Tick:
     )
 
 
-def _merge_raws(raws: list[list[RawSamples]]) -> list[RawSamples]:
-    if len(raws) == 1:
-        return raws[0]
-    merged = []
-    for same_kind in zip(*raws, strict=True):
-        first = same_kind[0]
-        merged.append(dataclasses.replace(
-            first, values=np.concatenate([r.values for r in same_kind])))
-    return merged
-
-
 class TargetWorker:
     """The coordinator's handle on one target's worker processes (one, or `processes` with the
-    load spread over them); the same interface as TargetLoad."""
+    load spread over them); a LoadHandle like TargetLoad."""
 
-    def __init__(self, index: int, target: Any, workload: Workload, run_id: str,
-                 record_raw: bool, track_ids: bool, publish: Callable[[Any], None],
+    def __init__(self, index: int, target: Target, workload: Workload, run_id: str,
+                 record_raw: bool, track_ids: bool, publish: Publish,
                  processes: int = 1, log_dir: Path | None = None) -> None:
         self.index = index
         self.target = target
@@ -322,14 +339,8 @@ class TargetWorker:
     async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
         replies = await asyncio.gather(
             *(p.request("tick", seq, time_ns, phase, elapsed_s) for p in self._procs))
-        self._take_counts([totals for _, _, totals in replies])
-        tick = _merge_ticks([t for t, _, _ in replies])
-        assert isinstance(tick, Tick)
-        self._publish(tick)
-        for raw in _merge_raws([r for _, r, _ in replies]):
-            assert isinstance(raw, RawSamples)
-            self._publish(raw)
-        return tick
+        self._take_counts([totals for _, totals in replies])
+        return _merge_ticks([t for t, _ in replies])
 
     async def close(self) -> None:
         """Stop the load processes, then the first (brokers down); never raises."""
@@ -338,3 +349,7 @@ class TargetWorker:
         finals.insert(0, await first.close())
         if all(f is not None for f in finals):
             self._take_counts([f for f in finals if f is not None])
+
+
+if TYPE_CHECKING:  # mypy checks that both are LoadHandles
+    _HANDLES: tuple[type[LoadHandle], ...] = (TargetLoad, TargetWorker)

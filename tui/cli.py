@@ -254,6 +254,7 @@ def _print_summary(summary: Any) -> None:
 
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from analysis.sink import ParquetSink
     from loadgen.pacing import run_precise
     from loadgen.platforms import resolve_target
     from loadgen.platforms.runtime import with_run_settings
@@ -271,7 +272,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     run_args = dict(workload=workload, targets=targets, out_dir=args.out,
                     record_raw=args.record_raw_samples, track_ids=args.track_delivery,
                     processes=args.processes, argv=["streambench", *argv])
-    run = Run(**run_args)
+    run = Run(**run_args, recorder=ParquetSink)
     run.prepare()
 
     if args.headless:

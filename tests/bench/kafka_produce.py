@@ -31,6 +31,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from analysis.sink import ParquetSink
 from compose.kafka import KAFKA_3, KafkaLocalStack, KafkaRuntime, kafka_runtime
 from loadgen.histogram import HistogramSnapshot, percentiles
 from loadgen.pacing import run_precise
@@ -75,7 +76,7 @@ def streambench_max_rate(bootstrap: str, args: argparse.Namespace, out: Path) ->
                         warmup_s=3)
     target = resolve_target(f"kafka:{client_options(args)},topic={topic}@{bootstrap}")
     summary = run_precise(Run(workload, unique_labels([target]), out_dir=out,
-                              processes=args.processes).execute())
+                              processes=args.processes, recorder=ParquetSink).execute())
     acked, errors = summary.targets[0].produced, summary.targets[0].send_errors
     stored = asyncio.run(log_end_total(bootstrap, topic, 1))
     if errors or stored != acked:
@@ -120,7 +121,7 @@ def streambench_latency(bootstrap: str, args: argparse.Namespace, out: Path, con
     workload = Workload(name="bench-kafka-e2e", rate=args.latency_rate, message_size=args.size,
                         duration_s=args.seconds, warmup_s=3, subscriptions=1 if consumers else 0)
     target = resolve_target(f"kafka:{client_options(args)}@{bootstrap}")
-    run = Run(workload, unique_labels([target]), out_dir=out)
+    run = Run(workload, unique_labels([target]), out_dir=out, recorder=ParquetSink)
     e2e: list[HistogramSnapshot] = []
     publish: list[HistogramSnapshot] = []
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
+from analysis.sink import ParquetSink
 from compose.pulsar import ADMIN_ENDPOINT, PULSAR_VERSION, PulsarLocalStack, distribution, topic_path
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
@@ -75,7 +76,7 @@ def streambench_max_rate(service: str, admin: str, args: argparse.Namespace, out
                         partitions=args.partitions, producers=args.producers, subscriptions=0,
                         duration_s=args.seconds, warmup_s=3)
     target = resolve_target(f"pulsar:{batching_options(args)}@{service},{admin}")
-    run = Run(workload, unique_labels([target]), out_dir=out, processes=args.processes)
+    run = Run(workload, unique_labels([target]), out_dir=out, processes=args.processes, recorder=ParquetSink)
     # the run deletes its topic from an existing cluster when it closes: count before that
     topic = f"streambench-{run.run_id}-0-0"
     counted: dict[str, int] = {}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
+from analysis.sink import ParquetSink
 from compose.process import free_port, start_process, stop_process
 from loadgen.load import MAX_RATE_BATCH
 from loadgen.pacing import run_precise
@@ -39,7 +40,8 @@ def streambench_rate(port: int, size: int, producers: int, seconds: float, out: 
     workload = Workload(name="bench-redis", rate=0, message_size=size, producers=producers,
                         subscriptions=0, duration_s=seconds, warmup_s=2)
     before = xadd_calls(port)
-    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{port}")]), out_dir=out)
+    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{port}")]), out_dir=out,
+              recorder=ParquetSink)
     summary = run_precise(run.execute())
     acked, errors = summary.targets[0].produced, summary.targets[0].send_errors
     server = xadd_calls(port) - before

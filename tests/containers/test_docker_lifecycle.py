@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
+from analysis.sink import ParquetSink
 from compose.docker import COMPOSE_DIR
 from loadgen.load import TargetLoad
 from loadgen.pacing import run_precise
@@ -247,7 +248,8 @@ def test_fault_during_a_run_is_in_the_run_files(tmp_path, docker_images):
     faults are events in the run files and nothing is lost."""
     run_dir = tmp_path / "run"
     workload = Workload(name="faults", rate=500, duration_s=6, warmup_s=1)
-    run = Run(workload, unique_labels([resolve_target("redis:runtime=docker")]), out_dir=run_dir)
+    run = Run(workload, unique_labels([resolve_target("redis:runtime=docker")]), out_dir=run_dir,
+              recorder=ParquetSink)
     faults: list[asyncio.Future[None]] = []
 
     async def pause_and_resume() -> None:

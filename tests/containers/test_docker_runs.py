@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
+from analysis.sink import ParquetSink
 from compose.docker import RUN_LABEL
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
@@ -101,7 +102,8 @@ def _run(tmp_path_factory, spec: str) -> DockerRun:
     run_dir = tmp_path_factory.mktemp(spec.split(":")[0]) / "run"
     workload = Workload(name="docker-fixed-rate", rate=RATE, duration_s=DURATION_S,
                         warmup_s=WARMUP_S, partitions=2, consumers=2, message_size=1024)
-    run = Run(workload, unique_labels([resolve_target(spec)]), out_dir=run_dir, track_ids=True)
+    run = Run(workload, unique_labels([resolve_target(spec)]), out_dir=run_dir, track_ids=True,
+              recorder=ParquetSink)
     ticks: list[Tick] = []
     run.subscribe(lambda item: ticks.append(item) if isinstance(item, Tick) else None)
     with StatsSampler(run.run_id) as sampler:

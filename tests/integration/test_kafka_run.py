@@ -11,6 +11,7 @@ import psutil
 import pyarrow.dataset as ds
 import pytest
 
+from analysis.sink import ParquetSink
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, RunSummary
@@ -47,7 +48,8 @@ def _run(run_dir: Path, specs: list[str], rate: float, partitions: int,
                         warmup_s=WARMUP_S, partitions=partitions, consumers=consumers,
                         message_size=1024)
     targets = unique_labels([resolve_target(s) for s in specs])
-    summary = run_precise(Run(workload, targets, out_dir=run_dir, track_ids=True).execute())
+    summary = run_precise(Run(workload, targets, out_dir=run_dir, track_ids=True,
+                              recorder=ParquetSink).execute())
     return FixedRateRun(run_dir, summary, rate)
 
 

@@ -19,6 +19,7 @@ import psutil
 import pyarrow.dataset as ds
 import pytest
 
+from analysis.sink import ParquetSink
 from collectors.pulsar import PulsarTelemetry
 from compose.process import port_in_use
 from compose.pulsar import ADMIN_ENDPOINT, PulsarLocalStack, PulsarTargetConfig, topic_path
@@ -143,7 +144,7 @@ def standalone() -> Iterator[Standalone]:
 
 def _run(workload: Workload, specs: list[str], run_dir: Path, track_ids: bool = False) -> RunSummary:
     run = Run(workload, unique_labels([resolve_target(s) for s in specs]), out_dir=run_dir,
-              track_ids=track_ids)
+              track_ids=track_ids, recorder=ParquetSink)
     return run_precise(run.execute())
 
 

@@ -9,6 +9,7 @@ import psutil
 import pytest
 from textual.message import Message
 
+from analysis.sink import ParquetSink
 from loadgen.errors import OutputError
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, RunSummary
@@ -30,7 +31,8 @@ def process_gone(pid: int) -> bool:
 
 @pytest.mark.integration
 async def test_q_ends_a_live_run_gracefully(tmp_path: Path) -> None:
-    run = Run(WORKLOAD, unique_labels([resolve_target("redis")]), out_dir=tmp_path / "run")
+    run = Run(WORKLOAD, unique_labels([resolve_target("redis")]), out_dir=tmp_path / "run",
+              recorder=ParquetSink)
     app = DashboardApp(run, run.labels, run.workload)
     seen: list[Message] = []
 
@@ -64,7 +66,7 @@ async def test_a_user_error_ends_the_app_with_the_error(tmp_path: Path) -> None:
     out = tmp_path / "run"
     out.mkdir()
     (out / "left-over").write_text("x")
-    run = Run(WORKLOAD, unique_labels([resolve_target("redis")]), out_dir=out)
+    run = Run(WORKLOAD, unique_labels([resolve_target("redis")]), out_dir=out, recorder=ParquetSink)
     app = DashboardApp(run, run.labels, run.workload)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: not app.is_running, "the app to end")
@@ -74,7 +76,8 @@ async def test_a_user_error_ends_the_app_with_the_error(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 async def test_a_finished_run_shows_the_report_step_then_exits(tmp_path: Path) -> None:
-    run = Run(WORKLOAD, unique_labels([resolve_target("redis")]), out_dir=tmp_path / "run")
+    run = Run(WORKLOAD, unique_labels([resolve_target("redis")]), out_dir=tmp_path / "run",
+              recorder=ParquetSink)
     reported: list[RunSummary] = []
 
     async def after_run(summary: RunSummary) -> str | None:

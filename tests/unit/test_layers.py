@@ -1,0 +1,115 @@
+"""The packages' layers point one way, module by module:
+
+    tui → engine (loadgen's run loop, workers, drivers) → stacks (compose) / collectors → vocabulary
+    analysis → vocabulary
+
+The vocabulary is the set of loadgen leaf modules every layer shares (errors, targets, ticks and
+bus items, histograms, workloads, stack descriptions); it imports nothing but itself. Stacks and
+collectors do not import each other. Only tui imports Textual; only the report modules of
+analysis import pyspark or matplotlib. Every import counts, including those inside functions."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("tui", "loadgen", "collectors", "analysis", "compose")
+VOCABULARY = {"loadgen", "loadgen.errors", "loadgen.target", "loadgen.tick", "loadgen.histogram",
+              "loadgen.workload", "loadgen.stackinfo"}
+# the layers each layer may import (a layer may always import itself)
+ALLOWED = {
+    "vocabulary": {"vocabulary"},
+    "stacks": {"vocabulary"},
+    "collectors": {"vocabulary"},
+    "engine": {"vocabulary", "stacks", "collectors"},
+    "analysis": {"vocabulary"},
+    "tui": {"vocabulary", "stacks", "collectors", "engine", "analysis"},
+}
+REPORT_MODULES = {"analysis.report", "analysis.compute", "analysis.runs", "analysis.session",
+                  "analysis.charts"}
+
+
+def layer(module: str) -> str:
+    if module in VOCABULARY:
+        return "vocabulary"
+    top = module.split(".")[0]
+    return {"loadgen": "engine", "compose": "stacks"}.get(top, top)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module an import statement in the file names, at any depth of the file."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            # `from package import module` names a module too
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def project_modules() -> dict[str, set[str]]:
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            modules[module_name(path)] = imports(path)
+    return modules
+
+
+MODULES = project_modules()
+
+
+def own(name: str) -> str | None:
+    """The project module an imported name refers to (the longest known prefix), or None."""
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:k])
+        if candidate in MODULES:
+            return candidate
+    return None
+
+
+def test_the_walk_finds_every_package() -> None:
+    assert {m.split(".")[0] for m in MODULES} == set(PACKAGES)
+    assert {layer(m) for m in MODULES} == set(ALLOWED)
+    assert VOCABULARY - {"loadgen.stackinfo"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down(module: str) -> None:
+    mine = layer(module)
+    wrong = sorted({f"{target} ({layer(target)})" for name in MODULES[module]
+                   if (target := own(name)) is not None
+                   and layer(target) != mine and layer(target) not in ALLOWED[mine]})
+    assert not wrong, f"{module} ({mine}) imports {', '.join(wrong)}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_heavy_and_ui_libraries_stay_in_their_layer(module: str) -> None:
+    tops = {name.split(".")[0] for name in MODULES[module]}
+    if not module.startswith("tui"):
+        assert "textual" not in tops, f"{module} imports Textual"
+    if module not in REPORT_MODULES:
+        heavy = tops & {"pyspark", "py4j", "matplotlib"}
+        assert not heavy, f"{module} imports {', '.join(sorted(heavy))}"
+
+
+def test_the_checker_catches_an_upward_import(tmp_path: Path) -> None:
+    """The check is not vacuous: an engine module importing the sink is caught."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from analysis.sink import ParquetSink\n", encoding="utf-8")
+    names = imports(probe)
+    assert "analysis.sink" in names
+    assert layer(own("analysis.sink") or "") == "analysis"
+    assert "analysis" not in ALLOWED[layer("loadgen.run")]
