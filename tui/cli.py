@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from loadgen.errors import StreambenchError, WorkloadError
+from tui.doctor import REPORT_INSTALL, REPORT_MODULES, doctor, missing_report_modules, quick_shadows
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
@@ -161,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("platforms", help="list platforms and their TARGET options")
     sub.add_parser("workloads", help="list the bundled workloads")
+    sub.add_parser("doctor", help="check the installation: packages shadowed by other "
+                                  "distributions, the tools brokers and reports need")
     return parser
 
 
@@ -197,7 +200,13 @@ def _workload_from(args: argparse.Namespace) -> Any:
 
 def _report(run_dirs: Sequence[Path | str], out: Path | None, master: str | None,
             baseline: str | None = None, formats: str | None = None) -> Path:
-    from analysis.report import build_report
+    _require_report_extra()
+    try:
+        from analysis.report import build_report
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] in REPORT_MODULES:
+            raise StreambenchError(_report_extra_message([exc.name or ""])) from None
+        raise
 
     def progress(message: str) -> None:
         sys.stderr.write(f"report: {message}\n")
@@ -205,6 +214,19 @@ def _report(run_dirs: Sequence[Path | str], out: Path | None, master: str | None
 
     return build_report(run_dirs, out_dir=out, master=master, progress=progress,
                         baseline=baseline, formats=formats)
+
+
+def _report_extra_message(missing: Sequence[str]) -> str:
+    names = ", ".join(dict.fromkeys(name.partition(".")[0] for name in missing))
+    return f"reports need the report extra ({names} not installed): {REPORT_INSTALL}"
+
+
+def _require_report_extra() -> None:
+    """A StreambenchError naming the install command when PySpark or matplotlib is missing
+    (before a run with --report starts, not after it)."""
+    missing = missing_report_modules()
+    if missing:
+        raise StreambenchError(_report_extra_message(missing))
 
 
 def _install_signals(loop: asyncio.AbstractEventLoop, on_signal: Callable[[int], None]) -> None:
@@ -363,7 +385,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command != "doctor":
+        for line in quick_shadows():
+            _warn(f"{line} (see streambench doctor)")
     try:
+        if args.command == "doctor":
+            return doctor()
+        if args.command == "report" or (args.command == "run" and args.report):
+            _require_report_extra()
         if args.command == "run":
             return _cmd_run(args, argv)
         if args.command == "report":
