@@ -44,7 +44,12 @@ def _picklable(exc: BaseException) -> StreambenchError:
 def _worker_main(conn: Connection, index: int, target: Target, workload: Workload, run_id: str,
                  record_raw: bool, track_ids: bool, share: tuple[int, int],
                  log_dir: Path | None) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides when to stop
+    # The coordinator decides when to stop: a signal to the whole process group (Ctrl-C,
+    # `timeout`, `kill -TERM -- -PGID`, a dropped SSH session) must not end the worker before the
+    # coordinator has drained and collected it. A worker whose coordinator is gone sees its pipe
+    # close and stops by itself.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     run_precise(_serve(conn, TargetLoad(index, target.label, target, workload, run_id, record_raw,
                                         track_ids, lambda e: _send(conn, e), share, log_dir)))
 

@@ -21,7 +21,8 @@ from tui.doctor import REPORT_INSTALL, REPORT_MODULES, doctor, missing_report_mo
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
-SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+EXIT_USER_STOP = SIGNAL_EXIT[signal.SIGINT]  # a run the user ended early, e.g. `q` in the dashboard
 
 MAIN_HELP = """\
 Live benchmark bench for streaming platforms. Starts the brokers, drives them with paced
@@ -234,6 +235,25 @@ def _install_signals(loop: asyncio.AbstractEventLoop, on_signal: Callable[[int],
         loop.add_signal_handler(sig, on_signal, sig)
 
 
+_detached: list[int] = []  # the write end of the pipe that stands in for a lost terminal
+
+
+def _detach_terminal() -> None:
+    """The terminal is gone (SIGHUP): writes to it would fail and reads see end-of-file at once.
+    Point standard output and error at /dev/null and standard input at a pipe nobody writes to,
+    so the run can finish and write its files unattended."""
+    if _detached:
+        return
+    read_end, write_end = os.pipe()
+    _detached.append(write_end)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(read_end, 0)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(read_end)
+    os.close(devnull)
+
+
 async def _headless(run: Any) -> tuple[Any, int | None]:
     from loadgen.status import status_line
     from loadgen.tick import PhaseChange, RunEvent, Tick
@@ -242,6 +262,8 @@ async def _headless(run: Any) -> tuple[Any, int | None]:
 
     def on_signal(sig: int) -> None:
         received.append(sig)
+        if sig == signal.SIGHUP:
+            _detach_terminal()
         sys.stderr.write("\nstopping: finishing the run and draining (signal again to skip the drain)\n"
                          if len(received) == 1 else "\nskipping the drain\n")
         run.request_stop()
@@ -262,6 +284,8 @@ async def _headless(run: Any) -> tuple[Any, int | None]:
 
 
 def _print_summary(summary: Any) -> None:
+    if summary.stopped_early:
+        sys.stderr.write(f"stopped early: {summary.measured_ticks} s measured\n")
     for t in summary.targets:
         lost = t.expected - t.consumed if t.expected else 0
         parts = [f"{t.label}: produced {t.produced:,}, consumed {t.consumed:,}"]
@@ -314,11 +338,15 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     app = DashboardApp(run, run.labels, workload, after_run=after_run)
     terminated: list[int] = []
 
-    def on_sigterm(*_: object) -> None:
-        terminated.append(signal.SIGTERM)
+    def on_signal(sig: int, _frame: object) -> None:
+        terminated.append(sig)
+        if sig == signal.SIGHUP:
+            _detach_terminal()  # the dashboard goes on drawing into /dev/null until the end
         run.request_stop()
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    # Ctrl-C reaches the dashboard as a key in raw mode; SIGINT from elsewhere stops like it
+    for sig in SIGNAL_EXIT:
+        signal.signal(sig, on_signal)
     result = app.run()
     if isinstance(result, BaseException):
         raise result
@@ -328,7 +356,9 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     report_path = getattr(app, "report_path", None)
     if report_path:
         print(f"report: {report_path}")
-    return SIGNAL_EXIT[signal.SIGTERM] if terminated else 0
+    if terminated:
+        return SIGNAL_EXIT[signal.Signals(terminated[0])]
+    return EXIT_USER_STOP if result.stopped_early else 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

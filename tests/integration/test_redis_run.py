@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -113,19 +114,28 @@ def _wait_gone(pids: list[int], timeout_s: float = 10) -> bool:
     return False
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_during_measuring_flushes_and_cleans(tmp_path, sig, code, no_leftover_redis):
+@pytest.mark.parametrize("sig, code, group", [
+    (signal.SIGINT, 130, False), (signal.SIGTERM, 143, False), (signal.SIGHUP, 129, False),
+    # what `timeout`, CI cancellation and `kill -TERM -- -PGID` do: the workers get it too
+    (signal.SIGTERM, 143, True), (signal.SIGINT, 130, True), (signal.SIGHUP, 129, True),
+], ids=["int", "term", "hup", "term-group", "int-group", "hup-group"])
+def test_signal_during_measuring_flushes_and_cleans(tmp_path, sig, code, group, no_leftover_redis):
     run_dir = tmp_path / "run"
     cli = CliRun(["run", "redis", "--rate", "1000", "--duration", "60", "--warmup", "1",
                   "--headless", "--out", str(run_dir)])
     cli.wait_for_line("measuring", 60)
     cli.wait_for_line("measuring", 10)
-    cli.signal(sig)
+    if group:
+        os.killpg(cli.proc.pid, sig)  # the CLI leads its own session: its group is its pid
+    else:
+        cli.signal(sig)
     rc, _out, err = cli.finish(timeout_s=60)
     assert rc == code, err
     assert "Traceback" not in err
+    assert "ended unexpectedly" not in err and "never retrieved" not in err, err
     meta = run_json(run_dir)
     assert meta["stopped_early"] is True
+    assert "ended" in meta and meta["totals"][0]["drained"] is True
     (target,) = meta["targets"]
     assert _wait_gone(target["pids"])
     assert not Path(target["config"]["data_dir"]).exists()
