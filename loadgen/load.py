@@ -370,9 +370,11 @@ class TargetLoad:
         self._reset_interval()
         pub, delay, e2e = (self._pub.snapshot_and_reset(), self._delay.snapshot_and_reset(),
                            self._e2e.snapshot_and_reset())
+        produced_total, consumed_total = self.totals.produced, self.totals.consumed
         raw = {k: np.asarray(v, dtype=np.int64) for k, v in self._raw.items()}
         for v in self._raw.values():
             v.clear()
+        # everything above is cut at one instant; the telemetry answers from the brokers follow
         reading = await self._sample()
         tick = Tick(
             target=self.label, seq=seq, time_ns=time_ns, interval_s=interval_s, phase=phase,
@@ -389,8 +391,8 @@ class TargetLoad:
                 net_tx_bytes=reading.net_tx_bytes or 0,
             ),
             broker=dict(reading.broker),
-            produced_total=self.totals.produced,
-            consumed_total=self.totals.consumed,
+            produced_total=produced_total,
+            consumed_total=consumed_total,
         )
         if self._record_raw:
             for kind, values in raw.items():

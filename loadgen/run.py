@@ -215,7 +215,12 @@ class Run:
                 raise StackError(f"start-up failed: {type(r).__name__}: {r}") from r
 
     async def _drive(self) -> int:
-        """Warm-up, measuring and drain; returns the number of measuring ticks."""
+        """Warm-up, measuring and drain; returns the number of seconds (ticks) measured.
+
+        Phases follow the clock: tick boundaries are t0 + k × tick. A coordinator that wakes
+        late (an overloaded host) cuts one tick for every boundary it missed, with its true
+        interval, labelled with the phase of the first boundary it was due at, and says so in
+        an event; it never fires the missed ticks back to back with nothing in them."""
         loop = asyncio.get_running_loop()
         t0_mono, t0_wall = now_ns()
         tick_ns = int(self.tick_s * 1e9)
@@ -224,14 +229,14 @@ class Run:
         for r in self.runners:
             r.start_load(t0_mono, t0_wall, t0_mono + measure_end * tick_ns)
         self._set_phase(Phase.WARMUP if warm_end > 0 else Phase.MEASURING)
-        seq = 0
-        measured = 0
+        seq = 0  # ticks cut so far
+        done_k = 0  # the last boundary a tick was cut at
         drain_deadline: float | None = None
         while True:
-            boundary = t0_mono + (seq + 1) * tick_ns
-            if self._stop_requests and measure_end > seq + 1:
+            boundary = t0_mono + (done_k + 1) * tick_ns
+            if self._stop_requests and measure_end > done_k + 1:
                 # a stop ends the load at this tick's boundary, then the drain starts
-                measure_end = seq + 1
+                measure_end = done_k + 1
                 warm_end = min(warm_end, measure_end)
                 for r in self.runners:
                     r.stop_producing_at(boundary)
@@ -241,19 +246,25 @@ class Run:
             if time.monotonic_ns() < boundary:
                 continue  # woken by a stop request: re-plan this tick's end
             mono, wall = now_ns()
-            k = seq + 1
-            phase = (Phase.WARMUP if k <= warm_end else
-                     Phase.MEASURING if k <= measure_end else Phase.DRAINING)
-            if phase is Phase.MEASURING:
-                measured += 1
+            first_k = done_k + 1
+            k = max(first_k, (mono - t0_mono) // tick_ns)
+            phase = (Phase.WARMUP if first_k <= warm_end else
+                     Phase.MEASURING if first_k <= measure_end else Phase.DRAINING)
+            if k > first_k:
+                self.publish(RunEvent(
+                    time.time_ns(), "", "coordinator-late",
+                    f"the run loop woke {(mono - boundary) / 1e9:.2f} s late: seconds {first_k}-{k} "
+                    f"are one {phase.value} tick of {(k - done_k) * self.tick_s:g} s"))
             ticks = await asyncio.gather(*(
                 r.tick(seq, wall, phase, (mono - t0_mono) / 1e9) for r in self.runners))
             for t in ticks:
                 self.publish(t)
             seq += 1
-            if k == warm_end and measure_end > warm_end:
+            crossed = range(done_k + 1, k + 1)
+            done_k = k
+            if warm_end in crossed and measure_end > warm_end:
                 self._set_phase(Phase.MEASURING)
-            if k == measure_end:
+            if measure_end in crossed:
                 self._set_phase(Phase.DRAINING, "waiting for consumers to catch up")
                 await asyncio.gather(*(r.stop_producers() for r in self.runners))
                 drain_deadline = loop.time() + self.workload.drain_timeout_s
@@ -267,7 +278,7 @@ class Run:
                     if not all(done):
                         self.publish(RunEvent(time.time_ns(), "", "drain-incomplete",
                                               "stopped before every message was consumed"))
-                    return measured
+                    return max(0, measure_end - warm_end)
 
     async def _wait_stop_change(self) -> None:
         seen = self._stop_requests

@@ -57,6 +57,45 @@ def test_rate_within_two_percent(fixed_rate_run):
     assert sum(ticks["produced_bytes"][i] for i in measuring) == produced * 1024
 
 
+def test_running_totals_and_tick_counts_are_cut_at_one_instant(fixed_rate_run):
+    run_dir, _ = fixed_rate_run
+    ticks = _table(run_dir, "ticks").to_pydict()
+    order = sorted(range(len(ticks["seq"])), key=ticks["seq"].__getitem__)
+    produced = consumed = 0
+    for i in order:
+        produced += ticks["produced"][i]
+        consumed += ticks["consumed"][i]
+        assert ticks["produced_total"][i] == produced, f"tick {ticks['seq'][i]}"
+        assert ticks["consumed_total"][i] == consumed, f"tick {ticks['seq'][i]}"
+
+
+def test_a_late_run_loop_merges_ticks_instead_of_firing_empty_ones(tmp_path, no_leftover_redis):
+    """The coordinator frozen for 2.5 s (an overloaded host) while the worker keeps sending:
+    the missed seconds become one tick with its true interval and an event says so."""
+    run_dir = tmp_path / "run"
+    cli = CliRun(["run", "redis", "--rate", "1000", "--duration", "8", "--warmup", "1",
+                  "--headless", "--out", str(run_dir)])
+    cli.wait_for_line("measuring", 60)
+    cli.wait_for_line("measuring", 10)
+    os.kill(cli.proc.pid, signal.SIGSTOP)
+    time.sleep(2.5)
+    os.kill(cli.proc.pid, signal.SIGCONT)
+    rc, _out, err = cli.finish(timeout_s=60)
+    assert rc == 0, err
+    ticks = _table(run_dir, "ticks").to_pydict()
+    measuring = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    # no empty ticks fired back to back: every measuring tick covers real time and real traffic
+    rates = [ticks["produced"][i] / ticks["interval_s"][i] for i in measuring]
+    assert all(ticks["interval_s"][i] > 0.1 for i in measuring), ticks["interval_s"]
+    assert all(abs(r - 1000) < 150 for r in rates), rates
+    assert max(ticks["interval_s"][i] for i in measuring) > 2.5
+    seconds = sum(ticks["interval_s"][i] for i in measuring)
+    assert abs(seconds - 8) < 0.5
+    assert abs(sum(ticks["produced"][i] for i in measuring) / seconds - 1000) < 20
+    events = _table(run_dir, "events").to_pydict()
+    assert "coordinator-late" in events["kind"]
+
+
 def test_every_message_consumed_once_and_lag_drains(fixed_rate_run):
     run_dir, summary = fixed_rate_run
     (t,) = summary.targets
