@@ -1,40 +1,59 @@
-# `make demo` and `make test` do every set-up step themselves.
+# `make demo` and `make test` do every set-up step themselves, each only the ones it needs.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
 SHELL := /bin/bash
 
-.PHONY: demo test bench lint setup host-deps clean
+.PHONY: demo test bench lint setup setup-demo setup-test host-deps-demo host-deps-test clean
 
-$(BIN)/streambench: pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { echo "cannot create a virtualenv: install python3-venv (apt-get install python3-venv)"; exit 1; }
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { echo "streambench needs Python 3.11 or later as $(PYTHON) (make PYTHON=python3.11 …)"; exit 1; }
+	@$(PYTHON) -m venv $(VENV) || { echo "cannot create a virtualenv: install python3-venv (apt-get install python3-venv)"; exit 1; }
+	$(PIP) install -q --upgrade pip
+
+# The live tool and the report extra (PySpark, matplotlib): what `make demo` runs. A virtualenv
+# set up for the tests has them already.
+$(VENV)/.installed-report: pyproject.toml | $(BIN)/python
+	@if [ $(VENV)/.installed-dev -nt pyproject.toml ]; then touch $@; else \
+		echo "$(PIP) install -q -e '.[report]'" && $(PIP) install -q -e '.[report]' && touch $@; fi
+
+# Everything, plus the test, lint and type-check tools.
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(PIP) install -q -e '.[dev]'
 	@touch $@
 
-# System packages: redis-server for the local runtime, a Java runtime for Spark, Docker for
-# the docker runtime; then a Docker engine that answers (started when none does).
-host-deps:
-	@bash .ci/host-deps.sh
+# System packages (.ci/host-deps.sh): for the demo redis-server and Java (Spark); for the tests
+# also redis-tools, Maven, docker.io, docker-compose and debootstrap, then a Docker engine that
+# answers (started when none does). The demo runs local processes and starts no engine.
+host-deps-demo:
+	@bash .ci/host-deps.sh demo
+
+host-deps-test:
+	@bash .ci/host-deps.sh test
 	@bash .ci/docker-engine.sh
 
-setup: host-deps $(BIN)/streambench
+setup-demo: host-deps-demo $(VENV)/.installed-report
 
-demo: setup
+setup-test: host-deps-test $(VENV)/.installed-dev
+
+setup: setup-test
+
+demo: setup-demo
 	$(BIN)/streambench run redis redis:aof --runtime local --workload redis-latency-1kb --report
 
-lint: $(BIN)/streambench
+lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy loadgen collectors compose analysis tui
 
-test: setup lint
+test: setup-test lint
 	$(BIN)/python -m pytest -q -ra
 
-bench: setup
+bench: setup-test
 	$(BIN)/python tests/bench/redis_produce.py
 	$(BIN)/python tests/bench/kafka_produce.py
 	$(BIN)/python tests/bench/pulsar_produce.py
 	$(BIN)/python tests/bench/report_scale.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) *.egg-info build dist .pytest_cache .mypy_cache .ruff_cache

@@ -1,29 +1,54 @@
 #!/usr/bin/env bash
-# Installs the system packages streambench's local runtime and reports need, when missing:
-# redis-server (Redis Streams broker), a Java runtime (Kafka, Pulsar, Spark), Maven (assembles
-# the Kafka and Pulsar jars); for the docker runtime and its
-# tests a Docker engine and compose (docker.io, docker-compose) and debootstrap (the tests build
-# their images offline from Debian's archive). As root it installs them from Debian's archive;
-# otherwise it says what to install and fails.
+# Installs the system packages a make target needs, when missing:
+#   demo  `make demo`: redis-server (its brokers run as local processes) and a Java 17 runtime
+#         (the PySpark report of `--report`)
+#   test  `make test` (the default): the demo's, plus redis-tools, Maven (assembles the Kafka and
+#         Pulsar jars from Maven Central), and for the docker runtime's tests docker.io,
+#         docker-compose and debootstrap (the test images are built offline from Debian's archive)
+# As root it installs them from Debian's archive; otherwise it says in one line what to install
+# and fails. Starting a Docker engine is .ci/docker-engine.sh's job (`make test` only).
 set -euo pipefail
+
+profile=${1:-test}
+case "$profile" in
+    demo) purpose="the demo needs" ;;
+    test) purpose="the tests need" ;;
+    *) echo "usage: $0 demo|test" >&2; exit 2 ;;
+esac
+
+# the major version of the java on JAVA_HOME or PATH, 0 when there is none
+java_major() {
+    local java version
+    if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then
+        java=$JAVA_HOME/bin/java
+    else
+        java=$(command -v java 2>/dev/null) || { echo 0; return; }
+    fi
+    version=$("$java" -version 2>&1 | grep -oE 'version "[0-9]+(\.[0-9]+)?' | head -n 1 | tr -dc '0-9.')
+    case "$version" in
+        1.*) version=${version#1.} ;;
+    esac
+    echo "${version%%.*}" | grep -E '^[0-9]+$' || echo 0
+}
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
-command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
-# Kafka and Pulsar for the local runtime are assembled from Maven Central jars on first use
-command -v mvn >/dev/null 2>&1 || missing+=(maven)
-command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
-if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1; then
-    missing+=(docker-compose)
+[ "$(java_major)" -ge 17 ] || missing+=(openjdk-17-jre-headless)
+if [ "$profile" = test ]; then
+    command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
+    command -v mvn >/dev/null 2>&1 || missing+=(maven)
+    command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+    if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1; then
+        missing+=(docker-compose)
+    fi
+    command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 fi
-command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "streambench needs: ${missing[*]} — install them (Debian/Ubuntu: sudo apt-get install ${missing[*]})" >&2
+    echo "$purpose: ${missing[*]} — install them (Debian/Ubuntu: sudo apt-get install ${missing[*]})" >&2
     exit 1
 fi
 echo "installing ${missing[*]} from Debian's archive"
@@ -31,4 +56,6 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # the package may start a system-wide redis on 6379; streambench starts its own on free ports
-if command -v service >/dev/null 2>&1; then service redis-server stop >/dev/null 2>&1 || true; fi
+if [[ " ${missing[*]} " == *" redis-server "* ]] && command -v service >/dev/null 2>&1; then
+    service redis-server stop >/dev/null 2>&1 || true
+fi

@@ -198,6 +198,16 @@ def _java_line() -> str:
     return f"java: {major} ({java})"
 
 
+def _maven_line() -> str:
+    import shutil
+
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        return ("maven: not found; Kafka and Pulsar as local processes are assembled with it from "
+                "Maven Central on first use (Debian/Ubuntu: apt-get install maven)")
+    return f"maven: {mvn}"
+
+
 def _docker_line() -> str:
     address = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
@@ -255,6 +265,10 @@ def _self_line() -> str:
     return f"streambench: {version} ({ROOT}, Python {sys.version.split()[0]} at {sys.executable})"
 
 
+# one line each, in this order, after the shadows
+CHECKS = (_redis_line, _java_line, _maven_line, _docker_line, _compose_line, _report_line)
+
+
 def doctor(out: Callable[[str], object] = print) -> int:
     """Prints one line per shadowed package, then one line per tool; 1 when something is
     shadowed, else 0 (a missing tool only limits what can run)."""
@@ -262,6 +276,6 @@ def doctor(out: Callable[[str], object] = print) -> int:
     out(_self_line())
     for line in shadows:
         out(f"problem: {line}")
-    for check in (_redis_line, _java_line, _docker_line, _compose_line, _report_line):
+    for check in CHECKS:
         out(check())
     return 1 if shadows else 0
