@@ -105,8 +105,10 @@ def _read_meta(path: Path) -> dict[str, Any]:
         raise ReportError(f"{path} is not a run directory (no run.json)")
     try:
         meta = json.loads(run_json.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReportError(f"{run_json} cannot be read: {exc}") from None
+    except RecursionError:
+        raise ReportError(f"{run_json} cannot be read: JSON nested too deeply") from None
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or UTF-8, a 5,000-digit number
+        raise ReportError(f"{run_json} cannot be read: {str(exc)[:200]}") from None
     if not isinstance(meta, dict):
         raise ReportError(f"{run_json} is not a run description (expected a JSON object)")
     version = meta.get("schema_version")

@@ -14,6 +14,7 @@ import math
 import os
 import platform as host_platform
 import re
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from loadgen.pacing import now_ns
 from loadgen.target import Target
 from loadgen.tick import BusItem, LagSnapshot, Phase, PhaseChange, RunEvent, RunMeta
 from loadgen.worker import TargetWorker
-from loadgen.workload import Workload
+from loadgen.workload import Workload, shown
 
 Subscriber = Callable[[BusItem], None]
 
@@ -46,8 +47,16 @@ class RecorderFactory(Protocol):
     def __call__(self, run_dir: Path, run_id: str, *, raw: bool) -> Recorder: ...
 
 
+def path_name(text: str, limit: int = 100) -> str:
+    """`text` as one file name: letters, digits, '.', '_' and '-' kept, every other run of
+    characters one '_', no leading dot, at most `limit` characters."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text).lstrip(".")[:limit]
+    return name or "_"
+
+
 def default_run_dir(workload: Workload, started: datetime, root: Path = Path("runs")) -> Path:
-    return root / f"{started.strftime('%Y%m%dT%H%M%SZ')}-{workload.name}"
+    """runs/<UTC time>-<workload name as a file name>; run.json keeps the name as written."""
+    return root / f"{started.strftime('%Y%m%dT%H%M%SZ')}-{path_name(workload.name)}"
 
 
 def log_dir(run_dir: Path, index: int, label: str) -> Path:
@@ -64,17 +73,60 @@ class RunSummary:
     measured_ticks: int = 0
 
 
+# room for the files inside a run directory: its path may use this much less than PATH_MAX
+_RUN_DIR_HEADROOM = 512
+
+
 def check_run_dir(run_dir: Path) -> None:
-    """Create the run directory, or raise OutputError if it is taken or cannot be written."""
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        raise OutputError(f"output directory {run_dir} exists and is not empty; choose another --out")
+    """Create the run directory, or raise OutputError if it is taken, cannot be written, or
+    lies where another user could tamper with the run files: the nearest existing directory
+    on its path (itself or an ancestor) writable by everyone without the sticky bit, or the
+    run directory itself owned by another user. Nothing is created when it is refused."""
+    shown_dir = shown(str(run_dir), 100)
+    if "\0" in str(run_dir):
+        raise OutputError(f"output directory {shown_dir}: a path cannot contain a NUL character")
+    full = os.path.abspath(run_dir)
+    path_max = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 4096
+    if len(os.fsencode(full)) > path_max - _RUN_DIR_HEADROOM:
+        raise OutputError(f"output directory {shown_dir} has a path of {len(full):,} characters: "
+                          f"too long for the run files (at most {path_max - _RUN_DIR_HEADROOM:,})")
+    missing: list[str] = []  # the directories to create, deepest first
+    existing = full
+    while True:
+        try:
+            st = os.stat(existing)
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            missing.append(existing)
+            existing = os.path.dirname(existing)
+        except OSError as exc:  # a name too long, no permission, a loop of links
+            raise OutputError(f"cannot use the output directory {shown_dir}: "
+                              f"{exc.strerror or exc}") from None
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
+        taken = not missing and (not stat.S_ISDIR(st.st_mode) or bool(os.listdir(full)))
     except OSError as exc:
-        raise OutputError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
+        raise OutputError(f"cannot use the output directory {shown_dir}: {exc.strerror or exc}") from None
+    if taken:
+        raise OutputError(f"output directory {shown_dir} exists and is not empty; choose another --out")
+    if stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+        raise OutputError(f"refusing to write run files under {shown(existing, 100)}: every user may "
+                          "write there and it has no sticky bit; choose another --out")
+    if not missing and st.st_uid != os.geteuid():
+        raise OutputError(f"output directory {shown_dir} belongs to another user (uid {st.st_uid}); "
+                          "choose another --out")
+    created: list[str] = []
+    try:
+        for d in reversed(missing):
+            os.mkdir(d)
+            created.append(d)
+        probe = os.path.join(full, ".write-test")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        for d in reversed(created):
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+        raise OutputError(f"cannot write the run directory {shown_dir}: {exc.strerror or exc}") from None
 
 
 def drained(totals: TargetTotals, subscriptions: int, lag: LagSnapshot | None) -> bool:

@@ -85,6 +85,9 @@ def parse_target(spec: str, platforms: dict[str, dict[str, OptionSpec]]) -> Targ
             hint = f" (did you mean {close[0]}?)" if close else ""
             known = ", ".join(sorted(table)) or "none"
             raise TargetError(f"unknown option {key!r} for {name} in target {spec!r}{hint}; known: {known}")
+        if key in explicit:
+            raise TargetError(f"option {key} given twice in target {spec!r}; give each option once "
+                              "(also when the values agree)")
         opt = table[key]
         if not has_value:
             if not opt.flag:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -48,6 +49,36 @@ _OMB_ACCEPTED = {
 }
 KNOWN_FIELDS = tuple(_OMB_FIELDS) + tuple(sorted(_OMB_ACCEPTED))
 
+# What a workload file may be: a regular file of at most this size, UTF-8 YAML nested at most
+# this deep, and at most this many nodes and scalar characters with every alias expanded (a few
+# lines of nested aliases can stand for billions of nodes).
+MAX_FILE_BYTES = 1024 * 1024
+MAX_YAML_DEPTH = 50
+MAX_YAML_NODES = 10_000
+MAX_YAML_CHARS = MAX_FILE_BYTES
+# Bounds of the numbers: far beyond any benchmark, and small enough that nothing downstream
+# overflows.
+MAX_COUNT = 10_000  # topics, subscriptions, producers and consumers per topic
+MAX_PARTITIONS = 100_000
+MAX_RATE = 1e9  # msg/s
+MAX_SECONDS = 30 * 24 * 3600.0  # test, warm-up and drain durations: 30 days
+MAX_CPUS = 1024.0
+_MAX_MAGNITUDE = 1e15  # any number in a workload file
+_MAX_WARNINGS = 10
+
+
+def shown(value: Any, limit: int = 60, quote: bool = False) -> str:
+    """A value as it may appear in a one-line message: text as it is when printable and not
+    `quote`d, anything else as its repr, cut to about `limit` characters."""
+    if isinstance(value, str) and value.isprintable() and not quote:
+        text = value[: limit + 1]
+    else:
+        try:
+            text = repr(value[: limit + 1] if isinstance(value, str) else value)
+        except ValueError:  # an int too long for its decimal repr
+            text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -72,9 +103,14 @@ class Workload:
             if not cond:
                 raise WorkloadError(what)
 
+        def at_most(value: float, limit: float, what: str) -> None:
+            need(value <= limit, f"{what} must be at most {limit:,.0f} (got {shown(value)})")
+
         need(bool(self.name.strip()), "workload name must not be empty")
         need(self.topics >= 1, f"topics must be at least 1 (got {self.topics})")
+        at_most(self.topics, MAX_COUNT, "topics")
         need(self.partitions >= 1, f"partitionsPerTopic must be at least 1 (got {self.partitions})")
+        at_most(self.partitions, MAX_PARTITIONS, "partitionsPerTopic")
         need(self.message_size >= 1, f"messageSize must be at least 1 byte (got {self.message_size})")
         need(
             self.message_size <= 64 * 1024 * 1024,
@@ -84,28 +120,39 @@ class Workload:
             self.subscriptions >= 0,
             f"subscriptionsPerTopic must be 0 (produce only) or more (got {self.subscriptions})",
         )
+        at_most(self.subscriptions, MAX_COUNT, "subscriptionsPerTopic")
         need(self.producers >= 1, f"producersPerTopic must be at least 1 (got {self.producers})")
+        at_most(self.producers, MAX_COUNT, "producersPerTopic")
         need(self.consumers >= 1, f"consumerPerSubscription must be at least 1 (got {self.consumers})")
+        at_most(self.consumers, MAX_COUNT, "consumerPerSubscription")
         need(
             math.isfinite(self.rate) and self.rate >= 0,
             f"producerRate must be a positive number of msg/s, or 0 for maximum rate (got {self.rate})",
         )
+        at_most(self.rate, MAX_RATE, "producerRate (msg/s)")
         need(
             math.isfinite(self.duration_s) and self.duration_s > 0,
             f"test duration must be positive (got {self.duration_s} s)",
         )
+        at_most(self.duration_s, MAX_SECONDS, "the test duration in seconds")
         need(
             math.isfinite(self.warmup_s) and self.warmup_s >= 0,
             f"warm-up duration must not be negative (got {self.warmup_s} s)",
         )
-        need(self.drain_timeout_s > 0, "drainTimeoutSeconds must be positive")
-        need(self.broker_cpus is None or self.broker_cpus > 0,
+        at_most(self.warmup_s, MAX_SECONDS, "the warm-up duration in seconds")
+        need(math.isfinite(self.drain_timeout_s) and self.drain_timeout_s > 0,
+             "drainTimeoutSeconds must be positive")
+        at_most(self.drain_timeout_s, MAX_SECONDS, "drainTimeoutSeconds")
+        need(self.broker_cpus is None or (math.isfinite(self.broker_cpus) and self.broker_cpus > 0),
              f"brokerCpus must be a positive number of CPUs (got {self.broker_cpus})")
+        if self.broker_cpus is not None:
+            at_most(self.broker_cpus, MAX_CPUS, "brokerCpus")
         need(self.broker_memory is None or re.fullmatch(r"\d+(\.\d+)?[bkmgBKMG]?", self.broker_memory)
-             is not None, f"brokerMemory must be a size like 2.67g or 512m (got {self.broker_memory})")
+             is not None, f"brokerMemory must be a size like 2.67g or 512m (got {shown(self.broker_memory)})")
         need(
             self.key_distributor in KEY_DISTRIBUTORS,
-            f"keyDistributor must be one of {', '.join(KEY_DISTRIBUTORS)} (got {self.key_distributor})",
+            f"keyDistributor must be one of {', '.join(KEY_DISTRIBUTORS)} "
+            f"(got {shown(self.key_distributor)})",
         )
         return self
 
@@ -139,7 +186,11 @@ class Workload:
 def _number(doc: dict[str, Any], key: str, kind: type, src: str) -> Any:
     value = doc[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise WorkloadError(f"{src}: {key} must be a number (got {value!r})")
+        raise WorkloadError(f"{src}: {key} must be a number (got {shown(value, quote=True)})")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise WorkloadError(f"{src}: {key} must be a finite number (got {value})")
+    if abs(value) > _MAX_MAGNITUDE:
+        raise WorkloadError(f"{src}: {key} is out of range (got {shown(value)})")
     if kind is int and float(value) != int(value):
         raise WorkloadError(f"{src}: {key} must be a whole number (got {value!r})")
     return kind(value)
@@ -149,11 +200,14 @@ def parse_workload(doc: Any, src: str) -> Workload:
     if not isinstance(doc, dict):
         raise WorkloadError(f"{src}: a workload must be a YAML mapping of OMB fields")
     warnings = []
-    for key in doc:
-        if key not in _OMB_FIELDS and key not in _OMB_ACCEPTED:
-            close = difflib.get_close_matches(str(key), KNOWN_FIELDS, n=1, cutoff=0.5)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            warnings.append(f"{src}: unknown workload key {key!r} ignored{hint}")
+    unknown = [key for key in doc if key not in _OMB_FIELDS and key not in _OMB_ACCEPTED]
+    for key in unknown[:_MAX_WARNINGS]:
+        close = (difflib.get_close_matches(key, KNOWN_FIELDS, n=1, cutoff=0.5)
+                 if isinstance(key, str) and len(key) <= 100 else [])
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        warnings.append(f"{src}: unknown workload key {shown(key, quote=True)} ignored{hint}")
+    if len(unknown) > _MAX_WARNINGS:
+        warnings.append(f"{src}: {len(unknown) - _MAX_WARNINGS} more unknown workload keys ignored")
     kwargs: dict[str, Any] = {}
     ints = {"topics", "partitionsPerTopic", "messageSize", "subscriptionsPerTopic",
             "producersPerTopic", "consumerPerSubscription"}
@@ -161,6 +215,8 @@ def parse_workload(doc: Any, src: str) -> Workload:
         if key not in doc or attr is None:
             continue
         if key in ("name", "keyDistributor", "brokerMemory"):
+            if isinstance(doc[key], list | dict):
+                raise WorkloadError(f"{src}: {key} must be text, not a list or mapping")
             kwargs[attr] = str(doc[key])
         else:
             kwargs[attr] = _number(doc, key, int if key in ints else float, src)
@@ -185,27 +241,151 @@ def bundled_workloads() -> list[str]:
     return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
-def load_workload(spec: str) -> Workload:
-    """A workload from a YAML file path, or a bundled workload by name."""
-    path = Path(spec)
-    if not path.exists():
-        bundled = resources.files("loadgen") / "workloads" / f"{spec}.yaml"
-        if bundled.is_file():
-            return parse_workload(yaml.safe_load(bundled.read_text()), spec)
-        names = bundled_workloads()
-        close = difflib.get_close_matches(spec, names, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else f"; bundled: {', '.join(names)}"
-        raise WorkloadError(f"workload file {spec} not found and no bundled workload has that name{hint}")
-    if path.is_dir():
-        raise WorkloadError(f"workload {spec} is a directory, not a YAML file")
+class _Refused(Exception):
+    """A YAML document over one of the bounds; the message says which."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """yaml's SafeLoader, refusing documents nested deeper than MAX_YAML_DEPTH, or larger than
+    MAX_YAML_NODES nodes or MAX_YAML_CHARS scalar characters once aliases are expanded. The
+    check runs on the composed node graph, before any Python value is built."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise _Refused(f"nested more than {MAX_YAML_DEPTH} levels deep")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_document(self, node: Any) -> Any:
+        _expanded_size(node)
+        return super().construct_document(node)
+
+
+def _expanded_size(root: yaml.Node) -> None:
+    """Raise _Refused if the document, aliases expanded, is over the bounds. Each distinct node
+    is measured once (aliases share nodes), so this is quick even for a billion laughs."""
+    done: dict[int, tuple[int, int, int]] = {}  # id(node) -> nodes, characters, height
+    pending: set[int] = set()
+
+    def size(node: yaml.Node, depth: int) -> tuple[int, int, int]:
+        key = id(node)
+        if key in pending:
+            raise _Refused("an alias refers to a node that contains it")
+        if key not in done:
+            if depth > MAX_YAML_DEPTH:
+                raise _Refused(f"nested more than {MAX_YAML_DEPTH} levels deep (aliases expanded)")
+            if isinstance(node, yaml.ScalarNode):
+                done[key] = (1, len(node.value), 0)
+            else:
+                pending.add(key)
+                children = (node.value if isinstance(node, yaml.SequenceNode)
+                            else [part for pair in node.value for part in pair])
+                nodes, chars, height = 1, 0, 0
+                for child in children:
+                    n, c, h = size(child, depth + 1)
+                    nodes, chars, height = nodes + n, chars + c, max(height, h + 1)
+                    if nodes > MAX_YAML_NODES:
+                        raise _Refused(f"more than {MAX_YAML_NODES:,} YAML nodes (aliases expanded)")
+                    if chars > MAX_YAML_CHARS:
+                        raise _Refused(f"more than {MAX_YAML_CHARS:,} characters of values "
+                                       "(aliases expanded)")
+                pending.discard(key)
+                done[key] = (nodes, chars, height)
+        nodes, chars, height = done[key]
+        if depth + height > MAX_YAML_DEPTH:
+            raise _Refused(f"nested more than {MAX_YAML_DEPTH} levels deep (aliases expanded)")
+        return nodes, chars, height
+
+    size(root, 1)
+
+
+def _parse_yaml(data: bytes, src: str) -> Any:
+    """The YAML document in `data` (UTF-8, within the bounds above), or WorkloadError."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise WorkloadError(f"cannot read workload {spec}: {exc.strerror}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"workload {src} is not UTF-8 text (byte 0x{data[exc.start]:02x} at "
+                            f"offset {exc.start})") from None
     try:
-        doc = yaml.safe_load(text)
+        return yaml.load(text, Loader=_BoundedLoader)
+    except _Refused as exc:
+        raise WorkloadError(f"workload {src} is refused: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise WorkloadError(f"workload {spec} is not valid YAML{where}") from None
-    return parse_workload(doc, spec)
+        raise WorkloadError(f"workload {src} is not valid YAML{where}") from None
+    except RecursionError:
+        raise WorkloadError(f"workload {src} is refused: nested too deeply") from None
+    except (ValueError, OverflowError) as exc:  # a value yaml cannot build: a 5,000-digit int, 2024-13-45
+        raise WorkloadError(f"workload {src} has a value that cannot be read: {shown(str(exc))}") from None
+
+
+def _read_file(path: str, src: str) -> bytes:
+    """The bytes of a regular file of at most MAX_FILE_BYTES, or WorkloadError. Checked before
+    opening (a device or a FIFO is never opened) and again on the open file; reads at most one
+    byte past the limit, whatever the file does meanwhile."""
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+             (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+
+    def check(st: os.stat_result) -> None:
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((name for test, name in kinds if test(st.st_mode)), "not a regular file")
+            raise WorkloadError(f"workload {src} is {kind}, not a YAML file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise WorkloadError(f"workload {src} is {st.st_size:,} bytes: over the 1 MiB limit of a "
+                                "workload file")
+
+    try:
+        check(os.stat(path))
+        # O_NONBLOCK: a file replaced by a FIFO after the check cannot block the open
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            check(os.fstat(fd))
+            chunks: list[bytes] = []
+            left = MAX_FILE_BYTES + 1
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 16))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise WorkloadError(f"cannot read workload {src}: {exc.strerror or exc}") from None
+    data = b"".join(chunks)
+    if len(data) > MAX_FILE_BYTES:
+        raise WorkloadError(f"workload {src} is over the 1 MiB limit of a workload file")
+    return data
+
+
+_BUNDLED_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+
+
+def load_workload(spec: str) -> Workload:
+    """A workload from a YAML file path, or a bundled workload by name."""
+    src = shown(spec, 100)
+    try:
+        os.stat(spec)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except (OSError, ValueError) as exc:  # a name too long, a loop of links, a NUL byte
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise WorkloadError(f"cannot read workload {src}: {reason}") from None
+    else:
+        return parse_workload(_parse_yaml(_read_file(spec, src), src), src)
+    if _BUNDLED_NAME.fullmatch(spec):
+        bundled = resources.files("loadgen") / "workloads" / f"{spec}.yaml"
+        if bundled.is_file():
+            return parse_workload(_parse_yaml(bundled.read_bytes(), src), spec)
+    names = bundled_workloads()
+    close = difflib.get_close_matches(spec, names, n=1) if len(spec) <= 100 else []
+    hint = f" (did you mean {close[0]}?)" if close else f"; bundled: {', '.join(names)}"
+    raise WorkloadError(f"workload file {src} not found and no bundled workload has that name{hint}")
