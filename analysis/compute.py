@@ -223,6 +223,10 @@ class TargetReport:
     timeline: Timeline
     send_errors_measuring: int
     send_errors_total: int
+    # the load generator itself over the measuring phase: seconds it was the bottleneck, and
+    # its mean CPU (% of one core; NaN for runs before schema version 2)
+    loadgen_saturated_s: float = 0.0
+    loadgen_cpu_percent: float = float("nan")
 
     @property
     def heading(self) -> str:
@@ -320,6 +324,7 @@ class _Totals:
     errors: tuple[int, int]  # measuring, whole run
     latency: dict[str, tuple[int, float, float, float]]  # kind -> count, mean, min, max (ns)
     first_seq: int  # first measuring tick, where the OMB periods start
+    loadgen: tuple[float, float]  # seconds saturated, mean CPU %
 
 
 def _totals(ticks: DataFrame) -> dict[Key, _Totals]:
@@ -337,6 +342,9 @@ def _totals(ticks: DataFrame) -> dict[Key, _Totals]:
         F.sum(m("send_errors")).alias("errors_measuring"),
         F.sum("send_errors").alias("errors_total"),
         F.min(m("seq")).alias("first_seq"),
+        F.sum(F.when(_measuring() & (F.coalesce(F.col("loadgen_saturated"), F.lit("")) != ""),
+                     F.col("interval_s")).otherwise(0.0)).alias("loadgen_saturated_s"),
+        F.avg(m("loadgen_cpu_percent")).alias("loadgen_cpu"),
     ]
     for kind in LATENCY_KINDS:
         aggs += [
@@ -369,6 +377,7 @@ def _totals(ticks: DataFrame) -> dict[Key, _Totals]:
                 target_rate=_num(r["target_rate"]),
             ),
             errors=(_int(r["errors_measuring"]), _int(r["errors_total"])),
+            loadgen=(_num(r["loadgen_saturated_s"]), _num(r["loadgen_cpu"])),
             latency=latency,
             first_seq=_int(r["first_seq"]),
         )
@@ -670,6 +679,8 @@ def compute_report(
                 timeline=timeline,
                 send_errors_measuring=total.errors[0],
                 send_errors_total=total.errors[1],
+                loadgen_saturated_s=total.loadgen[0],
+                loadgen_cpu_percent=total.loadgen[1],
             )
         )
     chosen = baseline_key or keys[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: ticks gained the load generator's own figures (loadgen_*)
 MIN_READER_VERSION = 1  # the oldest reader that reads what this version writes
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -94,6 +94,10 @@ TICKS = _with_meta(
         _req("net_rx_bytes", pa.int64()),
         _req("net_tx_bytes", pa.int64()),
         *_summary_fields(),
+        # the load generator itself (schema 2; null in older runs)
+        _opt("loadgen_cpu_percent", pa.float64()),
+        _opt("loadgen_loop_lag_ms", pa.float64()),
+        _opt("loadgen_saturated", pa.string()),  # why it was the bottleneck; empty when not
     ],
 )
 

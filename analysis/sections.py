@@ -153,6 +153,7 @@ def _runs_section(data: ReportData) -> Section:
         Table(["target", "run", "platform", "runtime", "version", "topics"], target_rows,
               text_columns=6),
     ]
+    blocks += _saturation_warnings(data.targets)
     if not all(t.persistent for t in data.targets):
         blocks.append(
             "Targets marked non-persistent keep messages in memory only (for example Pulsar "
@@ -414,12 +415,29 @@ def _resources_section(data: ReportData) -> Section:
     )
 
 
+def _saturation_warnings(targets: Sequence[TargetReport]) -> list[Block]:
+    return [
+        f"Warning: the load generator was the bottleneck (saturated) for "
+        f"{t.loadgen_saturated_s:.0f} s of the {t.throughput.seconds:.0f} s measured on "
+        f"{t.heading}: during that time its rates and latencies describe streambench, not the "
+        f"broker (rerun with more --processes or a lower rate)."
+        for t in targets if t.loadgen_saturated_s > 0
+    ]
+
+
 def _errors_section(data: ReportData) -> Section:
     rows: list[Row] = [
         ("send errors (measuring)", [fmt(t.send_errors_measuring) for t in data.targets]),
         ("send errors (whole run)", [fmt(t.send_errors_total) for t in data.targets]),
+        ("load generator saturated (s)", [fmt(t.loadgen_saturated_s) for t in data.targets]),
+        ("load generator CPU mean (%)", [fmt(t.loadgen_cpu_percent) for t in data.targets]),
     ]
-    return Section("Errors", [_metric_table(data.targets, rows)])
+    return Section("Errors and the load generator", [
+        *_saturation_warnings(data.targets),
+        _metric_table(data.targets, rows),
+        "The load generator counts as saturated in a second when one of its worker processes "
+        "used 90 % or more of a core or its event loop woke 50 ms or more late.",
+    ])
 
 
 def _method_section() -> Section:

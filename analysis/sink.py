@@ -100,6 +100,10 @@ class _Buffer:
         return pa.Table.from_batches(batches, schema=self.schema)
 
 
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
 def _summary(snap: HistogramSnapshot) -> tuple[int, int, int | None, float | None,
                                                float | None, float | None, int | None]:
     n = snap.total
@@ -283,6 +287,9 @@ class ParquetSink:
             "disk_write_bytes": res.disk_write_bytes,
             "net_rx_bytes": res.net_rx_bytes,
             "net_tx_bytes": res.net_tx_bytes,
+            "loadgen_cpu_percent": _finite(t.loadgen.cpu_percent),
+            "loadgen_loop_lag_ms": _finite(t.loadgen.loop_lag_ms),
+            "loadgen_saturated": t.loadgen.saturated,
         }
         snaps = {"e2e": t.e2e_latency, "publish": t.publish_latency, "delay": t.publish_delay}
         for kind in LATENCY_KINDS:

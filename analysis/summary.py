@@ -12,7 +12,7 @@ import pyarrow as pa
 from analysis.compute import LATENCY_PERCENTILES, RATE_PERCENTILES, SERIES, ReportData, TargetReport
 from analysis.schema import LATENCY_KINDS
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2  # 2: loadgen_saturated_s, loadgen_cpu_percent
 
 
 def percentile_tag(p: float) -> str:
@@ -84,6 +84,8 @@ def _row(data: ReportData, t: TargetReport) -> _Row:
         row.add(f"{kind}_max_ms", FLOAT, lat.max_ms)
     row.add("send_errors_measuring", INT, t.send_errors_measuring)
     row.add("send_errors_total", INT, t.send_errors_total)
+    row.add("loadgen_saturated_s", FLOAT, t.loadgen_saturated_s)
+    row.add("loadgen_cpu_percent", FLOAT, t.loadgen_cpu_percent)
     return row
 
 

@@ -23,6 +23,7 @@ from loadgen.histogram import Histogram
 from loadgen.pacing import Schedule
 from loadgen.platforms import PLATFORMS
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer
+from loadgen.selfwatch import SelfWatch
 from loadgen.target import Target
 from loadgen.tick import BusItem, Phase, RawSamples, Resources, RunEvent, Tick
 from loadgen.workload import Workload
@@ -139,6 +140,8 @@ class TargetLoad:
         self._raw: dict[str, list[int]] = {"e2e": [], "publish": [], "delay": []}
         self._seen: set[tuple[int, str]] = set()
         self._interval_start = time.monotonic_ns()
+        self._watch = SelfWatch()
+        self._saturated = ""
         self._reset_interval()
         self.totals = TargetTotals(label)
 
@@ -231,6 +234,7 @@ class TargetLoad:
 
     def start_load(self, t0_mono: int, t0_wall: int, end_mono: int) -> None:
         self._interval_start = t0_mono
+        self._watch.start()
         for c in self.consumers:
             self._consumer_tasks.append(asyncio.create_task(self._consume(c)))
         n = len(self.topics) * self.workload.producers  # over every process of the target
@@ -374,6 +378,8 @@ class TargetLoad:
         raw = {k: np.asarray(v, dtype=np.int64) for k, v in self._raw.items()}
         for v in self._raw.values():
             v.clear()
+        health = self._watch.reading(loaded=bool(self._producer_tasks or self._consumer_tasks))
+        self._note_saturation(health.saturated)
         # everything above is cut at one instant; the telemetry answers from the brokers follow
         reading = await self._sample()
         tick = Tick(
@@ -393,11 +399,24 @@ class TargetLoad:
             broker=dict(reading.broker),
             produced_total=produced_total,
             consumed_total=consumed_total,
+            loadgen=health,
         )
         if self._record_raw:
             for kind, values in raw.items():
                 self._publish(RawSamples(self.label, seq, time_ns, phase, kind, values))
         return tick
+
+    def _note_saturation(self, reason: str) -> None:
+        """An event when the generator becomes the bottleneck, and one when it no longer is."""
+        where = f" (load process {self.share + 1} of {self.shares})" if self.shares > 1 else ""
+        if reason and not self._saturated:
+            self._publish(RunEvent(time.time_ns(), self.label, "loadgen-saturated",
+                                   f"{reason}{where}: figures describe the load generator, not "
+                                   "the broker; add --processes or lower the rate"))
+        elif self._saturated and not reason:
+            self._publish(RunEvent(time.time_ns(), self.label, "loadgen-recovered",
+                                   f"the load generator keeps up again{where}"))
+        self._saturated = reason
 
     # ---- tear-down ----------------------------------------------------------------------
 
@@ -410,6 +429,7 @@ class TargetLoad:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._watch.stop()
         closers = [c.close() for c in self.producers] + [c.close() for c in self.consumers]
         closers += [c.close() for c in self.collectors]
         for closing in closers:

@@ -28,10 +28,14 @@ def status_line(tick: Tick, width: int = 12) -> str:
     mem = tick.resources.memory_bytes
     mem_text = f"{mem / 2**20:.0f}MiB" if mem else "-"
     errors = f" | err {tick.send_errors}" if tick.send_errors else ""
+    gen = tick.loadgen.cpu_percent
+    gen_text = "" if math.isnan(gen) else f" | gen cpu {gen:.0f}%"
+    if tick.loadgen.saturated:
+        gen_text += f" | LOAD GENERATOR SATURATED ({tick.loadgen.saturated}): add --processes"
     return (
         f"{tick.phase.value:<9} {tick.elapsed_s:6.0f}s {tick.target[:width]:<{width}} "
         f"pub {tick.produce_rate:9,.0f}/s {tick.produce_mb_s:7.2f} MB/s (target {target}) | "
         f"cons {tick.consume_rate:9,.0f}/s | lag {lag} | "
         f"e2e ms p50 {_ms(p50)} p99 {_ms(p99)} p99.9 {_ms(p999)} max {_ms(e2e_max)} | "
-        f"pub p99 {_ms(pub_p99)} | cpu {cpu_text} mem {mem_text}{errors}"
+        f"pub p99 {_ms(pub_p99)} | cpu {cpu_text} mem {mem_text}{errors}{gen_text}"
     )

@@ -37,6 +37,27 @@ class Resources:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadgenHealth:
+    """The load generator watching itself over the interval (summed over a target's worker
+    processes): when it, not the broker, is the bottleneck, `saturated` says why."""
+
+    cpu_percent: float = float("nan")  # the worker processes' CPU, 100 % = one core
+    loop_lag_ms: float = float("nan")  # the longest an event loop was late waking up
+    saturated: str = ""  # why the generator is the bottleneck; empty when it is not
+
+    @staticmethod
+    def merge(parts: list[LoadgenHealth]) -> LoadgenHealth:
+        known = [p for p in parts if p.cpu_percent == p.cpu_percent]
+        if not known:
+            return parts[0] if parts else LoadgenHealth()
+        return LoadgenHealth(
+            cpu_percent=sum(p.cpu_percent for p in known),
+            loop_lag_ms=max(p.loop_lag_ms for p in known),
+            saturated="; ".join(p.saturated for p in known if p.saturated),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class LagSnapshot:
     """Consumer lag (messages not yet consumed) per subscription, summed and per partition."""
 
@@ -69,6 +90,7 @@ class Tick:
     broker: dict[str, float] = field(default_factory=dict)  # broker-native counters (deltas)
     produced_total: int = 0
     consumed_total: int = 0
+    loadgen: LoadgenHealth = LoadgenHealth()
 
     @property
     def produce_rate(self) -> float:

@@ -29,7 +29,7 @@ from loadgen.histogram import HistogramSnapshot
 from loadgen.load import LoadHandle, Publish, TargetLoad, TargetTotals
 from loadgen.pacing import run_precise
 from loadgen.target import Target
-from loadgen.tick import Phase, Tick
+from loadgen.tick import LoadgenHealth, Phase, Tick
 from loadgen.workload import Workload
 
 _CLOSE_TIMEOUT_S = 120.0
@@ -277,6 +277,7 @@ def _merge_ticks(ticks: list[Tick]) -> Tick:
         e2e_latency=HistogramSnapshot.merge([t.e2e_latency for t in ticks]),
         produced_total=sum(t.produced_total for t in ticks),
         consumed_total=sum(t.consumed_total for t in ticks),
+        loadgen=LoadgenHealth.merge([t.loadgen for t in ticks]),
     )
 
 

@@ -108,9 +108,13 @@ class ThroughputPanel:
         if tick.phase not in (Phase.WARMUP, Phase.MEASURING):
             return (f"load stopped ({tick.phase.value})", "muted")
         if tick.target_rate <= 0:
+            if tick.loadgen.saturated:
+                return ("max rate: generator saturated", "alert")
             return ("max rate (no target)", "muted")
         ratio = tick.produce_rate / tick.target_rate
         text = f"{ratio * 100:.1f}% of {fmt.count(tick.target_rate)}/s"
+        if tick.loadgen.saturated:
+            return (f"{text}  generator saturated", "alert")
         if ratio < BEHIND_RATIO:
             return (f"{text}  behind", "alert")
         return (text, "muted")
@@ -142,7 +146,8 @@ class LatencyPanel:
 
 
 class ResourcesPanel:
-    """The broker's CPU and memory (summed over its processes or containers)."""
+    """The broker's CPU and memory (summed over its processes or containers), and the load
+    generator's own CPU, in the alert style when the generator is the bottleneck."""
 
     name = "resources"
 
@@ -151,9 +156,14 @@ class ResourcesPanel:
         cpu = tick.resources.cpu_percent if tick is not None else None
         memory = tick.resources.memory_bytes if tick is not None else None
         memory_text = f"{fmt.megabytes(memory)} MB" if memory else fmt.MISSING
+        gen = tick.loadgen if tick is not None else None
+        gen_role = "alert" if gen is not None and gen.saturated else "value"
+        gen_cpu = gen.cpu_percent if gen is not None else None
+        gen_text = f"{gen_cpu:.0f}%" if gen_cpu is not None and fmt.known(gen_cpu) else fmt.MISSING
         return lines([
-            line(ctx, label("cpu"), (fmt.percent(cpu).ljust(9), "value"),
-                 ("mem ", "label"), (memory_text, "value")),
+            line(ctx, label("cpu"), (fmt.percent(cpu).ljust(7), "value"),
+                 ("mem ", "label"), (memory_text.ljust(9), "value"),
+                 ("gen ", "label"), (gen_text + ("!" if gen_role == "alert" else ""), gen_role)),
         ])
 
 

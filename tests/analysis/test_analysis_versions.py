@@ -1,9 +1,10 @@
 """Runs of different run-file schema versions read together.
 
-A synthetic version 2 run is a version 1 run rewritten as a later writer would write it: an
-extra column in its tables and `schema_version: 2` (with `min_reader_version: 1`, since only
-columns were added). Today's reader reports it alongside version 1 runs; a reader that knows
-the new column (a version 2 reader) gets it from the new run and null from the old one."""
+A synthetic next-version run is a run of today's version rewritten as a later writer would
+write it: an extra column in its tables and `schema_version` one higher (with
+`min_reader_version: 1`, since only columns were added). Today's reader reports it alongside
+today's runs; a reader that knows the new column gets it from the new run and null from the
+old one."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ import pytest
 
 from analysis.compute import compute_report
 from analysis.runs import load_runs, read_table
-from analysis.schema import SCHEMAS
+from analysis.schema import MIN_READER_VERSION, SCHEMA_VERSION, SCHEMAS
 from loadgen.errors import ReportError
 from tests.analysis.synthetic_runs import SyntheticRun
 
 pytestmark = pytest.mark.spark
 
 EXTRA = pa.field("gc_pause_ms", pa.float64(), nullable=True)
+NEXT = SCHEMA_VERSION + 1
 
 
 def _as_version_2(v1: Path, v2: Path, run_id: str, min_reader: int = 1) -> None:
@@ -36,10 +38,10 @@ def _as_version_2(v1: Path, v2: Path, run_id: str, min_reader: int = 1) -> None:
             extra = pc.multiply(pc.cast(data["seq"], pa.float64()), 0.5)
             data = data.append_column(EXTRA, extra)
             meta = dict(data.schema.metadata or {})
-            meta[b"streambench.schema_version"] = b"2"
+            meta[b"streambench.schema_version"] = str(NEXT).encode()
             pq.write_table(data.replace_schema_metadata(meta), f, compression="zstd")
     doc = json.loads((v2 / "run.json").read_text())
-    doc.update(schema_version=2, min_reader_version=min_reader, run_id=run_id)
+    doc.update(schema_version=NEXT, min_reader_version=min_reader, run_id=run_id)
     (v2 / "run.json").write_text(json.dumps(doc))
 
 
@@ -71,17 +73,18 @@ def test_version_2_run_reads_alongside_version_1(spark, run_b: SyntheticRun,
 
 def test_run_needing_a_newer_reader_is_refused(run_b: SyntheticRun, tmp_path: Path) -> None:
     v2 = tmp_path / "run-v2-only"
-    _as_version_2(run_b.run_dir, v2, "run-v2-only", min_reader=2)
+    _as_version_2(run_b.run_dir, v2, "run-v2-only", min_reader=NEXT)
     with pytest.raises(ReportError) as exc:
         load_runs([run_b.run_dir, v2])
     msg = str(exc.value)
     assert "\n" not in msg
-    assert msg == (f"{v2} has run-file schema version 2 (readable from version 2); this "
-                   "streambench reads version 1: upgrade streambench")
+    assert msg == (f"{v2} has run-file schema version {NEXT} (readable from version {NEXT}); "
+                   f"this streambench reads version {SCHEMA_VERSION}: upgrade streambench")
 
 
-def test_version_1_run_json_says_which_reader_it_needs(run_b: SyntheticRun) -> None:
+def test_run_json_says_which_reader_it_needs(run_b: SyntheticRun) -> None:
     doc = json.loads((run_b.run_dir / "run.json").read_text())
-    assert (doc["schema_version"], doc["min_reader_version"]) == (1, 1)
+    assert (doc["schema_version"], doc["min_reader_version"]) == (SCHEMA_VERSION, MIN_READER_VERSION)
+    assert (SCHEMA_VERSION, MIN_READER_VERSION) == (2, 1)  # 2 only added columns
     meta = pq.read_schema(next((run_b.run_dir / "ticks").glob("part-*.parquet"))).metadata
     assert meta[b"streambench.min_reader_version"] == b"1"

@@ -69,6 +69,16 @@ def test_running_totals_and_tick_counts_are_cut_at_one_instant(fixed_rate_run):
         assert ticks["consumed_total"][i] == consumed, f"tick {ticks['seq'][i]}"
 
 
+def test_ticks_carry_the_load_generators_own_cpu(fixed_rate_run):
+    run_dir, _ = fixed_rate_run
+    ticks = _table(run_dir, "ticks").to_pydict()
+    measuring = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    cpu = [ticks["loadgen_cpu_percent"][i] for i in measuring]
+    assert all(c is not None and 0 < c < 400 for c in cpu), cpu
+    assert all(ticks["loadgen_loop_lag_ms"][i] is not None for i in measuring)
+    assert all(ticks["loadgen_saturated"][i] is not None for i in measuring)
+
+
 def test_a_late_run_loop_merges_ticks_instead_of_firing_empty_ones(tmp_path, no_leftover_redis):
     """The coordinator frozen for 2.5 s (an overloaded host) while the worker keeps sending:
     the missed seconds become one tick with its true interval and an event says so."""

@@ -4,7 +4,7 @@ real latency histograms built from deterministic values."""
 from __future__ import annotations
 
 from loadgen.histogram import Histogram, HistogramSnapshot
-from loadgen.tick import LagSnapshot, Phase, PhaseChange, Resources, RunEvent, Tick
+from loadgen.tick import LagSnapshot, LoadgenHealth, Phase, PhaseChange, Resources, RunEvent, Tick
 from loadgen.workload import Workload
 
 T0_NS = 1_800_000_000_000_000_000  # fixed wall clock of the first tick
@@ -53,6 +53,7 @@ def recorded_tick(label: str, seq: int) -> Tick:
                             memory_bytes=(40 + seq) * 1_000_000),
         produced_total=produced * (seq + 1),
         consumed_total=consumed * (seq + 1),
+        loadgen=LoadgenHealth(cpu_percent=11.0 + (seq % 3), loop_lag_ms=0.2),
     )
 
 
