@@ -1,0 +1,161 @@
+"""Benchmark: can streambench's Redis Streams consumer keep up with its producer at maximum rate?
+
+Starts one local redis-server (as tests/bench/redis_produce.py does), then runs streambench's
+Redis producer and consumer against it at maximum rate (1 producer, 1 consumer, 1 KiB messages,
+15 s measured after a 2 s warm-up), once per RESP reply reader:
+
+- `hiredis`: the C parser (the default when the `hiredis` package is importable);
+- `python`: the pure-Python fallback, forced with the environment variable
+  `STREAMBENCH_RESP_READER=python` (`STREAMBENCH_RESP_READER=hiredis` insists on hiredis; unset
+  or `auto` picks hiredis when it is importable). The variable is read when a connection
+  opens, in the load worker process, which inherits it from this script.
+
+Prints, side by side: produced msg/s and consumed msg/s over the measuring phase, their ratio,
+the end-to-end latency p50 / p99 over the measuring phase, and the load worker process's
+CPU-seconds (user + system) per 100,000 consumed messages over the measuring phase. The worker
+runs both the producer and the consumer, so its CPU covers both. The goal: the consumer keeps
+up (ratio close to 1), so lag and latency are the broker's, not the tool's."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from analysis.sink import ParquetSink
+from compose.process import free_port, start_process, stop_process
+from loadgen.histogram import HistogramSnapshot
+from loadgen.pacing import run_precise
+from loadgen.platforms import resolve_target
+from loadgen.run import Run
+from loadgen.target import unique_labels
+from loadgen.tick import BusItem, Phase, Tick
+from loadgen.workload import Workload
+
+READERS = ("hiredis", "python")
+
+
+def worker_cpu_s() -> float:
+    """CPU-seconds (user + system) of this process's load worker processes so far."""
+    total = 0.0
+    for child in psutil.Process().children(recursive=False):
+        try:
+            cmd = " ".join(child.cmdline())
+            if "multiprocessing" not in cmd or "resource_tracker" in cmd:
+                continue
+            t = child.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
+@dataclass
+class Measured:
+    """Per-tick figures of one run; the CPU reading is taken when each tick arrives."""
+
+    ticks: list[tuple[Tick, float]] = field(default_factory=list)
+
+    def __call__(self, item: BusItem) -> None:
+        if isinstance(item, Tick):
+            self.ticks.append((item, worker_cpu_s()))
+
+    def summary(self) -> dict[str, float]:
+        rows = [(i, t) for i, (t, _) in enumerate(self.ticks) if t.phase is Phase.MEASURING]
+        if not rows:
+            raise SystemExit("no measuring ticks")
+        first, last = rows[0][0], rows[-1][0]
+        seconds = sum(t.interval_s for _, t in rows)
+        produced = sum(t.produced for _, t in rows)
+        consumed = sum(t.consumed for _, t in rows)
+        cpu_before = self.ticks[first - 1][1] if first > 0 else 0.0
+        cpu = self.ticks[last][1] - cpu_before
+        e2e = HistogramSnapshot.merge([t.e2e_latency for _, t in rows])
+        return {
+            "produced": produced / seconds,
+            "consumed": consumed / seconds,
+            "ratio": consumed / produced if produced else float("nan"),
+            "cpu_per_100k": cpu / consumed * 100_000 if consumed else float("nan"),
+            "p50_ms": e2e.percentile(50) / 1e6,
+            "p99_ms": e2e.percentile(99) / 1e6,
+        }
+
+
+def run_once(port: int, reader: str, size: int, seconds: float, out: Path) -> dict[str, float]:
+    os.environ["STREAMBENCH_RESP_READER"] = reader
+    workload = Workload(name="bench-redis-consume", rate=0, message_size=size, producers=1,
+                        consumers=1, subscriptions=1, duration_s=seconds, warmup_s=2,
+                        drain_timeout_s=20)
+    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{port}")]), out_dir=out,
+              recorder=ParquetSink)
+    measured = Measured()
+    run.subscribe(measured)
+    summary = run_precise(run.execute())
+    totals = summary.targets[0]
+    if totals.send_errors or totals.receive_errors:
+        raise SystemExit(f"{reader}: {totals.send_errors} send errors, "
+                         f"{totals.receive_errors} receive errors")
+    return measured.summary()
+
+
+def reader_available(reader: str) -> bool:
+    if reader != "hiredis":
+        return True
+    try:
+        import hiredis  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument("--readers", nargs="+", choices=READERS, default=list(READERS))
+    args = parser.parse_args()
+    if shutil.which("redis-server") is None:
+        print("redis-server is needed (apt-get install redis-server)")
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="streambench-bench-"))
+    port = free_port()
+    server = start_process(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                            "--appendonly", "no", "--dir", str(work)], work / "redis.log")
+    results: dict[str, dict[str, float] | None] = {}
+    try:
+        time.sleep(0.5)
+        for reader in args.readers:
+            if not reader_available(reader):
+                results[reader] = None
+                continue
+            results[reader] = run_once(port, reader, args.size, args.seconds, work / f"run-{reader}")
+            subprocess.run(["redis-cli", "-p", str(port), "FLUSHALL"], capture_output=True)
+    finally:
+        stop_process(server)
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"max rate, 1 producer, 1 consumer, {args.size} B messages, {args.seconds:.0f} s measured, "
+          f"{os.cpu_count()} CPUs shared with redis-server")
+    rows = [("produced msg/s", "produced", "{:,.0f}"), ("consumed msg/s", "consumed", "{:,.0f}"),
+            ("consumed/produced", "ratio", "{:.2f}"),
+            ("worker CPU-s per 100k msgs", "cpu_per_100k", "{:.3f}"),
+            ("e2e p50 ms", "p50_ms", "{:.1f}"), ("e2e p99 ms", "p99_ms", "{:.1f}")]
+    print(f"{'RESP reader':<28}" + "".join(f"{r:>14}" for r in results))
+    for title, key, fmt in rows:
+        cells = []
+        for figures in results.values():
+            cells.append("not installed" if figures is None else fmt.format(figures[key]))
+        print(f"{title:<28}" + "".join(f"{c:>14}" for c in cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

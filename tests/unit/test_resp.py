@@ -1,0 +1,519 @@
+"""The RESP2 reply readers (hiredis and the pure-Python fallback), the connection's pipelining,
+and the Redis consumer's decoding of XREADGROUP replies.
+
+Every reader test runs with both readers; the hiredis runs are skipped where hiredis is not
+installed."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from loadgen.platforms import resp
+from loadgen.platforms.redis_streams import RedisConsumer
+from loadgen.platforms.resp import (
+    INCOMPLETE,
+    PythonReader,
+    RespConnection,
+    RespError,
+    RespProtocolError,
+    encode,
+    make_reader,
+)
+
+HAVE_HIREDIS = resp._HIREDIS is not None
+KINDS = [pytest.param("hiredis", marks=pytest.mark.skipif(not HAVE_HIREDIS,
+                                                          reason="hiredis not installed")),
+         "python"]
+both = pytest.mark.skipif(not HAVE_HIREDIS, reason="hiredis not installed")
+
+
+# ---- building replies -------------------------------------------------------------------------
+
+def wire(value: Any) -> bytes:
+    """The RESP2 encoding of a reply value (RespError for an error reply, str for a simple
+    string, None for a nil bulk string)."""
+    if value is None:
+        return b"$-1\r\n"
+    if isinstance(value, RespError):
+        return b"-%s\r\n" % str(value).encode()
+    if isinstance(value, str):
+        return b"+%s\r\n" % value.encode()
+    if isinstance(value, bool):
+        raise TypeError(value)
+    if isinstance(value, int):
+        return b":%d\r\n" % value
+    if isinstance(value, bytes):
+        return b"$%d\r\n%s\r\n" % (len(value), value)
+    return b"*%d\r\n" % len(value) + b"".join(wire(v) for v in value)
+
+
+def plain(value: Any) -> Any:
+    """A reply as comparable data: error replies become ("error", type, args); a simple string
+    written as str is read as bytes."""
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, RespError):
+        return ("error", type(value).__name__, value.args)
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def entry(i: int, size: int = 16) -> list[Any]:
+    return [b"1700000000000-%d" % i, [b"t", b"%d" % (1_700_000_000_000_000_000 + i), b"p",
+                                      bytes([65 + i % 26]) * size]]
+
+
+def xreadgroup(streams: dict[str, int], size: int = 16) -> list[Any]:
+    """An XREADGROUP reply: [[stream, [[id, [t, ns, p, payload]], ...]], ...]."""
+    return [[s.encode(), [entry(i, size) for i in range(n)]] for s, n in streams.items()]
+
+
+MIXED = [
+    "OK",
+    RespError("ERR unknown command 'FOO'"),
+    0, 42, -7, 9_223_372_036_854_775_807, -9_223_372_036_854_775_808,
+    None,
+    b"",
+    b"with\r\ninside",
+    [],
+    [None, b"a", 1, RespError("WRONGTYPE Operation against a key"), [], [[b"deep", [b"er"]]]],
+    xreadgroup({"topic-0": 3, "topic-1": 2}),
+    b"x" * 5000,
+]
+MIXED_WIRE = b"".join(wire(v) for v in MIXED) + b"*-1\r\n"
+MIXED_EXPECTED = [plain(v) for v in MIXED] + [None]
+
+
+def drain(reader: Any) -> list[Any]:
+    out = []
+    while (reply := reader.gets()) is not INCOMPLETE:
+        out.append(plain(reply))
+    return out
+
+
+def read_in_chunks(kind: str, data: bytes, cuts: list[int]) -> list[Any]:
+    reader = make_reader(kind)
+    out = []
+    last = 0
+    for cut in [*cuts, len(data)]:
+        reader.feed(data[last:cut])
+        last = cut
+        out += drain(reader)
+    return out
+
+
+def random_cuts(rng: random.Random, length: int, max_chunk: int) -> list[int]:
+    cuts, at = [], 0
+    while True:
+        at += rng.randint(1, max_chunk)
+        if at >= length:
+            return cuts
+        cuts.append(at)
+
+
+# ---- values -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_values_of_every_reply_type(kind: str) -> None:
+    reader = make_reader(kind)
+    assert reader.gets() is INCOMPLETE
+    reader.feed(MIXED_WIRE)
+    assert drain(reader) == MIXED_EXPECTED
+    assert reader.gets() is INCOMPLETE
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_types(kind: str) -> None:
+    reader = make_reader(kind)
+    reader.feed(b"+PONG\r\n:5\r\n$3\r\nabc\r\n$-1\r\n*-1\r\n*0\r\n-ERR boom \xff\r\n*1\r\n-ERR in\r\n")
+    pong, five, abc, nil_bulk, nil_array, empty, err, nested = (reader.gets() for _ in range(8))
+    assert pong == b"PONG" and type(pong) is bytes
+    assert five == 5 and type(five) is int
+    assert abc == b"abc" and type(abc) is bytes
+    assert nil_bulk is None and nil_array is None
+    assert empty == []
+    # error replies are returned, not raised, at the top and inside arrays
+    assert type(err) is RespError and err.args == ("ERR boom \ufffd",)
+    assert type(nested[0]) is RespError and nested[0].args == ("ERR in",)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_xreadgroup_shaped_reply(kind: str) -> None:
+    value = xreadgroup({"t-0": 4, "t-1": 0, "t-2": 1}, size=100)
+    reader = make_reader(kind)
+    reader.feed(wire(value))
+    reply = reader.gets()
+    assert reply == value
+    (s0, entries), _, _ = reply
+    assert s0 == b"t-0"
+    assert [int(f[1]) for _, f in entries] == [1_700_000_000_000_000_000 + i for i in range(4)]
+    assert reader.gets() is INCOMPLETE
+
+
+# ---- partial reads ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_split_point(kind: str) -> None:
+    for cut in range(len(MIXED_WIRE) + 1):
+        assert read_in_chunks(kind, MIXED_WIRE, [cut]) == MIXED_EXPECTED, cut
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_pair_of_split_points_in_an_xreadgroup_reply(kind: str) -> None:
+    data = wire(xreadgroup({"a": 2, "b": 1}, size=3)) + b":1\r\n"
+    expected = [xreadgroup({"a": 2, "b": 1}, size=3), 1]
+    for first in range(len(data) + 1):
+        for second in range(first, len(data) + 1, 7):
+            assert read_in_chunks(kind, data, [first, second]) == expected, (first, second)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_byte_at_a_time(kind: str) -> None:
+    reader = make_reader(kind)
+    out = []
+    for i in range(len(MIXED_WIRE)):
+        reader.feed(MIXED_WIRE[i:i + 1])
+        got = drain(reader)
+        # a reply comes out exactly when its last byte is in
+        if got:
+            out += got
+            assert MIXED_WIRE[:i + 1].endswith(b"\r\n")
+    assert out == MIXED_EXPECTED
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("seed", range(20))
+def test_random_chunks(kind: str, seed: int) -> None:
+    rng = random.Random(seed)
+    max_chunk = rng.choice([2, 5, 17, 100, 1000, 7000])
+    assert read_in_chunks(kind, MIXED_WIRE, random_cuts(rng, len(MIXED_WIRE), max_chunk)) \
+        == MIXED_EXPECTED
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_large_bulk_string_in_chunks(kind: str) -> None:
+    rng = random.Random(1)
+    big = rng.randbytes(1 << 20)
+    data = wire([b"before", big, b"after"]) + wire(big)
+    for max_chunk in (4096, 65536, 300_000):
+        out = read_in_chunks(kind, data, random_cuts(rng, len(data), max_chunk))
+        assert out == [[b"before", big, b"after"], big]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_large_bulk_string_one_byte_at_a_time(kind: str) -> None:
+    big = bytes(range(256)) * 256  # 64 KiB, every byte value, "\r\n" included
+    data = wire(big)
+    reader = make_reader(kind)
+    for i in range(len(data) - 1):
+        reader.feed(data[i:i + 1])
+        assert reader.gets() is INCOMPLETE
+    reader.feed(data[-1:])
+    assert reader.gets() == big
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_large_xreadgroup_reply_in_socket_sized_reads(kind: str) -> None:
+    value = xreadgroup({"t-0": 1000}, size=1024)
+    data = wire(value)
+    cuts = list(range(65536, len(data), 65536))
+    assert read_in_chunks(kind, data, cuts) == [value]
+
+
+# ---- both readers agree -----------------------------------------------------------------------
+
+def random_value(rng: random.Random, depth: int = 0) -> Any:
+    pick = rng.random()
+    if depth < 4 and pick < 0.25:
+        return [random_value(rng, depth + 1) for _ in range(rng.randint(0, 6))]
+    if pick < 0.35:
+        return None
+    if pick < 0.45:
+        return rng.randint(-(1 << 63), (1 << 63) - 1)
+    if pick < 0.5:
+        return RespError("ERR " + "".join(rng.choice("abc xyz") for _ in range(rng.randint(0, 20))))
+    if pick < 0.55:
+        return "OK"
+    return rng.randbytes(rng.choice([0, 1, 2, 10, 100, 3000]))
+
+
+@both
+@pytest.mark.parametrize("seed", range(30))
+def test_both_readers_give_the_same_values(seed: int) -> None:
+    rng = random.Random(seed)
+    values = [random_value(rng) for _ in range(30)] + [[None] * 3, []]
+    data = b"".join(wire(v) for v in values) + b"*-1\r\n"
+    cuts = random_cuts(rng, len(data), rng.choice([1, 3, 50, 2000]))
+    python = read_in_chunks("python", data, cuts)
+    assert python == read_in_chunks("hiredis", data, cuts)
+    assert python == [plain(v) for v in values] + [None]
+
+
+# ---- protocol errors --------------------------------------------------------------------------
+
+MALFORMED = [
+    b"?what\r\n", b"\x00\r\n", b"\r\n", b"\n:1\r\n", b'"\r\n', b"\\\r\n", b"\x85\r\n",
+    b"$abc\r\n", b"$\r\n", b"$-2\r\n", b"$03\r\nabc\r\n", b"$ 3\r\nabc\r\n", b"$+3\r\nabc\r\n",
+    b"$1_0\r\n0123456789\r\n", b"*x\r\n", b"*-5\r\n", b"*01\r\n:1\r\n",
+    b":\r\n", b":1.5\r\n", b":+1\r\n", b":-0\r\n", b":007\r\n", b":9223372036854775808\r\n",
+    b":-9223372036854775809\r\n", b"*2\r\n:1\r\n!oops\r\n", b"$3\r\nabcde\r\n",
+]
+
+
+def outcome(kind: str, data: bytes) -> list[Any]:
+    """Replies until the first exception; the exception as (type, message); then what a second
+    gets() does."""
+    reader = make_reader(kind)
+    reader.feed(data)
+    out: list[Any] = []
+    try:
+        while (reply := reader.gets()) is not INCOMPLETE:
+            out.append(plain(reply))
+        return out
+    except Exception as exc:
+        out.append((type(exc).__name__, str(exc)))
+    try:
+        reader.feed(b"+OK\r\n")
+        out.append(("after", plain(reader.gets())))
+    except Exception as exc:
+        out.append(("after", type(exc).__name__, str(exc)))
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("data", MALFORMED)
+def test_malformed_reply_raises_and_stays_broken(kind: str, data: bytes) -> None:
+    out = outcome(kind, data)
+    name, message = out[-2]
+    assert name == "RespProtocolError" and message
+    assert out[-1] == ("after", "RespProtocolError", message)
+
+
+@both
+@pytest.mark.parametrize("data", MALFORMED)
+def test_both_readers_fail_alike(data: bytes) -> None:
+    assert outcome("python", data) == outcome("hiredis", data)
+
+
+def test_protocol_error_is_a_connection_error() -> None:
+    assert issubclass(RespProtocolError, ConnectionError)
+
+
+# ---- the pure reader does not re-scan -----------------------------------------------------------
+
+class CountingReader(PythonReader):
+    """Counts the bytes the reader copies when it joins what was fed."""
+
+    __slots__ = ("copied",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copied = 0
+
+    def _take(self) -> None:
+        super()._take()
+        if len(self._chunks) == 0 and self._buf:
+            self.copied += len(self._buf)
+
+
+def test_partial_reply_is_consumed_not_kept() -> None:
+    """Elements of a partial reply are taken out of the buffer as they complete: only the one
+    element still incomplete stays buffered, so nothing before it is parsed again."""
+    value = xreadgroup({"t-0": 500}, size=1024)
+    data = wire(value)
+    reader = PythonReader()
+    biggest = 1024 + len(b"$1024\r\n\r\n")
+    for cut in range(0, len(data), 10_007):
+        reader.feed(data[cut:cut + 10_007])
+        reply = reader.gets()
+        if reply is INCOMPLETE:
+            assert reader.buffered < biggest
+    assert reply == value
+    assert reader.buffered == 0
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000, 65536])
+def test_bytes_copied_grow_linearly(chunk: int) -> None:
+    """Re-parsing from the start on every read would copy the reply once per read (quadratic);
+    the reader copies each byte a bounded number of times whatever the read size."""
+    value = xreadgroup({"t-0": 200}, size=1024)
+    data = wire(value) * 2
+    reader = CountingReader()
+    out = []
+    for i in range(0, len(data), chunk):
+        reader.feed(data[i:i + chunk])
+        out += drain(reader)
+    assert out == [value, value]
+    # headers are short, so even one byte at a time copies each byte only a few times
+    assert reader.copied <= 4 * len(data)
+
+
+def test_large_bulk_string_is_joined_once_complete() -> None:
+    big = b"z" * (1 << 20)
+    reader = CountingReader()
+    data = wire(big)
+    for i in range(0, len(data), 1000):
+        reader.feed(data[i:i + 1000])
+        if i + 1000 < len(data):
+            assert reader.gets() is INCOMPLETE
+    assert reader.gets() == big
+    assert reader.copied <= len(data) + 2000
+
+
+# ---- choosing the reader ----------------------------------------------------------------------
+
+def test_reader_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(resp.READER_ENV, "python")
+    assert resp.reader_kind() == "python"
+    assert isinstance(make_reader(), PythonReader)
+    monkeypatch.setenv(resp.READER_ENV, "auto")
+    assert resp.reader_kind() == ("hiredis" if HAVE_HIREDIS else "python")
+    monkeypatch.delenv(resp.READER_ENV)
+    assert resp.reader_kind() == ("hiredis" if HAVE_HIREDIS else "python")
+    monkeypatch.setenv(resp.READER_ENV, "fast")
+    with pytest.raises(RuntimeError, match="fast"):
+        resp.reader_kind()
+    monkeypatch.setattr(resp, "_HIREDIS", None)
+    monkeypatch.setenv(resp.READER_ENV, "hiredis")
+    with pytest.raises(RuntimeError, match="not installed"):
+        resp.reader_kind()
+    monkeypatch.delenv(resp.READER_ENV)
+    assert resp.reader_kind() == "python"
+
+
+# ---- the connection ---------------------------------------------------------------------------
+
+class FakeServer:
+    """Answers every command read with the next canned reply, written in small pieces."""
+
+    def __init__(self, replies: list[bytes]) -> None:
+        self.replies = replies
+        self.received = bytearray()
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        parser = PythonReader()
+        while self.replies:
+            data = await reader.read(65536)
+            if not data:
+                break
+            self.received += data
+            parser.feed(data)
+            while self.replies and parser.gets() is not INCOMPLETE:
+                reply = self.replies.pop(0)
+                for i in range(0, len(reply), 3):
+                    writer.write(reply[i:i + 3])
+                    await writer.drain()
+                    await asyncio.sleep(0)
+        writer.close()
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_pipeline_send_and_close(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(resp.READER_ENV, kind)
+    fake = FakeServer([b"+PONG\r\n", b":3\r\n", b"*2\r\n$1\r\na\r\n$-1\r\n", b":1\r\n",
+                       b"-ERR no\r\n", b":2\r\n", b":9\r\n", b":10\r\n"])
+    conn = await RespConnection.open("127.0.0.1", await fake.start())
+    try:
+        assert await conn.call("PING") == b"PONG"
+        # the reply to a send() comes ahead of the next pipeline's and is not returned by it
+        conn.send(encode(["XACK", "s", "g", "1-0"]), 1)
+        assert await conn.pipeline(encode(["LRANGE", "l", 0, -1]), 1) == [[b"a", None]]
+        # an error reply to a send() command is raised by the next pipeline, which still reads
+        # its own replies: the connection stays in step
+        conn.send(encode(["XACK", "s", "g", "2-0"]) + encode(["XACK", "s", "g", "3-0"]), 2)
+        with pytest.raises(RespError, match="ERR no"):
+            await conn.pipeline(encode(["INCR", "n"]), 1)
+        assert await conn.call("INCR", "n") == 9
+        conn.send(encode(["INCR", "n"]), 1)
+        await conn.close()  # waits for the reply owed to send()
+        assert fake.replies == []
+    finally:
+        await fake.stop()
+
+
+async def test_closed_connection_is_reported() -> None:
+    fake = FakeServer([b"$5\r\nab"])
+    conn = await RespConnection.open("127.0.0.1", await fake.start())
+    try:
+        with pytest.raises(resp.RespConnectionClosed):
+            await conn.call("GET", "x")
+    finally:
+        await conn.close()
+        await fake.stop()
+
+
+# ---- the consumer's decoding --------------------------------------------------------------------
+
+class RecordingConnection:
+    """Stands in for RespConnection: hands out canned replies and keeps what was sent."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        self.replies = replies
+        self.piped: list[bytes] = []
+        self.sent: list[tuple[bytes, int]] = []
+
+    async def pipeline(self, payload: bytes, n: int) -> list[Any]:
+        self.piped.append(payload)
+        return [self.replies.pop(0) for _ in range(n)]
+
+    def send(self, payload: bytes, n: int) -> None:
+        self.sent.append((payload, n))
+
+    async def close(self) -> None:
+        pass
+
+
+def commands(payload: bytes) -> list[Any]:
+    reader = PythonReader()
+    reader.feed(payload)
+    return drain(reader)
+
+
+@pytest.mark.parametrize("track", [False, True])
+async def test_consumer_decodes_a_batch_and_acknowledges_it(track: bool) -> None:
+    reply = xreadgroup({"t-0": 3, "t-1": 2}, size=10)
+    conn = RecordingConnection([reply, None])
+    consumer = RedisConsumer(conn, ["t-0", "t-1"], "group-a", "consumer-0", track)  # type: ignore[arg-type]
+    batch = await consumer.receive()
+    assert batch is not None
+    assert batch.intended_ns == [1_700_000_000_000_000_000 + i for i in (0, 1, 2, 0, 1)]
+    assert batch.payload_bytes == 50
+    assert batch.receive_ns > 1_700_000_000_000_000_000
+    if track:
+        assert batch.ids == [(0, "1700000000000-0"), (0, "1700000000000-1"), (0, "1700000000000-2"),
+                             (1, "1700000000000-0"), (1, "1700000000000-1")]
+    else:
+        assert batch.ids is None
+    assert commands(conn.piped[0]) == [[b"XREADGROUP", b"GROUP", b"group-a", b"consumer-0",
+                                        b"COUNT", b"1000", b"BLOCK", b"100", b"STREAMS",
+                                        b"t-0", b"t-1", b">", b">"]]
+    [(acks, n)] = conn.sent
+    assert n == 2
+    assert commands(acks) == [
+        [b"XACK", b"t-0", b"group-a", b"1700000000000-0", b"1700000000000-1", b"1700000000000-2"],
+        [b"XACK", b"t-1", b"group-a", b"1700000000000-0", b"1700000000000-1"]]
+    # the server's BLOCK ran out: nothing came
+    assert await consumer.receive() is None
+    assert len(conn.sent) == 1
+
+
+async def test_consumer_raises_an_error_reply() -> None:
+    conn = RecordingConnection([RespError("NOGROUP No such key")])
+    consumer = RedisConsumer(conn, ["t-0"], "g", "c", False)  # type: ignore[arg-type]
+    with pytest.raises(RespError, match="NOGROUP"):
+        await consumer.receive()
