@@ -130,7 +130,11 @@ def load_runs(run_dirs: Sequence[Path]) -> list[RunInfo]:
     seen_ids: dict[str, Path] = {}
     for given in run_dirs:
         path = Path(given)
-        if not path.is_dir():
+        try:
+            is_dir = path.is_dir()
+        except OSError as exc:  # e.g. a name too long for the file system
+            raise ReportError(f"{str(path)[:100]} is not a run directory ({exc.strerror or exc})") from None
+        if not is_dir:
             raise ReportError(f"{path} is not a run directory (no such directory)")
         resolved = path.resolve()
         if resolved in seen_paths:

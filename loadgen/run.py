@@ -60,8 +60,8 @@ def default_run_dir(workload: Workload, started: datetime, root: Path = Path("ru
 
 
 def log_dir(run_dir: Path, index: int, label: str) -> Path:
-    """Where a target's broker logs are kept: logs/<index>-<label, in file-name characters>."""
-    return run_dir / "logs" / f"{index}-{re.sub(r'[^A-Za-z0-9._-]+', '_', label)}"
+    """Where a target's broker logs are kept: logs/<index>-<label, as a bounded file name>."""
+    return run_dir / "logs" / f"{index}-{path_name(label)}"
 
 
 @dataclass

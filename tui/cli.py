@@ -22,6 +22,7 @@ from tui.doctor import REPORT_INSTALL, REPORT_MODULES, doctor, missing_report_mo
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+MAX_PROCESSES = 64
 EXIT_USER_STOP = SIGNAL_EXIT[signal.SIGINT]  # a run the user ended early, e.g. `q` in the dashboard
 
 MAIN_HELP = """\
@@ -307,6 +308,9 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from loadgen.run import Run
     from loadgen.target import unique_labels
 
+    if args.processes > MAX_PROCESSES:
+        raise WorkloadError(f"--processes {args.processes}: at most {MAX_PROCESSES} load processes "
+                            "per target")
     workload = _workload_from(args)
     cpus = args.cpus if args.cpus is not None else workload.broker_cpus
     memory = args.memory if args.memory is not None else workload.broker_memory

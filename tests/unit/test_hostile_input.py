@@ -22,6 +22,7 @@ from loadgen.errors import OutputError, ReportError, TargetError, WorkloadError
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, check_run_dir, default_run_dir
 from loadgen.workload import Workload, load_workload, parse_workload
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 NOWHERE = "redis@127.0.0.1:1"  # resolves without a broker; nothing listens there
@@ -257,3 +258,23 @@ def test_check_run_dir_creates_nested_directories(tmp_path):
     (target / "x").write_text(json.dumps({}))
     with pytest.raises(OutputError, match="not empty"):
         check_run_dir(target)
+
+
+def test_too_many_load_processes_is_refused(tmp_path) -> None:
+    res = run_cli(["run", "redis", "--headless", "--processes", "100000", "--out", str(tmp_path / "r")])
+    assert res.returncode == 2 and "--processes" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_report_of_an_overlong_name_is_one_line(tmp_path) -> None:
+    res = run_cli(["report", "x" * 5000])
+    assert res.returncode == 2, res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("streambench: error")]
+    assert len(errors) == 1 and "is not a run directory" in errors[0] and len(errors[0]) < 200
+
+
+def test_long_target_label_gives_a_bounded_log_dir(tmp_path) -> None:
+    from loadgen.run import log_dir
+
+    path = log_dir(tmp_path, 0, "redis:maxlen=" + "0" * 1000 + "1")
+    assert len(path.name) <= 110 and path.parent == tmp_path / "logs"
