@@ -80,7 +80,7 @@ def test_markdown(built: Built) -> None:
     assert text.startswith("# streambench report: run-a, run-b (synthetic)\n")
     for heading in ("Runs and targets", "Comparison", "Throughput", "End-to-end latency (ms)",
                     "Publish latency (ms)", "Publish delay (ms)", "Latency charts",
-                    "Degradation rate", "Consumer lag, CPU and memory", "Errors"):
+                    "Degradation rate", "Consumer lag, CPU and memory", "Errors and the load generator"):
         assert f"\n## {heading}\n" in text, heading
     header = "|  | alpha (run-a) | beta (non-persistent) | alpha (run-b) |"
     assert header in text
