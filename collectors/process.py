@@ -1,4 +1,8 @@
-"""Resources of local broker processes (and their children) through psutil."""
+"""Resources of local broker processes (and their children) through psutil.
+
+A broker can be killed and started again during a run (the stacks' fault hooks): a root pid
+that is gone is skipped, and a child of this process running the same command line takes its
+place (the stack starts its brokers from the process that samples them)."""
 
 from __future__ import annotations
 
@@ -9,23 +13,56 @@ import psutil
 from collectors.base import Collector, CounterDeltas, Reading
 
 
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 class ProcessResources(Collector):
     name = "process"
 
     def __init__(self, pids: tuple[int, ...]) -> None:
-        self._roots = pids
+        self._roots: list[int] = list(pids)
+        self._cmdlines: dict[int, list[str]] = {}  # root pid -> its command line, once read
         self._procs: dict[int, psutil.Process] = {}
         self._deltas = CounterDeltas()
 
+    def _root(self, i: int) -> psutil.Process | None:
+        """Root i as a live process: the one it was, else its replacement, else None."""
+        pid = self._roots[i]
+        try:
+            root = self._procs.get(pid) or psutil.Process(pid)
+        except psutil.Error:
+            root = None
+        if root is not None and _alive(root):
+            if pid not in self._cmdlines:
+                with contextlib.suppress(psutil.Error):
+                    self._cmdlines[pid] = root.cmdline()
+            return root
+        cmdline = self._cmdlines.get(pid)
+        if not cmdline:
+            return None
+        taken = set(self._roots)
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process().children():
+                with contextlib.suppress(psutil.Error):
+                    if child.pid not in taken and _alive(child) and child.cmdline() == cmdline:
+                        self._roots[i] = child.pid
+                        self._cmdlines[child.pid] = cmdline
+                        return child
+        return None
+
     def _tree(self) -> list[psutil.Process]:
         found: list[psutil.Process] = []
-        for pid in self._roots:
-            try:
-                root = self._procs.get(pid) or psutil.Process(pid)
-                found.append(root)
-                found.extend(root.children(recursive=True))
-            except psutil.Error:
+        for i in range(len(self._roots)):
+            root = self._root(i)
+            if root is None:
                 continue
+            found.append(root)
+            with contextlib.suppress(psutil.Error):
+                found.extend(root.children(recursive=True))
         # keep the same Process objects so cpu_percent() measures since the previous call
         alive = {}
         for p in found:

@@ -6,8 +6,8 @@ readiness is polled per platform and a failure names the container and shows its
 lines; down() is `down -v` followed by a sweep by label, so nothing is left even when compose
 itself failed half-way. Every container, volume (and network, should a file define one) carries
 `streambench.run=<run id>`, `streambench.target=<label>` and `streambench.owner=<host>:<pid>`,
-which `streambench stacks ls|prune` use. The fault hooks (pause, unpause, kill, restart one
-broker) are methods of the stack and are recorded as run events."""
+which `streambench stacks ls|prune` use. The fault hooks (Stack.fault: pause, resume, kill,
+start, restart one broker's container) are recorded as run events."""
 
 from __future__ import annotations
 
@@ -29,8 +29,10 @@ from typing import Any
 
 import yaml
 
+from compose.net import classify
 from compose.process import LOG_LIMIT_BYTES, free_port, port_in_use
-from compose.stack import Progress, Stack, StackDescription
+from compose.stack import FAULT_ALIASES, Progress, Stack, StackDescription, announce_runtime
+from compose.stack import FAULTS as STACK_FAULTS
 from loadgen.errors import StackError
 from loadgen.target import Target
 
@@ -48,7 +50,10 @@ STOP_GRACE_S = 10
 PROGRESS_EVERY_S = 5.0
 ENGINE_TIMEOUT_S = 10
 INSTALL_HINT = "Debian/Ubuntu: apt-get install docker.io docker-compose"
-FAULTS = ("pause", "unpause", "kill", "start", "restart")  # the fault hooks of ComposeStack
+# the fault hooks every Stack has as methods (compose.stack.FAULTS and their aliases)
+FAULTS = (*STACK_FAULTS, *FAULT_ALIASES)
+IMAGE_CHECK_TIMEOUT_S = 5
+FAULT_READY_TIMEOUT_S = 120.0  # a broker started again by a fault hook answers within this
 
 
 def engine_address() -> str:
@@ -104,14 +109,45 @@ def compose_command() -> list[str]:
 
 
 def _reason(exc: BaseException) -> str:
+    failure = classify(exc)
+    if failure is not None:
+        return failure.value
     text = str(exc)
-    for pattern, short in (("No such file or directory", "no socket there"),
-                           ("Connection refused", "connection refused"),
-                           ("Permission denied", "permission denied"),
-                           ("timed out", "timed out")):
-        if pattern in text:
-            return short
     return (text.splitlines() or [type(exc).__name__])[0][:200]
+
+
+_VARIABLE = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
+
+
+def compose_images(files: list[str], env: dict[str, str] | None = None) -> list[str]:
+    """The images the services of compose files under compose/ run, with their ${VAR:-default}
+    resolved against env (default: the environment), as compose would."""
+    values = os.environ if env is None else env
+    found: list[str] = []
+    for name in files:
+        doc = yaml.safe_load((COMPOSE_DIR / name).read_text()) or {}
+        for service in (doc.get("services") or {}).values():
+            image = str((service or {}).get("image") or "")
+            image = _VARIABLE.sub(lambda m: values.get(m.group(1)) or (m.group(2) or ""), image)
+            if image and image not in found:
+                found.append(image)
+    return found
+
+
+@functools.cache
+def image_present(image: str) -> bool:
+    """Whether the engine has the image locally (False when it cannot tell)."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=IMAGE_CHECK_TIMEOUT_S)
+        try:
+            client.images.get(image)
+            return True
+        finally:
+            client.close()
+    except Exception:
+        return False
 
 
 def owner() -> str:
@@ -209,15 +245,15 @@ async def ensure_image(client: Any, image: str, label: str, progress: Progress) 
         if now - started > timeout or now - state.last_change > PULL_STALL_S:
             raise StackError(f"{label}: pulling {image} made no progress for "
                              f"{min(now - started, now - state.last_change):.0f} s (no network? "
-                             "load or build the image locally, or set the image variable to one "
-                             "you have)")
+                             "--runtime local runs it as a local process; or load or build the "
+                             "image, or set the image variable to one you have)")
         if now - last_report >= 2.0 and state.layers:
             last_report = now
             progress(f"{label}: pulling {image}: {state.line()}")
     if state.error is not None:
         raise StackError(f"{label}: cannot pull image {image}: {_pull_reason(state.error)} (no "
-                         "network? load or build it locally, or set the image variable to an "
-                         "image you have)")
+                         "network? --runtime local runs it as a local process; or load or build "
+                         "the image, or set the image variable to one you have)")
     progress(f"{label}: pulled {image}")
 
 
@@ -323,6 +359,7 @@ class ComposeStack(Stack):
         return proc.returncode or 0, out.decode(errors="replace")
 
     async def up(self, progress: Progress) -> None:
+        announce_runtime(progress, self._label, self._target.options)
         self._compose = await asyncio.to_thread(compose_command)
         self._client = await asyncio.to_thread(engine)
         self._project = project_name(self.context.run_id, self.context.index)
@@ -457,35 +494,43 @@ class ComposeStack(Stack):
 
     # -- fault hooks --
 
-    def _broker(self, broker: str) -> Any:
-        if broker not in self.brokers() or broker not in self._containers:
-            raise StackError(f"{self._label}: no broker {broker!r}; brokers: {', '.join(self.brokers())}")
-        return self._containers[broker]
+    async def _apply_fault(self, action: str, broker: str) -> str:
+        container = self._containers.get(broker)
+        if container is None:
+            raise StackError(f"{self._label}: no container for {broker} (the stack is not up)")
+        actions = {
+            # cgroup freezer: every process of the container stops, its state stays
+            "pause": lambda c: c.pause(),
+            "resume": lambda c: c.unpause(),
+            # a crash: the container stays, stopped, with its data
+            "kill": lambda c: c.kill(signal="SIGKILL"),
+            "start": lambda c: c.start(),
+            # SIGTERM, SIGKILL after the grace time, start again with the same data
+            "restart": lambda c: c.restart(timeout=STOP_GRACE_S),
+        }
 
-    async def _fault(self, kind: str, broker: str, action: Any) -> None:
-        container = self._broker(broker)
-        await asyncio.to_thread(action, container)
-        self.context.events(f"fault-{kind}", f"{broker} (container {container.name})")
+        def apply(c: Any) -> None:
+            actions[action](c)
+            with contextlib.suppress(Exception):
+                c.reload()  # its state and pid now, for describe()
 
-    async def pause(self, broker: str) -> None:
-        """Freeze every process of one broker (cgroup freezer): it stops answering, keeps state."""
-        await self._fault("pause", broker, lambda c: c.pause())
+        await asyncio.to_thread(apply, container)
+        if action in ("start", "restart"):
+            await self._answers_again(broker, container)
+        return f"{broker} (container {container.name})"
 
-    async def unpause(self, broker: str) -> None:
-        await self._fault("unpause", broker, lambda c: c.unpause())
-
-    async def kill(self, broker: str, sig: str = "SIGKILL") -> None:
-        """Send one broker a signal (default SIGKILL: a crash). Its container stays, stopped."""
-        await self._fault("kill", broker, lambda c: c.kill(signal=sig))
-
-    async def restart(self, broker: str) -> None:
-        """Stop one broker (SIGTERM, then SIGKILL after the grace time) and start it again, with
-        the same data."""
-        await self._fault("restart", broker, lambda c: c.restart(timeout=STOP_GRACE_S))
-
-    async def start(self, broker: str) -> None:
-        """Start a broker that was killed."""
-        await self._fault("start", broker, lambda c: c.start())
+    async def _answers_again(self, broker: str, container: Any) -> None:
+        """After a start: until the platform's readiness probe passes again."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FAULT_READY_TIMEOUT_S
+        while not await self.probe():
+            if loop.time() > deadline or container.status in ("exited", "dead"):
+                logs = await asyncio.to_thread(last_log_lines, container)
+                raise StackError(f"{self._label}: {self.product} in container {container.name} "
+                                 f"({broker}) not ready again after a start; last log lines: {logs}")
+            await asyncio.sleep(0.5)
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(container.reload)
 
 
 def _compose_error(output: str) -> str:

@@ -11,9 +11,9 @@ import urllib.request
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
-from compose.docker import ComposeStack
+from compose.docker import ComposeStack, compose_images
 from compose.kafka import broker_count, random_cluster_id
-from compose.redis import _check_version, ping
+from compose.redis import check_version, ping
 from compose.stack import Progress
 from loadgen.errors import StackError
 from loadgen.target import Target
@@ -21,6 +21,26 @@ from loadgen.target import Target
 PROBE_TIMEOUT_S = 2.0
 SHAPES = (1, 3)  # the compose files hold 1- and 3-broker clusters
 KAFKA_IMAGE_ENV = "STREAMBENCH_IMAGE_KAFKA"
+# a compose file of each platform's docker runtime (the others of a platform run the same images)
+_FILES = {"redis": "redis.yml", "kafka": "kafka.yml", "kafka-zk": "kafka-zk.yml",
+          "redpanda": "redpanda.yml", "pulsar": "pulsar.yml"}
+
+
+def _kafka_image(target: Target) -> dict[str, str]:
+    """kafka:version=4.1.0 picks apache/kafka:4.1.0, unless the image variable is set."""
+    version = str(target.options.get("version") or "")
+    if target.platform == "kafka" and "version" in target.explicit and not os.environ.get(KAFKA_IMAGE_ENV):
+        return {KAFKA_IMAGE_ENV: f"apache/kafka:{version}"}
+    return {}
+
+
+def images_of(target: Target) -> list[str]:
+    """The images the docker runtime of the target's platform runs ([] for a platform without
+    one), with the image variables and options applied."""
+    name = _FILES.get(target.platform)
+    if name is None:
+        return []
+    return compose_images([name], {**os.environ, **_kafka_image(target)})
 
 
 class RedisDockerStack(ComposeStack):
@@ -52,7 +72,7 @@ class RedisDockerStack(ComposeStack):
 
     async def ready(self, timeout_s: float, progress: Progress) -> None:
         await super().ready(timeout_s, progress)
-        _check_version(self._version, f"the image {self._images.get('redis')}")
+        check_version(self._version, f"the image {self._images.get('redis')}")
 
     def endpoints(self) -> dict[str, str]:
         return {"redis": f"127.0.0.1:{self._port}"}
@@ -127,8 +147,7 @@ class KafkaDockerStack(KafkaApiDockerStack):
                         "STREAMBENCH_ZOOKEEPER_ELECTION_PORT": str(self.take_port(0))})
         else:
             env["STREAMBENCH_KAFKA_CLUSTER_ID"] = random_cluster_id()
-            if "version" in self._target.explicit and not os.environ.get(KAFKA_IMAGE_ENV):
-                env[KAFKA_IMAGE_ENV] = f"apache/kafka:{self._version}"
+            env.update(_kafka_image(self._target))
             for i in range(self._count):
                 env[f"STREAMBENCH_KAFKA_CONTROLLER_PORT_{i + 1}"] = str(self.take_port(0))
         return env

@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,17 +25,19 @@ from aiokafka.errors import KafkaError
 
 from compose.java import find_java, java_major
 from compose.maven import assemble, classpath
+from compose.net import connect_failure
 from compose.process import (
+    LocalNode,
     free_port,
     keep_logs,
+    node_fault,
     port_in_use,
     remove_stale_dirs,
     start_process,
     stop_process,
     tail,
 )
-from compose.redis import connect_failure
-from compose.stack import Progress, Stack, StackDescription
+from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
 from loadgen.target import Target
 
@@ -52,6 +53,7 @@ JAVA_MIN = 17
 DEFAULT_PORT = 9092
 EXTERNAL_TIMEOUT_S = 15.0
 ZOOKEEPER_HEAP = "512M"
+ZOOKEEPER_NODE = "zookeeper"  # the fault hooks' name of the ZooKeeper node
 TOOL_HEAP = "256M"
 # kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS
 JVM_PERFORMANCE = ["-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
@@ -235,14 +237,6 @@ async def probe(servers: Sequence[tuple[str, int]], timeout_s: float) -> None:
 
 
 @dataclass
-class _Node:
-    name: str
-    argv: list[str]
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-
-@dataclass
 class _Layout:
     """The loopback ports of one local cluster."""
 
@@ -267,8 +261,8 @@ class KafkaLocalStack(Stack):
         self._version = str(opts["version"])
         self._port = int(opts.get("port") or 0)
         self._dir: Path | None = None
-        self._zk: _Node | None = None
-        self._brokers: list[_Node] = []
+        self._zk: LocalNode | None = None
+        self._brokers: list[LocalNode] = []
         self._layout: _Layout | None = None
 
     @property
@@ -343,6 +337,7 @@ class KafkaLocalStack(Stack):
         }
 
     async def up(self, progress: Progress) -> None:
+        announce_runtime(progress, self._label, self._target.options)
         runtime = await kafka_runtime(self._version, progress, self._label)
         self._layout = self._choose_ports()
         remove_stale_dirs(DATA_PREFIX)
@@ -363,10 +358,10 @@ class KafkaLocalStack(Stack):
         what = "broker" if self._count == 1 else f"{self._count} brokers"
         progress(f"{self._label}: starting Kafka {self._version} ({self._mode}, {what}, heap {self._heap})")
         for i, config in enumerate(configs):
-            node = _Node(f"broker {i + 1}",
-                         runtime.argv("kafka.Kafka", [str(config)], self._heap, broker_logging),
-                         config.parent / "broker.log")
-            node.proc = start_process(node.argv, node.log, cwd=config.parent)
+            node = LocalNode(f"broker-{i + 1}",
+                             runtime.argv("kafka.Kafka", [str(config)], self._heap, broker_logging),
+                             config.parent / "broker.log", cwd=config.parent)
+            node.start()
             self._brokers.append(node)
 
     def _start_zookeeper(self, runtime: KafkaRuntime, root: Path) -> None:
@@ -383,10 +378,11 @@ class KafkaLocalStack(Stack):
             "tickTime": 2000,
         }))
         logging_config = runtime.write_logging(zk_dir / "logging.properties", "INFO")
-        self._zk = _Node("zookeeper", runtime.argv("org.apache.zookeeper.server.quorum.QuorumPeerMain",
-                                                   [str(config)], ZOOKEEPER_HEAP, logging_config),
-                         zk_dir / "zookeeper.log")
-        self._zk.proc = start_process(self._zk.argv, self._zk.log, cwd=zk_dir)
+        self._zk = LocalNode(ZOOKEEPER_NODE,
+                             runtime.argv("org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                                          [str(config)], ZOOKEEPER_HEAP, logging_config),
+                             zk_dir / "zookeeper.log", cwd=zk_dir)
+        self._zk.start()
 
     async def _format(self, runtime: KafkaRuntime, configs: list[Path], logging_config: Path,
                       progress: Progress) -> None:
@@ -411,7 +407,7 @@ class KafkaLocalStack(Stack):
                 raise StackError(f"{self._label}: formatting the KRaft storage failed: "
                                  f"{tail(log, 3) or 'no output'}")
 
-    def _nodes(self) -> list[_Node]:
+    def _nodes(self) -> list[LocalNode]:
         return ([self._zk] if self._zk is not None else []) + self._brokers
 
     def _check_alive(self) -> None:
@@ -444,6 +440,50 @@ class KafkaLocalStack(Stack):
                                  f"log: {tail(node.log, 3) or 'empty'}")
             await asyncio.sleep(0.5)
 
+    # -- faults --
+
+    def brokers(self) -> list[str]:
+        names = [f"broker-{i + 1}" for i in range(self._count)]
+        return names + ([ZOOKEEPER_NODE] if self._zookeeper else [])
+
+    async def _node_ready(self, node: LocalNode, timeout_s: float) -> None:
+        """A restarted broker answers on its own port with every broker in its metadata (it
+        has rejoined the cluster); ZooKeeper accepts connections."""
+        assert self._layout is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        if node is self._zk:
+            servers, wanted = [("127.0.0.1", self._layout.zookeeper_port)], 0
+        else:
+            port = self._layout.ports[self._brokers.index(node)]
+            servers, wanted = [("127.0.0.1", port)], self._count
+        found = 0
+        while True:
+            if not node.running:
+                raise StackError(f"{self._label}: {node.name} exited (code "
+                                 f"{node.proc.returncode if node.proc else None}) after a start: "
+                                 f"{_reason(node.log)}")
+            try:
+                if wanted:
+                    found = await broker_count(bootstrap_text(servers), 5.0)
+                else:
+                    await probe(servers, 5.0)
+                if found >= wanted:
+                    return
+            except (KafkaError, OSError, TimeoutError):
+                pass
+            if loop.time() > deadline:
+                raise StackError(f"{self._label}: {node.name} not ready {timeout_s:.0f} s after a "
+                                 f"start ({found} of {wanted} brokers in its metadata); log: "
+                                 f"{tail(node.log, 3) or 'empty'}")
+            await asyncio.sleep(0.5)
+
+    async def _apply_fault(self, action: str, broker: str) -> str:
+        node = next((n for n in self._nodes() if n.name == broker), None)
+        if node is None:
+            raise StackError(f"{self._label}: {broker} is not running (the stack is not up)")
+        return await node_fault(self._label, node, action, self._node_ready)
+
     async def down(self) -> None:
         try:
             # brokers first (they deregister from ZooKeeper on the way out), all at once
@@ -464,7 +504,7 @@ class KafkaLocalStack(Stack):
     def describe(self) -> StackDescription:
         config = {"mode": self._mode, "brokers": str(self._count), "heap": self._heap,
                   "data_dir": str(self._dir)}
-        pids = tuple(n.proc.pid for n in self._nodes() if n.proc is not None)
+        pids = tuple(n.proc.pid for n in self._nodes() if n.proc is not None and n.running)
         return StackDescription(runtime="local", endpoints={"kafka": self._bootstrap()}, pids=pids,
                                 version=self._version, config=config)
 

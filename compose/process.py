@@ -13,6 +13,8 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -61,18 +63,128 @@ def start_process(argv: list[str], log_path: Path, cwd: Path | None = None,
         log.close()
 
 
+def signal_tree(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """Send sig to a broker's whole process tree: its process group (start_process made one)
+    and, while the broker itself has not been reaped (its pid cannot have been reused), every
+    descendant, even one that left the group."""
+    procs: list[psutil.Process] = []
+    if proc.returncode is None:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(proc.pid)
+            procs = [root, *root.children(recursive=True)]
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(sig)
+
+
 def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
-    """SIGTERM the process group, wait, then SIGKILL what is left."""
+    """SIGTERM the process tree, wait, then SIGKILL what is left. A paused (SIGSTOPped) broker
+    is let go on after the SIGTERM, so that it can act on it."""
     if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+        signal_tree(proc, signal.SIGTERM)
+        signal_tree(proc, signal.SIGCONT)
         deadline = time.monotonic() + grace_s
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    signal_tree(proc, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
+
+
+def kill_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process tree at once (a crash) and reap it."""
+    signal_tree(proc, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+@dataclass
+class LocalNode:
+    """One broker process of a local stack, with what it takes to start it again: its command
+    line, working dir, environment and log (its ports and data dir are in the command line or
+    its config files, which stay)."""
+
+    name: str  # as faults name it, e.g. "broker-2"
+    argv: list[str]
+    log: Path
+    cwd: Path | None = None
+    env: dict[str, str] | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> None:
+        """Start the process (from the main thread: see start_process)."""
+        self.proc = start_process(self.argv, self.log, cwd=self.cwd, env=self.env)
+        self.paused = False
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        signal_tree(self.proc, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            signal_tree(self.proc, signal.SIGCONT)
+        self.paused = False
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            kill_process(self.proc)
+        self.paused = False
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, grace_s)
+        self.paused = False
+
+
+ReadyProbe = Callable[[LocalNode, float], Awaitable[None]]
+RESTART_GRACE_S = 10.0
+FAULT_READY_TIMEOUT_S = 120.0
+
+
+async def node_fault(label: str, node: LocalNode, action: str, ready: ReadyProbe,
+                     grace_s: float = RESTART_GRACE_S,
+                     ready_timeout_s: float = FAULT_READY_TIMEOUT_S) -> str:
+    """One fault (a name of compose.stack.FAULTS) on one local broker; `ready` waits until a
+    (re)started node answers, or raises StackError. Returns the event's detail."""
+    if action in ("pause", "resume", "kill") and node.proc is None:
+        raise StackError(f"{label}: {node.name} was never started")
+    if action == "pause":
+        if not node.running:
+            raise StackError(f"{label}: cannot pause {node.name}: it is not running "
+                             f"(exit code {node.proc.returncode if node.proc else None}); start it first")
+        node.pause()
+        return f"{node.name} (pid {node.pid}): SIGSTOP to its process tree"
+    if action == "resume":
+        node.resume()
+        return f"{node.name} (pid {node.pid}): SIGCONT to its process tree"
+    if action == "kill":
+        was = "" if node.running else " (it had exited already)"
+        await asyncio.to_thread(node.kill)
+        return f"{node.name} (pid {node.pid}): SIGKILL to its process tree{was}"
+    if action == "start" and node.running:
+        raise StackError(f"{label}: cannot start {node.name}: it is running (pid {node.pid}"
+                         f"{', paused' if node.paused else ''}); restart stops and starts it"
+                         + (", resume lets it go on" if node.paused else ""))
+    old = node.pid
+    if action == "restart" and node.proc is not None:
+        await asyncio.to_thread(node.stop, grace_s)
+    # from the event loop's (main) thread: the broker's death signal is tied to it
+    node.start()
+    await ready(node, ready_timeout_s)
+    how = "stopped (SIGTERM) and started again" if action == "restart" else "started again"
+    return f"{node.name} {how}: pid {old} -> {node.pid}"
 
 
 def tail(path: Path, lines: int = 5) -> str:

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tarfile
 import tempfile
 import time
@@ -32,16 +31,17 @@ import psutil
 
 from compose.java import find_java, java_major
 from compose.maven import Coordinate, assemble, cache_dir
+from compose.net import connect_failure
 from compose.process import (
+    LocalNode,
     free_port,
+    node_fault,
     port_in_use,
     remove_stale_dirs,
-    start_process,
     stop_and_remove,
-    stop_process,
     tail,
 )
-from compose.stack import Progress, Stack, StackDescription
+from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError, TargetError
 from loadgen.target import Target
 
@@ -120,16 +120,7 @@ def unreachable(exc: BaseException) -> str:
     """A short reason for a failed admin call."""
     if isinstance(exc, AdminError):
         return exc.reason
-    if isinstance(exc, urllib.error.URLError):
-        exc = exc.reason if isinstance(exc.reason, BaseException) else exc
-    text = str(exc)
-    if isinstance(exc, ConnectionRefusedError) or "refused" in text:
-        return "connection refused (nothing listens there?)"
-    if isinstance(exc, TimeoutError) or "timed out" in text:
-        return "timed out"
-    if "Name or service not known" in text or "resolution" in text:
-        return "unknown host"
-    return text or type(exc).__name__
+    return connect_failure(exc)
 
 
 def topic_path(persistent: bool, namespace: str, topic: str) -> str:
@@ -332,6 +323,7 @@ class PulsarLocalStack(Stack):
     (or the ones given), the in-process bookie bound to loopback, function worker off."""
 
     runtime = "local"
+    NODE = "pulsar"  # the fault hooks' name of the standalone
 
     def __init__(self, target: Target, label: str) -> None:
         opts = target.options
@@ -342,7 +334,7 @@ class PulsarLocalStack(Stack):
         self._fsync = bool(opts["fsync"])
         self._port = int(opts.get("port") or 0)
         self._admin_port = int(opts.get("admin_port") or 0)
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._node: LocalNode | None = None
         self._dir: Path | None = None
         self._version = ""
 
@@ -404,6 +396,7 @@ class PulsarLocalStack(Stack):
         return argv, env
 
     async def up(self, progress: Progress) -> None:
+        announce_runtime(progress, self._label, self._target.options)
         self._check_ports()
         java = check_java(self._label)
         home = await distribution(progress, self._label)
@@ -417,31 +410,31 @@ class PulsarLocalStack(Stack):
             conf = self._write_conf(home, port, admin_port)
             argv, env = self._argv_env(home, java, conf)
             log = self._dir / "pulsar.out"
+            node = self._node = LocalNode(self.NODE, argv, log, cwd=self._dir, env=env)
             # from the event loop's (main) thread: the broker's death signal is tied to it
-            self._proc = start_process(argv, log, cwd=self._dir, env=env)
+            node.start()
             self._port, self._admin_port = port, admin_port
-            if await self._wait_started(progress):
+            if await self._wait_started(node, progress, START_TIMEOUT_S):
                 await self._create_namespace()
                 return
             text = tail(log, 8)
-            stop_process(self._proc)
-            self._proc = None
+            node.stop()
+            self._node = None
             if any(wanted) or "Address already in use" not in text:
                 raise StackError(f"{self._label}: Pulsar standalone did not start: "
                                  f"{_last_error(log) or text or 'no output'} (log: {log})")
             self._port, self._admin_port = wanted  # a free port was taken meanwhile: pick again
         raise StackError(f"{self._label}: no free loopback ports for Pulsar after 3 tries")
 
-    async def _wait_started(self, progress: Progress) -> bool:
+    async def _wait_started(self, node: LocalNode, progress: Progress, timeout_s: float) -> bool:
         """Until the admin API lists the cluster and the default namespace exists (the
         standalone creates both after its web service opens); False if the process died."""
-        assert self._proc is not None
         admin = PulsarAdmin(self._admin_url, timeout_s=5.0)
         loop = asyncio.get_running_loop()
         started = loop.time()
         told = started
-        while loop.time() - started < START_TIMEOUT_S:
-            if self._proc.poll() is not None:
+        while loop.time() - started < timeout_s:
+            if not node.running:
                 return False
             try:
                 clusters = await admin.get("/admin/v2/clusters")
@@ -455,7 +448,7 @@ class PulsarLocalStack(Stack):
                 progress(f"{self._label}: Pulsar standalone starting ({loop.time() - started:.0f} s)")
             await asyncio.sleep(0.5)
         raise StackError(f"{self._label}: Pulsar standalone did not answer on {self._admin_url} within "
-                         f"{START_TIMEOUT_S:.0f} s (log: {self._dir}/pulsar.out)")
+                         f"{timeout_s:.0f} s (log: {self._dir}/pulsar.out)")
 
     async def _create_namespace(self) -> None:
         """The namespace the target asks for, when it is not the one the standalone makes."""
@@ -480,19 +473,36 @@ class PulsarLocalStack(Stack):
             raise StackError(f"{self._label}: the Pulsar standalone on {self._admin_url} is not ready: "
                              f"{unreachable(exc)}") from None
 
+    def brokers(self) -> list[str]:
+        return [self.NODE]
+
+    async def _node_ready(self, node: LocalNode, timeout_s: float) -> None:
+        if not await self._wait_started(node, lambda message: None, max(timeout_s, START_TIMEOUT_S)):
+            log = node.log
+            raise StackError(f"{self._label}: the Pulsar standalone exited after a start: "
+                             f"{_last_error(log) or tail(log, 3) or 'no output'} (log: {log})")
+
+    async def _apply_fault(self, action: str, broker: str) -> str:
+        if self._node is None:
+            raise StackError(f"{self._label}: the Pulsar standalone is not running (the stack is not up)")
+        return await node_fault(self._label, self._node, action, self._node_ready,
+                                ready_timeout_s=START_TIMEOUT_S)
+
     async def down(self) -> None:
-        proc, data_dir, self._proc, self._dir = self._proc, self._dir, None, None
+        node, data_dir, self._node, self._dir = self._node, self._dir, None, None
         logs = ([data_dir / "pulsar.out", *sorted((data_dir / "logs").glob("*.log"))]
                 if data_dir is not None else [])
-        await stop_and_remove(proc, data_dir, logs, self.context.log_dir)
+        await stop_and_remove(node.proc if node is not None else None, data_dir, logs,
+                              self.context.log_dir)
 
     def describe(self) -> StackDescription:
         config = {**self._config.describe(), "journalSyncData": "true" if self._fsync else "false",
                   "heap": self._heap, "data_dir": str(self._dir)}
+        node = self._node
         return StackDescription(
             runtime="local",
             endpoints={"pulsar": self._service_url, ADMIN_ENDPOINT: self._admin_url},
-            pids=(self._proc.pid,) if self._proc is not None else (),
+            pids=(node.proc.pid,) if node is not None and node.proc is not None and node.running else (),
             version=self._version,
             config=config,
         )

@@ -6,23 +6,23 @@ import asyncio
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from compose.net import connect_failure
 from compose.process import (
+    LocalNode,
     free_port,
+    node_fault,
     port_in_use,
     remove_stale_dirs,
-    start_process,
     stop_and_remove,
-    stop_process,
     tail,
 )
-from compose.stack import Progress, Stack, StackDescription
+from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
 from loadgen.target import Target
 
@@ -52,19 +52,7 @@ async def ping(host: str, port: int, timeout_s: float) -> str:
         await conn.aclose()
 
 
-def connect_failure(exc: BaseException) -> str:
-    """A short reason for a failed connection, without the client library's noise."""
-    text = str(exc)
-    if "refused" in text or "111" in text:
-        return "connection refused (nothing listens there?)"
-    if isinstance(exc, TimeoutError) or "imed out" in text:
-        return "timed out"
-    if "Name or service not known" in text or "resolve" in text:
-        return "unknown host"
-    return text.split(". ")[0] or type(exc).__name__
-
-
-def _check_version(version: str, where: str) -> None:
+def check_version(version: str, where: str) -> None:
     parts = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
     if parts and parts < MIN_VERSION:
         raise StackError(f"{where} runs Redis {version}; streambench needs Redis 7.0 or newer "
@@ -73,11 +61,12 @@ def _check_version(version: str, where: str) -> None:
 
 class RedisLocalStack(Stack):
     runtime = "local"
+    NODE = "redis"  # the fault hooks' name of the one broker
 
     def __init__(self, target: Target, label: str) -> None:
         self._target = target
         self._label = label
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._node: LocalNode | None = None
         self._dir: Path | None = None
         self._port = int(target.options.get("port") or 0)
         self._version = ""
@@ -94,6 +83,7 @@ class RedisLocalStack(Stack):
         return argv
 
     async def up(self, progress: Progress) -> None:
+        announce_runtime(progress, self._label, self._target.options)
         binary = shutil.which("redis-server")
         if binary is None:
             raise StackError("redis-server not found: install it (Debian/Ubuntu: apt-get install "
@@ -106,24 +96,24 @@ class RedisLocalStack(Stack):
         progress(f"{self._label}: starting redis-server")
         for _attempt in range(3):
             port = self._port or free_port()
-            self._proc = start_process(self._argv(binary, port, self._dir),
-                                       self._dir / "redis.stdout")
-            if await self._wait_listening(port, 10.0):
+            node = self._node = LocalNode(self.NODE, self._argv(binary, port, self._dir),
+                                          self._dir / "redis.stdout")
+            node.start()
+            if await self._wait_listening(node, port, 10.0):
                 self._port = port
                 return
-            log = tail(self._dir / "redis.log") or tail(self._dir / "redis.stdout")
-            stop_process(self._proc)
-            self._proc = None
+            log = tail(self._dir / "redis.log") or tail(node.log)
+            node.stop()
+            self._node = None
             if self._target.options.get("port") or "Address already in use" not in log:
                 raise StackError(f"{self._label}: redis-server did not start: {log or 'no output'}")
         raise StackError(f"{self._label}: no free loopback port for redis-server after 3 tries")
 
-    async def _wait_listening(self, port: int, timeout_s: float) -> bool:
-        assert self._proc is not None
+    async def _wait_listening(self, node: LocalNode, port: int, timeout_s: float) -> bool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:
-            if self._proc.poll() is not None:
+            if not node.running:
                 return False
             try:
                 self._version = await ping("127.0.0.1", port, 1.0)
@@ -138,22 +128,39 @@ class RedisLocalStack(Stack):
         except (OSError, RedisError) as exc:
             raise StackError(f"{self._label}: redis-server on port {self._port} does not answer "
                              f"PING: {exc}") from None
-        _check_version(self._version, "the local redis-server")
+        check_version(self._version, "the local redis-server")
+
+    def brokers(self) -> list[str]:
+        return [self.NODE]
+
+    async def _node_ready(self, node: LocalNode, timeout_s: float) -> None:
+        if not await self._wait_listening(node, self._port, timeout_s):
+            assert self._dir is not None
+            log = tail(self._dir / "redis.log") or tail(node.log)
+            raise StackError(f"{self._label}: redis-server did not answer on port {self._port} "
+                             f"after a start: {log or 'no output'}")
+
+    async def _apply_fault(self, action: str, broker: str) -> str:
+        if self._node is None:
+            raise StackError(f"{self._label}: redis-server is not running (the stack is not up)")
+        return await node_fault(self._label, self._node, action, self._node_ready)
 
     async def down(self) -> None:
-        proc, data_dir, self._proc, self._dir = self._proc, self._dir, None, None
+        node, data_dir, self._node, self._dir = self._node, self._dir, None, None
         logs = [data_dir / "redis.log", data_dir / "redis.stdout"] if data_dir is not None else []
-        await stop_and_remove(proc, data_dir, logs, self.context.log_dir)
+        await stop_and_remove(node.proc if node is not None else None, data_dir, logs,
+                              self.context.log_dir)
 
     def describe(self) -> StackDescription:
         opts = self._target.options
         config = {"appendonly": "yes" if opts.get("aof") else "no", "data_dir": str(self._dir)}
         if opts.get("aof"):
             config["appendfsync"] = str(opts.get("fsync") or "everysec")
+        pid = self._node.pid if self._node is not None and self._node.running else None
         return StackDescription(
             runtime="local",
             endpoints={"redis": f"127.0.0.1:{self._port}"},
-            pids=(self._proc.pid,) if self._proc is not None else (),
+            pids=(pid,) if pid is not None else (),
             version=self._version,
             config=config,
         )
@@ -178,7 +185,7 @@ class RedisExternalStack(Stack):
             reason = connect_failure(exc)
             raise StackError(f"{self._label}: cannot reach redis at {self._host}:{self._port}: "
                              f"{reason}") from None
-        _check_version(self._version, f"{self._host}:{self._port}")
+        check_version(self._version, f"{self._host}:{self._port}")
 
     async def down(self) -> None:
         return None

@@ -1,19 +1,40 @@
-"""The Stack interface: up, ready, down, describe — one per target."""
+"""The Stack interface: up, ready, down, describe — one per target — and the fault hooks
+(pause, resume, kill, start, restart one broker) that every runtime streambench starts brokers
+in implements."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-Progress = Callable[[str], None]
-# (kind, detail) of something worth keeping in the run files, e.g. a fault injected
-StackEvents = Callable[[str, str], None]
+from loadgen.errors import StackError
+from loadgen.stackinfo import Progress, StackDescription, StackEvents
+
+__all__ = ["FAULTS", "FAULT_ALIASES", "RUNTIME_NOTE", "Progress", "Stack", "StackContext",
+           "StackDescription", "StackEvents", "announce_runtime"]
+
+# what Stack.fault does to one broker: freeze it / let it go on, crash it (its data stays) /
+# start it again on the same ports and data, stop it gracefully and start it again
+FAULTS = ("pause", "resume", "kill", "start", "restart")
+FAULT_ALIASES = {"unpause": "resume"}  # docker's word
+
+# the key of a target's options under which the runtime rule leaves why it chose the runtime
+# (when the user did not), for the stack to say as its first progress line
+RUNTIME_NOTE = "runtime_note"
 
 
 def _no_events(kind: str, detail: str) -> None:
     return None
+
+
+def announce_runtime(progress: Progress, label: str, options: dict[str, Any]) -> None:
+    """`redis: local runtime (image redis:7.2.7 not present; …)` when the runtime was chosen
+    by the default rule."""
+    note = options.get(RUNTIME_NOTE)
+    if note:
+        progress(f"{label}: {note}")
 
 
 @dataclass(frozen=True)
@@ -27,21 +48,10 @@ class StackContext:
     log_dir: Path | None = None  # where the brokers' logs are kept when the stack goes down
 
 
-@dataclass(frozen=True)
-class StackDescription:
-    """What drivers and collectors need to know about a running stack."""
-
-    runtime: str  # local | docker | external
-    endpoints: dict[str, str]  # e.g. {"redis": "127.0.0.1:6379"}
-    pids: tuple[int, ...] = ()  # broker processes (local runtime)
-    container_ids: tuple[str, ...] = ()  # broker containers (docker runtime)
-    version: str = ""
-    config: dict[str, str] = field(default_factory=dict)  # settings worth recording in run.json
-
-
 class Stack(ABC):
     runtime: str = "local"
     context: StackContext = StackContext()
+    _label: str = "stack"
 
     def attach(self, context: StackContext) -> None:
         """Called by the run before up()."""
@@ -61,4 +71,55 @@ class Stack(ABC):
         after a failed up()."""
 
     @abstractmethod
-    def describe(self) -> StackDescription: ...
+    def describe(self) -> StackDescription:
+        """The stack as it is now (after a restarted broker: its new pid)."""
+
+    # -- faults --
+
+    def brokers(self) -> list[str]:
+        """The nodes a fault can target, in order (none for an existing cluster)."""
+        return []
+
+    async def fault(self, action: str, broker: str) -> None:
+        """Inject one fault (FAULTS; `unpause` is `resume`) into one broker and record it as
+        a `fault-<action>` event; StackError when the action, the broker or the runtime does
+        not allow it."""
+        if self.runtime == "external":
+            raise StackError(f"{self._label}: cannot {action} {broker!r}: faults need a broker "
+                             "streambench started (local or docker runtime), not an existing cluster")
+        name = FAULT_ALIASES.get(action, action)
+        if name not in FAULTS:
+            raise StackError(f"{self._label}: unknown fault {action!r}; faults: {', '.join(FAULTS)}")
+        brokers = self.brokers()
+        if broker not in brokers:
+            raise StackError(f"{self._label}: no broker {broker!r}; brokers: "
+                             f"{', '.join(brokers) or 'none'}")
+        detail = await self._apply_fault(name, broker)
+        self.context.events(f"fault-{action}", detail)
+
+    async def _apply_fault(self, action: str, broker: str) -> str:
+        """Do one fault (a name of FAULTS) to one of brokers(); returns the event's detail."""
+        raise StackError(f"{self._label}: the {self.runtime} runtime has no fault hooks")
+
+    # the hooks by name, as the run's fault requests reach them
+    async def pause(self, broker: str) -> None:
+        """Freeze every process of one broker: it stops answering and keeps its state."""
+        await self.fault("pause", broker)
+
+    async def resume(self, broker: str) -> None:
+        await self.fault("resume", broker)
+
+    async def unpause(self, broker: str) -> None:
+        await self.fault("unpause", broker)
+
+    async def kill(self, broker: str) -> None:
+        """Crash one broker (SIGKILL); its data stays for `start`."""
+        await self.fault("kill", broker)
+
+    async def start(self, broker: str) -> None:
+        """Start a killed broker again (same command, ports and data) and wait until it answers."""
+        await self.fault("start", broker)
+
+    async def restart(self, broker: str) -> None:
+        """Stop one broker gracefully (SIGTERM, SIGKILL after a grace time), then start it."""
+        await self.fault("restart", broker)

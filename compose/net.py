@@ -1,0 +1,105 @@
+"""Why a connection failed, told from the exception itself: its type and its errno, and those
+of the exceptions it wraps (`__cause__`, `__context__`, urllib's `reason`, an exception handed
+over in `args`, an exception group's members). Never from the digits of its message: a refused
+connection to port 11122 and an error naming port 1111 are different things."""
+
+from __future__ import annotations
+
+import errno
+import socket
+from collections.abc import Iterator
+from enum import Enum
+
+_MAX_LINKS = 32  # exceptions looked at per failure (chains are short; cycles are possible)
+
+
+class Failure(Enum):
+    """What went wrong, with the short text a one-line error shows."""
+
+    REFUSED = "connection refused (nothing listens there?)"
+    RESET = "connection reset by the peer"
+    TIMED_OUT = "timed out"
+    HOST_UNREACHABLE = "host unreachable"
+    NETWORK_UNREACHABLE = "network unreachable"
+    UNKNOWN_HOST = "unknown host"
+    NO_SOCKET = "no socket there"
+    PERMISSION = "permission denied"
+
+
+_BY_ERRNO = {
+    errno.ECONNREFUSED: Failure.REFUSED,
+    errno.ECONNRESET: Failure.RESET,
+    errno.ECONNABORTED: Failure.RESET,
+    errno.EPIPE: Failure.RESET,
+    errno.ETIMEDOUT: Failure.TIMED_OUT,
+    errno.EHOSTUNREACH: Failure.HOST_UNREACHABLE,
+    errno.EHOSTDOWN: Failure.HOST_UNREACHABLE,
+    errno.ENETUNREACH: Failure.NETWORK_UNREACHABLE,
+    errno.ENETDOWN: Failure.NETWORK_UNREACHABLE,
+    errno.ENOENT: Failure.NO_SOCKET,  # a unix socket path that does not exist
+    errno.EACCES: Failure.PERMISSION,
+    errno.EPERM: Failure.PERMISSION,
+}
+# exception types that mean these things whatever errno they carry (or none)
+_BY_TYPE: tuple[tuple[type[BaseException], Failure], ...] = (
+    (socket.gaierror, Failure.UNKNOWN_HOST),
+    (ConnectionRefusedError, Failure.REFUSED),
+    (ConnectionResetError, Failure.RESET),
+    (ConnectionAbortedError, Failure.RESET),
+    (BrokenPipeError, Failure.RESET),
+)
+
+
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then every exception it wraps, breadth first, each once."""
+    seen: set[int] = set()
+    queue = [exc]
+    while queue and len(seen) < _MAX_LINKS:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        linked: list[object] = [getattr(current, "reason", None), current.__cause__,
+                                current.__context__, *current.args,
+                                *(getattr(current, "exceptions", None) or ())]
+        queue += [e for e in linked if isinstance(e, BaseException)]
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    """Python's TimeoutError (socket.timeout and asyncio.TimeoutError are the same class), or a
+    client library's own timeout class (redis' TimeoutError, aiokafka's KafkaTimeoutError…)."""
+    if isinstance(exc, TimeoutError):
+        return True
+    return any(cls.__name__.endswith("TimeoutError") for cls in type(exc).__mro__)
+
+
+def classify(exc: BaseException) -> Failure | None:
+    """What a failed connection ran into, or None when nothing in the chain says.
+
+    A system error anywhere in the chain (its type or errno) wins over a timeout class a
+    library wrapped it in (urllib3 raises a refusal as a subclass of its connect time-out)."""
+    links = list(chain(exc))
+    for link in links:
+        for cls, failure in _BY_TYPE:
+            if isinstance(link, cls):
+                return failure
+        if isinstance(link, OSError) and isinstance(link.errno, int) and link.errno in _BY_ERRNO:
+            return _BY_ERRNO[link.errno]
+    if any(_is_timeout(link) for link in links):
+        return Failure.TIMED_OUT
+    return None
+
+
+def is_refused(exc: BaseException) -> bool:
+    return classify(exc) is Failure.REFUSED
+
+
+def connect_failure(exc: BaseException) -> str:
+    """A short reason for a failed connection, without the client library's noise: the kind of
+    failure when the chain tells it, else the first sentence of the message."""
+    failure = classify(exc)
+    if failure is not None:
+        return failure.value
+    text = (str(exc).strip().splitlines() or [""])[0]
+    return text.split(". ")[0][:200] or type(exc).__name__
