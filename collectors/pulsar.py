@@ -4,18 +4,53 @@ the topic's message and byte counters.
 The stats' rate fields refresh only once a minute, so the counters (msgInCounter, …) are
 differenced per tick instead. `msgBacklog` counts entries: a batch the producer sent as one
 entry counts once until all its messages are acknowledged, so with producer batching on the
-backlog is in batches, not messages (Pulsar has no message-exact backlog)."""
+backlog is in batches, not messages (Pulsar has no message-exact backlog).
+
+The admin API client comes from the caller (the platform's, compose.pulsar.PulsarAdmin); given a
+bare admin URL, the collector makes its own GET requests."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import json
+import urllib.request
+from typing import Any, Protocol
 
 from collectors.base import Collector, CounterDeltas, Reading
-from compose.pulsar import PulsarAdmin, topic_path
 from loadgen.tick import LagSnapshot
+
+REQUEST_TIMEOUT_S = 2.0
 
 _COUNTERS = (("msgInCounter", "msg_in"), ("bytesInCounter", "bytes_in"),
              ("msgOutCounter", "msg_out"), ("bytesOutCounter", "bytes_out"))
+
+
+class AdminApi(Protocol):
+    """The admin REST call the collector needs: GET a path, the decoded JSON back."""
+
+    async def get(self, path: str) -> Any: ...
+
+
+class _AdminUrl:
+    """GET against an admin URL with urllib, in a worker thread (never stalls the event loop)."""
+
+    def __init__(self, url: str, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self._url = url.rstrip("/")
+        self._timeout_s = timeout_s
+
+    def _get(self, path: str) -> Any:
+        request = urllib.request.Request(f"{self._url}{path}", headers={"Accept": "application/json"})
+        with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
+            return json.loads(response.read() or b"null")
+
+    async def get(self, path: str) -> Any:
+        return await asyncio.to_thread(self._get, path)
+
+
+def stats_path(persistent: bool, namespace: str, topic: str) -> str:
+    """The admin API path of a partitioned topic's stats, per partition."""
+    domain = "persistent" if persistent else "non-persistent"
+    return f"/admin/v2/{domain}/{namespace}/{topic}/partitioned-stats?perPartition=true"
 
 
 def partition_index(name: str) -> int:
@@ -37,11 +72,10 @@ def backlog(stats: dict[str, Any], subscriptions: set[str], partitions: int) -> 
 class PulsarTelemetry(Collector):
     name = "pulsar"
 
-    def __init__(self, admin_url: str, persistent: bool, namespace: str, topic: str,
+    def __init__(self, admin: AdminApi | str, persistent: bool, namespace: str, topic: str,
                  partitions: int, subscriptions: list[str], batching: bool) -> None:
-        self._admin = PulsarAdmin(admin_url, timeout_s=2.0)
-        self._path = (f"/admin/v2/{topic_path(persistent, namespace, topic)}"
-                      "/partitioned-stats?perPartition=true")
+        self._admin: AdminApi = _AdminUrl(admin) if isinstance(admin, str) else admin
+        self._path = stats_path(persistent, namespace, topic)
         self._partitions = partitions
         self._subscriptions = set(subscriptions)
         self._deltas = CounterDeltas()

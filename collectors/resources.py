@@ -8,7 +8,7 @@ from collectors.base import Collector
 from collectors.cadvisor import CadvisorResources
 from collectors.docker import DockerStats
 from collectors.process import ProcessResources
-from compose.stack import StackDescription
+from loadgen.stackinfo import StackDescription
 from loadgen.target import Target
 
 

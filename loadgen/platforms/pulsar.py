@@ -399,9 +399,9 @@ def _driver(target: Target, desc: StackDescription) -> Driver:
 def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
                 subscriptions: list[str]) -> list[Collector]:
     c = PulsarTargetConfig.of(target)
-    found: list[Collector] = [PulsarTelemetry(desc.endpoints[ADMIN_ENDPOINT], c.persistent,
-                                              c.namespace, topic, partitions, subscriptions,
-                                              c.batching)]
+    admin = PulsarAdmin(desc.endpoints[ADMIN_ENDPOINT], timeout_s=2.0)
+    found: list[Collector] = [PulsarTelemetry(admin, c.persistent, c.namespace, topic, partitions,
+                                              subscriptions, c.batching)]
     found[:0] = resource_collectors(target, desc)
     return found
 
