@@ -3,9 +3,12 @@ platform with one shares: per-broker CPU and memory limits, the telemetry source
 data volumes.
 
 The runtime of a target is, first match wins: its own `runtime=` option; `--runtime` of the
-run; $STREAMBENCH_RUNTIME where the platform has that runtime; docker when a Docker engine (and
-a compose CLI) answers and the platform has a docker runtime; else the platform's last runtime
-(local). `PLATFORM@ADDRESS` is always the external runtime. Limits follow the same order: the
+run; $STREAMBENCH_RUNTIME where the platform has that runtime; docker when the platform has no
+other; docker when a Docker engine (and a compose CLI) answers and every image the platform's
+compose file runs is present locally (nothing to pull); else the platform's last runtime
+(local). When the rule decides, its reason goes with the target (compose.stack.RUNTIME_NOTE)
+and the stack says it as its first progress line. `PLATFORM@ADDRESS` is always the external
+runtime. Limits follow the same order: the
 target's `cpus=`/`memory=`, then the run's `--cpus`/`--memory` (or the workload's
 brokerCpus/brokerMemory); they apply to docker targets only."""
 
@@ -13,9 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from typing import Any
 
-from compose.docker import engine_answers, parse_cpus, parse_memory
+from compose.docker import engine_answers, image_present, parse_cpus, parse_memory
+from compose.docker_stacks import images_of
+from compose.stack import RUNTIME_NOTE
 from loadgen.errors import TargetError
 from loadgen.target import OptionSpec, Target, parse_bool
 
@@ -27,8 +33,8 @@ DOCKER_ONLY = ("cpus", "memory", "keep")
 def runtime_options(runtimes: tuple[str, ...]) -> dict[str, OptionSpec]:
     """The `runtime` option and the docker runtime's options, for a platform that can run in
     the given runtimes (besides external)."""
-    default_rule = ("docker when a Docker engine answers, else local" if len(runtimes) > 1
-                    else runtimes[0])
+    default_rule = ("docker when a Docker engine answers and the image is present locally, "
+                    "else local" if len(runtimes) > 1 else runtimes[0])
     return {
         "runtime": OptionSpec(f"where the brokers run (default: {default_rule})", default=None,
                               choices=runtimes),
@@ -45,19 +51,37 @@ def runtime_options(runtimes: tuple[str, ...]) -> dict[str, OptionSpec]:
     }
 
 
-def default_runtime(name: str, runtimes: tuple[str, ...], chosen: str | None = None) -> str:
-    """The runtime of a target that names none (see the module's docstring)."""
+def default_runtime(name: str, runtimes: tuple[str, ...], chosen: str | None = None,
+                    images: Callable[[], list[str]] = list) -> tuple[str, str]:
+    """The runtime of a target that names none (see the module's docstring), and why, when the
+    default rule decided ("" when the user did). `images`: what the docker runtime would run."""
     if chosen is not None:
         if chosen not in runtimes:
             raise TargetError(f"{name} has no {chosen} runtime (it runs: {', '.join(runtimes)}; "
                               f"an existing cluster: {name}@HOST:PORT)")
-        return chosen
+        return chosen, ""
     preferred = os.environ.get(RUNTIME_ENV)
     if preferred in runtimes:
-        return preferred
-    if "docker" in runtimes and (len(runtimes) == 1 or engine_answers()):
-        return "docker"
-    return runtimes[-1]
+        return preferred, ""
+    if "docker" not in runtimes:
+        return runtimes[-1], ""
+    if len(runtimes) == 1:
+        return "docker", ""
+    local = runtimes[-1]
+    if not engine_answers():
+        return local, f"{local} runtime (no Docker engine with a compose CLI answers)"
+    wanted = images()
+    if not wanted:
+        return "docker", f"docker runtime (a Docker engine answers; --runtime {local} for a local process)"
+    missing = [image for image in wanted if not image_present(image)]
+    if missing:
+        return local, (f"{local} runtime ({_images(missing)} not present; --runtime docker to "
+                       f"pull {'them' if len(missing) > 1 else 'it'})")
+    return "docker", f"docker runtime ({_images(wanted)} present; --runtime {local} for a local process)"
+
+
+def _images(names: list[str]) -> str:
+    return f"image{'s' if len(names) > 1 else ''} {', '.join(names)}"
 
 
 def place(target: Target, runtimes: tuple[str, ...], chosen: str | None = None) -> Target:
@@ -67,8 +91,12 @@ def place(target: Target, runtimes: tuple[str, ...], chosen: str | None = None) 
     if target.address is not None:
         check(target)
         return target
-    runtime = target.options["runtime"] or default_runtime(target.platform, runtimes, chosen)
-    options = {**target.options, "runtime": runtime}
+    options = dict(target.options)
+    if not options["runtime"]:
+        options["runtime"], note = default_runtime(target.platform, runtimes, chosen,
+                                                   lambda: images_of(target))
+        if note:
+            options[RUNTIME_NOTE] = note
     placed = dataclasses.replace(target, options=options)
     check(placed)
     return placed
