@@ -22,11 +22,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from loadgen.errors import OutputError, StackError, StreambenchError
+from loadgen.errors import OutputError, StackError, StreambenchError, WorkloadError
+from loadgen.interventions import (
+    FAULT_ACTIONS,
+    Intervention,
+    broker_names,
+    check_schedule,
+    find_broker,
+)
 from loadgen.load import TargetTotals
 from loadgen.pacing import now_ns
+from loadgen.platforms import PLATFORMS
+from loadgen.recovery import DrainWatch, RecoveryWatch
 from loadgen.target import Target
-from loadgen.tick import BusItem, LagSnapshot, Phase, PhaseChange, RunEvent, RunMeta
+from loadgen.tick import BusItem, LagSnapshot, Phase, PhaseChange, RunEvent, RunMeta, Tick
 from loadgen.worker import TargetWorker
 from loadgen.workload import Workload, shown
 
@@ -165,6 +174,14 @@ class Run:
         ]
         self.warmup_ticks = math.ceil(workload.warmup_s / tick_s)
         self.measure_ticks = math.ceil(workload.duration_s / tick_s)
+        # the brokers a fault can name, as users name them (kafka-2), per target
+        self.brokers = {t.label: broker_names(t.label, PLATFORMS[t.platform].make_stack(t).brokers())
+                        for t in targets}
+        check_schedule(workload.schedule, self.labels, self.brokers, workload.duration_s)
+        self.rates = {t.label: workload.rate for t in targets}  # each target's rate now
+        self._recovery = RecoveryWatch(workload.subscriptions)
+        self._drain = DrainWatch()
+        self._measure_start_ns: int | None = None  # wall time the measuring phase started
 
     @property
     def labels(self) -> list[str]:
@@ -281,6 +298,17 @@ class Run:
         for r in self.runners:
             r.start_load(t0_mono, t0_wall, t0_mono + measure_end * tick_ns)
         self._set_phase(Phase.WARMUP if warm_end > 0 else Phase.MEASURING)
+        scheduler = asyncio.create_task(self._run_schedule(t0_mono + warm_end * tick_ns))
+        try:
+            return await self._ticks(loop, t0_mono, tick_ns, warm_end, measure_end)
+        finally:
+            scheduler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await scheduler
+            self._unrecovered()
+
+    async def _ticks(self, loop: asyncio.AbstractEventLoop, t0_mono: int, tick_ns: int,
+                     warm_end: int, measure_end: int) -> int:
         seq = 0  # ticks cut so far
         done_k = 0  # the last boundary a tick was cut at
         drain_deadline: float | None = None
@@ -311,6 +339,7 @@ class Run:
                 r.tick(seq, wall, phase, (mono - t0_mono) / 1e9) for r in self.runners))
             for t in ticks:
                 self.publish(t)
+            self._follow(ticks)
             seq += 1
             crossed = range(done_k + 1, k + 1)
             done_k = k
@@ -331,6 +360,65 @@ class Run:
                         self.publish(RunEvent(time.time_ns(), "", "drain-incomplete",
                                               "stopped before every message was consumed"))
                     return max(0, measure_end - warm_end)
+
+    # ---- interventions ------------------------------------------------------------------
+
+    def _runners_for(self, target: str | None) -> list[TargetWorker]:
+        chosen = [r for r in self.runners if target is None or r.label == target]
+        if not chosen:
+            raise WorkloadError(f"no target {target!r}; targets: {', '.join(self.labels)}")
+        return chosen
+
+    async def intervene(self, item: Intervention) -> None:
+        """Carry out one intervention now (a key, a command or the schedule) and record it;
+        raises a StreambenchError (one line) when it cannot be done."""
+        if self.phase not in (Phase.WARMUP, Phase.MEASURING, Phase.DRAINING):
+            raise WorkloadError(f"{item.describe()}: only while the load runs ({self.phase.value})")
+        if item.action in FAULT_ACTIONS:
+            assert item.broker is not None
+            label, own = find_broker(item.broker, self.brokers, item.describe())
+            (runner,) = self._runners_for(label)
+            await runner.fault(item.action, own)  # the stack records the fault as an event
+            self._recovery.fault(label, f"{item.action} {item.broker}", time.time_ns())
+            return
+        for runner in self._runners_for(item.target):
+            detail = await runner.control(item)
+            self.publish(RunEvent(time.time_ns(), runner.label, item.action, detail))
+            if item.action == "rate":
+                assert item.rate is not None
+                self.rates[runner.label] = item.rate
+            elif item.action == "consumers":
+                if item.state == "start":
+                    self._drain.resumed(runner.label, time.time_ns())
+                else:
+                    self._drain.stopped(runner.label)
+
+    async def _run_schedule(self, measure_start_mono: int) -> None:
+        """The workload's schedule: each intervention at its time of the measuring phase."""
+        for item in sorted(self.workload.schedule, key=lambda i: i.at_s or 0.0):
+            due = measure_start_mono + int((item.at_s or 0.0) * 1e9)
+            await asyncio.sleep(max(0.0, (due - time.monotonic_ns()) / 1e9))
+            try:
+                await self.intervene(item)
+            except StreambenchError as exc:
+                self.publish(RunEvent(time.time_ns(), item.target or "", "intervention-failed",
+                                      f"{item.describe()} at {item.at_s:g}s: {exc}"))
+
+    def _follow(self, ticks: list[Tick]) -> None:
+        """Recoveries from faults and drains of backlogs, measured on each target's ticks."""
+        for t in ticks:
+            rec = self._recovery.tick(t)
+            if rec is not None:
+                self.publish(RunEvent(time.time_ns(), t.target, "recovered", rec.detail()))
+            drained = self._drain.tick(t)
+            if drained is not None:
+                backlog, at_ns = drained
+                self.publish(RunEvent(time.time_ns(), t.target, "backlog-drained",
+                                      backlog.detail(at_ns)))
+
+    def _unrecovered(self) -> None:
+        for rec in self._recovery.pending():
+            self.publish(RunEvent(time.time_ns(), rec.target, "not-recovered", rec.detail()))
 
     async def _wait_stop_change(self) -> None:
         seen = self._stop_requests

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from compose.stack import StackDescription
 from loadgen.errors import StackError, StreambenchError
 from loadgen.histogram import HistogramSnapshot
+from loadgen.interventions import Intervention
 from loadgen.load import LoadHandle, Publish, TargetLoad, TargetTotals
 from loadgen.pacing import run_precise
 from loadgen.target import Target
@@ -95,6 +96,10 @@ async def _fault(load: TargetLoad, conn: Connection, action: str, broker: str) -
     await load.fault(action, broker)
 
 
+async def _control(load: TargetLoad, conn: Connection, item: Intervention) -> str:
+    return await load.control(item)
+
+
 HANDLERS: dict[str, Handler] = {
     "start": _start,
     "join": _join,
@@ -103,6 +108,7 @@ HANDLERS: dict[str, Handler] = {
     "start_load": _start_load,
     "stop_producing_at": _stop_producing_at,
     "fault": _fault,
+    "control": _control,
 }
 
 
@@ -341,6 +347,12 @@ class TargetWorker:
         """Pause, unpause, kill, start or restart one broker of the target (docker runtime);
         recorded as a run event."""
         await self._procs[0].request("fault", action, broker)
+
+    async def control(self, item: Intervention) -> str:
+        """A change of the load (rate, producers or consumers stopped or started) in every
+        process of the target; returns what changed (old → new)."""
+        details = await asyncio.gather(*(p.request("control", item) for p in self._procs))
+        return str(details[0])
 
     async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
         replies = await asyncio.gather(

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from loadgen.errors import WorkloadError
+from loadgen.interventions import Intervention, parse_schedule
 
 KEY_DISTRIBUTORS = ("NO_KEY", "KEY_ROUND_ROBIN", "RANDOM_NANO")
 
@@ -38,6 +39,8 @@ _OMB_FIELDS = {
     # per-broker container limits (docker runtime), e.g. 6 CPUs / 2.67g per broker
     "brokerCpus": "broker_cpus",
     "brokerMemory": "broker_memory",
+    # interventions at fixed times of the measuring phase (rate changes, faults)
+    "schedule": None,
 }
 _OMB_ACCEPTED = {
     "payloadFile",
@@ -96,6 +99,7 @@ class Workload:
     drain_timeout_s: float = 60.0
     broker_cpus: float | None = None
     broker_memory: str | None = None
+    schedule: tuple[Intervention, ...] = ()
     warnings: tuple[str, ...] = ()
 
     def validate(self) -> Workload:
@@ -180,6 +184,7 @@ class Workload:
             "drainTimeoutSeconds": self.drain_timeout_s,
             **({"brokerCpus": self.broker_cpus} if self.broker_cpus is not None else {}),
             **({"brokerMemory": self.broker_memory} if self.broker_memory is not None else {}),
+            **({"schedule": [i.to_schedule() for i in self.schedule]} if self.schedule else {}),
         }
 
 
@@ -228,6 +233,8 @@ def parse_workload(doc: Any, src: str) -> Workload:
             kwargs[attr] = _number(doc, seconds_key, float, src)
         elif minutes_key in doc:
             kwargs[attr] = _number(doc, minutes_key, float, src) * 60.0
+    if "schedule" in doc:
+        kwargs["schedule"] = parse_schedule(doc["schedule"], src)
     if "warmupDurationMinutes" not in doc and "warmupDurationSeconds" not in doc:
         kwargs["warmup_s"] = 60.0  # OMB's default warm-up is one minute
     try:

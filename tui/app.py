@@ -21,9 +21,11 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from loadgen.errors import StreambenchError
+from loadgen.interventions import Intervention
 from loadgen.run import BusItem, Run, RunSummary
 from loadgen.tick import Phase, PhaseChange, RunEvent, Tick
 from loadgen.workload import Workload
+from tui.control import EventStrip, FaultScreen, RateScreen
 from tui.history import TargetHistory
 from tui.keys import BINDINGS, KEY_TABLE
 from tui.widgets import HelpScreen, RunStatus, StatusBar, TargetColumn, TargetColumns
@@ -82,6 +84,13 @@ class DashboardApp(App[DashboardResult]):
         self.report_path: str | None = None
         self._status_bar = StatusBar(self.status, clock, id="status")
         self._columns = {label: TargetColumn(h) for label, h in self.histories.items()}
+        self._events = EventStrip(id="events")
+        self.labels = list(labels)
+        self.selected = 0  # the column the control keys act on
+        self.all_targets = False  # … or every column
+        self.producing = dict.fromkeys(labels, True)
+        self.consuming = dict.fromkeys(labels, True)
+        self.fixed_rate = {label: workload.rate for label in labels}  # for the max-rate toggle
 
     # ---- layout -------------------------------------------------------------------------
 
@@ -89,9 +98,11 @@ class DashboardApp(App[DashboardResult]):
         yield self._status_bar
         with TargetColumns(id="columns"):
             yield from self._columns.values()
+        yield self._events
         yield Footer()
 
     def on_mount(self) -> None:
+        self._mark_selected()
         if self.console.color_system in ("standard", "windows"):
             self.theme = "ansi-dark"  # 8/16-colour terminal: the theme of native ANSI colours
         self.set_interval(1.0, self._show_status)
@@ -152,6 +163,7 @@ class DashboardApp(App[DashboardResult]):
     def on_event_received(self, message: EventReceived) -> None:
         event = message.event
         with self.batch_update():
+            self._events.add(event)
             history = self.histories.get(event.target)
             if history is None:  # a run-wide event
                 self.status.message = f"{event.kind}: {event.detail}"
@@ -199,17 +211,123 @@ class DashboardApp(App[DashboardResult]):
         if action == "close_help":
             # escape is a priority key: let it through to other screens (the command palette)
             return isinstance(self.screen, HelpScreen)
-        return True
+        # in a dialog its own keys (typing a rate) come first
+        return not isinstance(self.screen, RateScreen | FaultScreen)
 
-    def action_scroll_columns(self, direction: int) -> None:
-        self.query_one(TargetColumns).scroll_columns(direction)
+    # ---- steering the run ---------------------------------------------------------------
+
+    @property
+    def scope(self) -> list[str]:
+        """The targets the control keys act on."""
+        return list(self.labels) if self.all_targets else self.labels[self.selected:self.selected + 1]
+
+    def _mark_selected(self) -> None:
+        for i, label in enumerate(self.labels):
+            column = self._columns[label]
+            column.set_class(self.all_targets or i == self.selected, "-selected")
+        self.status.scope = "all targets" if self.all_targets else self.labels[self.selected]
+        self._show_status()
+
+    def action_select(self, direction: int) -> None:
+        self.selected = (self.selected + direction) % len(self.labels)
+        self._mark_selected()
+        self._columns[self.labels[self.selected]].scroll_visible(animate=False)
+
+    def action_toggle_scope(self) -> None:
+        self.all_targets = not self.all_targets
+        self._mark_selected()
+
+    def _intervene(self, items: list[Intervention]) -> None:
+        """Hand the interventions to the run; a refusal is shown, never raised."""
+        if self.bench is None:
+            self.notify("no run to steer", severity="warning")
+            return
+        run = self.bench
+
+        async def carry_out() -> None:
+            for item in items:
+                try:
+                    await run.intervene(item)
+                except StreambenchError as exc:
+                    self.notify(str(exc), severity="error", timeout=8)
+
+        self.run_worker(carry_out(), group="control")
+
+    def _current_rate(self, label: str) -> float:
+        return self.bench.rates[label] if self.bench is not None else self.fixed_rate[label]
+
+    def action_scale_rate(self, factor: float) -> None:
+        items = []
+        for label in self.scope:
+            rate = self._current_rate(label)
+            if rate <= 0:
+                self.notify(f"{label} runs at maximum rate: m goes back to a fixed rate",
+                            severity="warning")
+                continue
+            items.append(Intervention("rate", label, rate=max(1.0, round(rate * factor, 3))))
+            self.fixed_rate[label] = items[-1].rate or rate
+        self._intervene(items)
+
+    def action_ask_rate(self) -> None:
+        scope = self.scope
+        name = "all targets" if self.all_targets else scope[0]
+
+        def chosen(rate: float | None) -> None:
+            if rate is None:
+                return
+            for label in scope:
+                if rate > 0:
+                    self.fixed_rate[label] = rate
+            self._intervene([Intervention("rate", label, rate=rate) for label in scope])
+
+        self.push_screen(RateScreen(name, self._current_rate(scope[0])), chosen)
+
+    def action_toggle_max_rate(self) -> None:
+        items = []
+        for label in self.scope:
+            at_max = self._current_rate(label) <= 0
+            rate = self.fixed_rate[label] if at_max else 0.0
+            if at_max and rate <= 0:
+                self.notify(f"{label} has no fixed rate to go back to: r sets one", severity="warning")
+                continue
+            items.append(Intervention("rate", label, rate=rate))
+        self._intervene(items)
+
+    def action_toggle_producers(self) -> None:
+        self._switch("producers", self.producing)
+
+    def action_toggle_consumers(self) -> None:
+        self._switch("consumers", self.consuming)
+
+    def _switch(self, what: str, state: dict[str, bool]) -> None:
+        items = []
+        for label in self.scope:
+            state[label] = not state[label]
+            items.append(Intervention(what, label, state="start" if state[label] else "stop"))
+        self._intervene(items)
+
+    def action_fault(self) -> None:
+        if self.bench is None:
+            self.notify("no run to steer", severity="warning")
+            return
+        brokers = [name for label in self.scope for name in self.bench.brokers.get(label, {})]
+        if not brokers:
+            self.notify("no broker to inject a fault into: an existing cluster has none here",
+                        severity="warning")
+            return
+
+        def chosen(item: Intervention | None) -> None:
+            if item is not None:
+                self._intervene([item])
+
+        self.push_screen(FaultScreen(brokers), chosen)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for command in super().get_system_commands(screen):
             if command.title not in _REPLACED_COMMANDS:
                 yield command
         for key in KEY_TABLE:
-            if key.footer:
+            if key.action != "close_help":
                 yield SystemCommand(key.label, key.help, partial(self.run_action, key.action))
 
     # ---- repaint ------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import os
 import signal
@@ -116,6 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--processes", type=_positive_int, metavar="N", default=1,
                      help="load processes per target, its producers and consumers spread over "
                           "them (a Python process drives about one core; default 1)")
+    run.add_argument("--at", action="append", default=[], metavar="TIME:ACTION=VALUE",
+                     help="an intervention at a time of the measuring phase (repeatable): "
+                          "30s:rate=5000, 45s:rate=max@redis, 60s:kill=kafka-2, 90s:start=kafka-2, "
+                          "16s:pause=redis, 18s:resume=redis, 120s:consumers=stop, "
+                          "150s:producers=start")
     run.add_argument("--headless", action="store_true",
                      help="no dashboard: one status line per target per second")
     run.add_argument("--out", type=Path, metavar="DIR",
@@ -174,6 +180,7 @@ def _warn(message: str) -> None:
 
 
 def _workload_from(args: argparse.Namespace) -> Any:
+    from loadgen.interventions import parse_at
     from loadgen.workload import Workload, load_workload
 
     base = load_workload(args.workload) if args.workload else Workload(warmup_s=10.0)
@@ -190,6 +197,7 @@ def _workload_from(args: argparse.Namespace) -> Any:
         "producers": args.producers,
         "consumers": args.consumers,
         "subscriptions": args.subscriptions,
+        "schedule": (base.schedule + tuple(parse_at(text) for text in args.at)) if args.at else None,
     }
     if args.max_rate:
         # with_overrides refuses a zero --rate; max rate is asked for explicitly here
@@ -237,6 +245,7 @@ def _install_signals(loop: asyncio.AbstractEventLoop, on_signal: Callable[[int],
 
 
 _detached: list[int] = []  # the write end of the pipe that stands in for a lost terminal
+_stdin_readers: list[Callable[[], None]] = []  # what stops the headless command reader
 
 
 def _detach_terminal() -> None:
@@ -245,6 +254,8 @@ def _detach_terminal() -> None:
     so the run can finish and write its files unattended."""
     if _detached:
         return
+    for stop_reading in _stdin_readers:
+        stop_reading()  # before fd 0 becomes the pipe (a read there would block)
     read_end, write_end = os.pipe()
     _detached.append(write_end)
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -280,8 +291,66 @@ async def _headless(run: Any) -> tuple[Any, int | None]:
 
     run.subscribe(show)
     _install_signals(asyncio.get_running_loop(), on_signal)
-    summary = await run.execute()
+    commands = _read_commands(run)
+    try:
+        summary = await run.execute()
+    finally:
+        commands()
     return summary, (received[0] if received else None)
+
+
+def _read_commands(run: Any) -> Callable[[], None]:
+    """Headless runs take interventions on standard input, one per line, written as the
+    ACTION=VALUE[@TARGET] part of --at (rate=5000, consumers=stop@redis, kill=kafka-2).
+    Only from a terminal or a pipe; returns the function that stops reading."""
+    import stat as stat_mod
+
+    from loadgen.interventions import parse_action
+
+    loop = asyncio.get_running_loop()
+    try:
+        mode = os.fstat(0).st_mode
+    except OSError:
+        return lambda: None
+    if not (os.isatty(0) or stat_mod.S_ISFIFO(mode) or stat_mod.S_ISSOCK(mode)):
+        return lambda: None
+    pending = b""
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def carry_out(text: str) -> None:
+        try:
+            await run.intervene(parse_action(text, "command"))
+        except StreambenchError as exc:
+            sys.stderr.write(f"[command] {exc}\n")
+
+    def on_input() -> None:
+        nonlocal pending
+        try:
+            chunk = os.read(0, 4096)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            loop.remove_reader(0)
+            return
+        *lines, pending = (pending + chunk).split(b"\n")
+        for raw in lines:
+            text = raw.decode("utf-8", "replace").strip()
+            if text:
+                task = loop.create_task(carry_out(text))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+
+    try:
+        loop.add_reader(0, on_input)
+    except (OSError, ValueError, PermissionError):
+        return lambda: None
+
+    def stop() -> None:
+        with contextlib.suppress(Exception):
+            loop.remove_reader(0)
+
+    _stdin_readers.append(stop)
+    return stop
 
 
 def _print_summary(summary: Any) -> None:

@@ -26,20 +26,32 @@ class Key:
                        key_display=self.shown[0], priority=True)
 
 
+# One line of help each: the help screen lists them all at 80×24 (the README has the details).
 KEY_TABLE: tuple[Key, ...] = (
     Key(("q", "ctrl+c", "ctrl+q"), ("q", "ctrl+c", "ctrl+q"), "stop", "stop",
-        "End the run: the load stops, consumers drain, files are written. "
-        "Press again to skip the drain. Once the run is over (or with no run), quit."),
-    Key(("p",), ("p",), "toggle_pause", "pause",
-        "Freeze or unfreeze the target columns (the status line keeps going). Collection "
-        "goes on while frozen; resuming shows everything that arrived meanwhile."),
-    Key(("question_mark",), ("?",), "help", "help",
-        "Show or close this help."),
+        "End the run; again skips the drain; then quit."),
+    Key(("p",), ("p",), "toggle_pause", "pause", "Freeze the columns (collection goes on)."),
+    Key(("question_mark",), ("?",), "help", "help", "Show or close this help."),
     Key(("escape",), ("esc",), "close_help", "close help", "Close this help.", footer=False),
-    Key(("left",), ("←",), "scroll_columns(-1)", "scroll left",
-        "Scroll the targets sideways when more are running than fit the width.", footer=False),
-    Key(("right",), ("→",), "scroll_columns(1)", "scroll right",
-        "Scroll the other way.", footer=False),
+    Key(("left", "shift+tab"), ("←", "shift+tab"), "select(-1)", "previous target",
+        "Select the target to the left.", footer=False),
+    Key(("right", "tab"), ("→", "tab"), "select(1)", "next target",
+        "Select the target to the right.", footer=False),
+    Key(("a",), ("a",), "toggle_scope", "all/one",
+        "Keys act on the selected target, or on all.", footer=False),
+    Key(("plus",), ("+",), "scale_rate(1.25)", "rate ×1.25",
+        "Rate ×1.25 (no slot dropped or bunched).", footer=False),
+    Key(("minus",), ("-",), "scale_rate(0.8)", "rate ÷1.25", "Rate ÷1.25.", footer=False),
+    Key(("asterisk",), ("*",), "scale_rate(2)", "rate ×2", "Rate ×2.", footer=False),
+    Key(("slash",), ("/",), "scale_rate(0.5)", "rate ÷2", "Rate ÷2.", footer=False),
+    Key(("r",), ("r",), "ask_rate", "rate", "Type a rate in msg/s, or max."),
+    Key(("m",), ("m",), "toggle_max_rate", "max rate", "Fixed rate ↔ maximum rate.",
+        footer=False),
+    Key(("s",), ("s",), "toggle_producers", "producers", "Stop or start the producers."),
+    Key(("c",), ("c",), "toggle_consumers", "consumers",
+        "Stop or start the consumers (backlog, drain)."),
+    Key(("f",), ("f",), "fault", "fault",
+        "Fault a broker: pause, resume, kill, start, restart."),
 )
 
 BINDINGS: list[Binding] = [key.binding() for key in KEY_TABLE]

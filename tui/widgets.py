@@ -40,6 +40,7 @@ class RunStatus:
     elapsed_s: float = 0.0  # load time, from the latest tick
     stop_requests: int = 0
     paused: bool = False
+    scope: str = ""  # what the control keys act on: a target's label or "all targets"
 
     @property
     def planned_s(self) -> float:
@@ -64,6 +65,8 @@ class StatusBar(Widget):
         text.append(f" {s.phase.value.upper()} ", style("status--phase"))
         if s.paused:
             text.append(" PAUSED ", style("status--paused"))
+        if s.scope == "all targets":
+            text.append(" ALL ", style("status--paused"))
         text.append(" " + self._progress(), style("status--text"))
         right = self._workload()
         gap = self.size.width - text.cell_len - len(right) - 1
@@ -130,9 +133,6 @@ class TargetColumns(HorizontalScroll, can_focus=False):
         spare = max(0, width - each * len(columns))  # spread the remainder over the first ones
         for i, column in enumerate(columns):
             column.styles.width = each + (1 if i < spare else 0)
-
-    def scroll_columns(self, direction: int) -> None:
-        self.scroll_relative(x=direction * MIN_COLUMN_WIDTH, animate=False)
 
 
 class TargetColumn(Vertical):

@@ -1,0 +1,176 @@
+"""Interventions in a running benchmark: rate changes, producers and consumers stopped and
+started, broker faults. The same records come from the dashboard's keys, from `--at` flags and
+from a workload's `schedule:` list, so a session found interactively can be replayed exactly.
+
+Shared vocabulary: parsing and validation only; the run loop carries them out."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.errors import WorkloadError
+
+FAULT_ACTIONS = ("pause", "resume", "kill", "start", "restart")
+SWITCH_ACTIONS = ("producers", "consumers")  # = stop | start
+ACTIONS = ("rate", *SWITCH_ACTIONS, *FAULT_ACTIONS)
+MAX_RATE = 1e9
+
+_TIME = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """One change to a running benchmark. `target` is a target label or None for every target;
+    faults name a `broker` (its target's label, or label-N for one of several brokers)."""
+
+    action: str
+    target: str | None = None
+    broker: str | None = None
+    rate: float | None = None  # msg/s for "rate"; 0 = as fast as acknowledgements allow
+    state: str | None = None  # "stop" | "start" for producers and consumers
+    at_s: float | None = None  # seconds after the measuring phase starts (scheduled ones)
+
+    def describe(self) -> str:
+        where = f"@{self.target}" if self.target else ""
+        if self.action == "rate":
+            assert self.rate is not None
+            value = "max" if self.rate == 0 else f"{self.rate:g}"
+            return f"rate={value}{where}"
+        if self.action in SWITCH_ACTIONS:
+            return f"{self.action}={self.state}{where}"
+        return f"{self.action}={self.broker}"
+
+    def to_schedule(self) -> dict[str, Any]:
+        """As an entry of a workload's `schedule:` list."""
+        entry: dict[str, Any] = {"at": f"{self.at_s:g}s", "action": self.action}
+        if self.target:
+            entry["target"] = self.target
+        if self.broker:
+            entry["broker"] = self.broker
+        if self.rate is not None:
+            entry["rate"] = self.rate
+        if self.state:
+            entry["state"] = self.state
+        return entry
+
+
+def parse_seconds(text: str, what: str) -> float:
+    """'30s', '90', '1m30s', '2m', '2.5s' → seconds."""
+    m = _TIME.match(text)
+    if not text.strip() or m is None or not (m.group(1) or m.group(2)):
+        raise WorkloadError(f"{what}: {text[:40]!r} is not a time (e.g. 30s, 90, 1m30s)")
+    return float(m.group(1) or 0) * 60 + float(m.group(2) or 0)
+
+
+def parse_rate(text: str, what: str) -> float:
+    if text.strip().lower() in ("max", "0"):
+        return 0.0
+    try:
+        rate = float(text)
+    except ValueError:
+        raise WorkloadError(f"{what}: rate {text[:40]!r} is not a number of msg/s (or max)") from None
+    if not math.isfinite(rate) or rate <= 0 or rate > MAX_RATE:
+        raise WorkloadError(f"{what}: rate must be a positive number of msg/s up to {MAX_RATE:,.0f} "
+                            f"(or max), got {text[:40]!r}")
+    return rate
+
+
+def parse_action(text: str, what: str, at_s: float | None = None) -> Intervention:
+    """`ACTION=VALUE[@TARGET]`: rate=5000, rate=max@redis:aof, consumers=stop, kill=kafka-2."""
+    action, eq, rest = text.partition("=")
+    action = action.strip().lower()
+    if not eq or action not in ACTIONS:
+        raise WorkloadError(f"{what}: {text[:60]!r}: expected ACTION=VALUE with ACTION one of "
+                            f"{', '.join(ACTIONS)}")
+    if action in FAULT_ACTIONS:
+        broker = rest.strip()
+        if not broker:
+            raise WorkloadError(f"{what}: {action}= needs a broker (e.g. {action}=kafka-2)")
+        return Intervention(action, broker=broker, at_s=at_s)
+    value, _, target = rest.partition("@")
+    target_label = target.strip() or None
+    if action == "rate":
+        return Intervention("rate", target_label, rate=parse_rate(value, what), at_s=at_s)
+    state = value.strip().lower()
+    if state not in ("stop", "start"):
+        raise WorkloadError(f"{what}: {action}= takes stop or start (got {value[:40]!r})")
+    return Intervention(action, target_label, state=state, at_s=at_s)
+
+
+def parse_at(text: str) -> Intervention:
+    """One `--at TIME:ACTION=VALUE[@TARGET]` flag."""
+    when, colon, rest = text.partition(":")
+    if not colon:
+        raise WorkloadError(f"--at {text[:60]!r}: expected TIME:ACTION=VALUE (e.g. 30s:rate=5000)")
+    return parse_action(rest, f"--at {text[:60]!r}", parse_seconds(when, f"--at {text[:60]!r}"))
+
+
+def parse_schedule(entries: Any, src: str) -> tuple[Intervention, ...]:
+    """A workload's `schedule:` list: entries with at, action and target/broker/rate/state."""
+    if not isinstance(entries, list):
+        raise WorkloadError(f"{src}: schedule must be a list of entries with at and action")
+    out = []
+    for i, entry in enumerate(entries):
+        what = f"{src}: schedule entry {i + 1}"
+        if not isinstance(entry, dict) or "at" not in entry or "action" not in entry:
+            raise WorkloadError(f"{what}: needs at and action")
+        unknown = set(entry) - {"at", "action", "target", "broker", "rate", "state"}
+        if unknown:
+            raise WorkloadError(f"{what}: unknown field {sorted(map(str, unknown))[0][:40]!r}")
+        at_s = parse_seconds(str(entry["at"]), what)
+        action = str(entry["action"]).strip().lower()
+        target = entry.get("target")
+        if action == "rate":
+            value = str(entry.get("rate", ""))
+        elif action in SWITCH_ACTIONS:
+            value = str(entry.get("state", ""))
+        else:
+            value = str(entry.get("broker", ""))
+        spec = f"{action}={value}" + (f"@{target}" if target and action not in FAULT_ACTIONS else "")
+        out.append(parse_action(spec, what, at_s))
+    return tuple(out)
+
+
+def check_schedule(interventions: tuple[Intervention, ...], labels: list[str],
+                   brokers: dict[str, dict[str, str]], duration_s: float) -> None:
+    """Every scheduled intervention names a known target or broker and falls inside the
+    measuring phase; raises WorkloadError naming the first that does not. `brokers` maps each
+    target label to its brokers' names."""
+    for item in interventions:
+        what = f"scheduled {item.describe()} at {item.at_s:g}s"
+        if item.at_s is not None and item.at_s > duration_s:
+            raise WorkloadError(f"{what}: after the end of the measuring phase ({duration_s:g}s)")
+        if item.target is not None and item.target not in labels:
+            raise WorkloadError(f"{what}: no target {item.target!r}; targets: {', '.join(labels)}")
+        if item.broker is not None:
+            find_broker(item.broker, brokers, what)
+
+
+def find_broker(name: str, brokers: dict[str, dict[str, str]], what: str) -> tuple[str, str]:
+    """(target label, the stack's own name for the broker) of a broker named as the user sees
+    it, or WorkloadError listing the brokers there are."""
+    for label, names in brokers.items():
+        if name in names:
+            return label, names[name]
+    known = [n for names in brokers.values() for n in names]
+    listed = ", ".join(known) if known else "none (every target is an existing cluster)"
+    raise WorkloadError(f"{what}: no broker {name!r}; brokers: {listed}")
+
+
+def broker_names(label: str, stack_brokers: list[str]) -> dict[str, str]:
+    """The names users give a target's brokers → the stack's own names: the label for the
+    broker of a one-broker target, label-N for broker N of several, label-NAME for other nodes
+    (e.g. kafka-zk-zookeeper)."""
+    numbered = [own for own in stack_brokers if re.search(r"-\d+$", own)]
+    single = numbered[0] if len(numbered) == 1 else stack_brokers[0] if len(stack_brokers) == 1 else None
+    names = {}
+    for own in stack_brokers:
+        m = re.search(r"-(\d+)$", own)
+        if own == single:
+            names[label] = own
+        else:
+            names[f"{label}-{m.group(1)}" if m else f"{label}-{own}"] = own
+    return names

@@ -1,0 +1,105 @@
+"""Interventions during real runs: scheduled with --at, typed on standard input in headless
+runs, and refused in one line when they cannot be carried out. The run files hold every change
+as an event with its time, and the recovery after a fault is measured."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from tests.conftest import CLI, run_cli, run_json
+
+pytestmark = pytest.mark.integration
+
+
+def _events(run_dir: Path) -> list[dict]:
+    table = ds.dataset(run_dir / "events", format="parquet").to_table().to_pylist()
+    return sorted(table, key=lambda e: e["time"])
+
+
+def _ticks(run_dir: Path) -> list[dict]:
+    table = ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pylist()
+    return sorted(table, key=lambda t: t["seq"])
+
+
+def _measuring_start(events: list[dict]) -> float:
+    start = next(e for e in events if e["kind"] == "phase" and e["phase"] == "measuring")
+    return start["time"].timestamp()
+
+
+def test_scheduled_backlog_and_pause_on_local_redis(tmp_path: Path, no_leftover_redis) -> None:
+    run_dir = tmp_path / "run"
+    res = run_cli(["run", "redis", "--headless", "--rate", "1000", "--warmup", "1",
+                   "--duration", "20", "--out", str(run_dir),
+                   "--at", "2s:consumers=stop", "--at", "5s:consumers=start",
+                   "--at", "9s:pause=redis", "--at", "11s:resume=redis"], timeout_s=180)
+    assert res.returncode == 0, res.stderr
+    events = _events(run_dir)
+    t0 = _measuring_start(events)
+    kinds = [(e["kind"], round(e["time"].timestamp() - t0)) for e in events
+             if e["kind"] in ("consumers", "fault-pause", "fault-resume")]
+    assert kinds == [("consumers", 2), ("consumers", 5), ("fault-pause", 9), ("fault-resume", 11)]
+    by_kind = {e["kind"]: e for e in events}
+    assert "running → stopped" in next(e["detail"] for e in events if e["kind"] == "consumers")
+    drained = by_kind["backlog-drained"]["detail"]
+    assert "backlog of" in drained and "drained in" in drained
+    recovered = by_kind["recovered"]["detail"]
+    assert "after pause redis" in recovered and "after resume redis" in recovered
+    # the pause shows in the latencies of the seconds around it, and nowhere after recovery
+    ticks = _ticks(run_dir)
+    worst = max(t["e2e_max"] or 0 for t in ticks)
+    assert worst >= 1.9e9
+    meta = run_json(run_dir)
+    totals = meta["totals"][0]
+    assert totals["drained"] and totals["consumed"] == totals["produced"] == 21_000
+
+
+def test_headless_commands_on_standard_input(tmp_path: Path, no_leftover_redis) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([*CLI, "run", "redis", "--headless", "--rate", "500", "--warmup", "1",
+                             "--duration", "8", "--out", str(run_dir)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    while "measuring" not in proc.stdout.readline():
+        pass
+    proc.stdin.write("consumers=stop\nkill=nosuch\n")
+    proc.stdin.flush()
+    time.sleep(2)
+    proc.stdin.write("consumers=start@redis\n")
+    proc.stdin.flush()
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "[command]" in err and "no broker 'nosuch'" in err
+    kinds = [e["kind"] for e in _events(run_dir)]
+    assert kinds.count("consumers") == 2 and "backlog-drained" in kinds
+
+
+@pytest.mark.parametrize("at, fragment", [
+    ("100s:rate=5", "after the end of the measuring phase"),
+    ("1s:kill=redis-9", "no broker 'redis-9'"),
+    ("1s:rate=5@kafka", "no target 'kafka'"),
+    ("1s:explode=1", "ACTION one of"),
+    ("soon:rate=5", "not a time"),
+])
+def test_bad_schedule_is_one_line_before_anything_starts(tmp_path: Path, at: str, fragment: str,
+                                                        no_leftover_redis) -> None:
+    res = run_cli(["run", "redis", "--headless", "--duration", "10", "--out", str(tmp_path / "r"),
+                   "--at", at])
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and fragment in lines[0], res.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_faults_are_refused_for_an_existing_cluster(tmp_path: Path) -> None:
+    res = run_cli(["run", "redis@127.0.0.1:1", "--headless", "--duration", "5",
+                   "--at", "1s:kill=redis"])
+    assert res.returncode == 2
+    assert "no broker 'redis'" in res.stderr and "existing cluster" in res.stderr
+
+

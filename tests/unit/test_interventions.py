@@ -1,0 +1,169 @@
+"""Interventions from --at flags and schedule: lists; recovery and drain figures from ticks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loadgen.errors import WorkloadError
+from loadgen.histogram import Histogram
+from loadgen.interventions import (
+    Intervention,
+    broker_names,
+    check_schedule,
+    find_broker,
+    parse_at,
+    parse_schedule,
+    parse_seconds,
+)
+from loadgen.recovery import DrainWatch, RecoveryWatch
+from loadgen.tick import LagSnapshot, Phase, Resources, Tick
+from loadgen.workload import parse_workload
+
+
+@pytest.mark.parametrize("text, seconds", [("30s", 30), ("90", 90), ("1m30s", 90), ("2m", 120),
+                                           ("2.5s", 2.5), ("0s", 0)])
+def test_times(text: str, seconds: float) -> None:
+    assert parse_seconds(text, "t") == seconds
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("30s:rate=5000", Intervention("rate", rate=5000.0, at_s=30)),
+    ("45s:rate=max@redis:aof", Intervention("rate", "redis:aof", rate=0.0, at_s=45)),
+    ("60s:kill=kafka-2", Intervention("kill", broker="kafka-2", at_s=60)),
+    ("16s:pause=redis", Intervention("pause", broker="redis", at_s=16)),
+    ("120s:consumers=stop", Intervention("consumers", state="stop", at_s=120)),
+    ("150s:producers=start@kafka", Intervention("producers", "kafka", state="start", at_s=150)),
+])
+def test_at_flags(text: str, expected: Intervention) -> None:
+    assert parse_at(text) == expected
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("rate=5000", "TIME:ACTION"),
+    ("x:rate=5000", "not a time"),
+    ("30s:speed=5", "ACTION one of"),
+    ("30s:rate=-5", "positive"),
+    ("30s:rate=inf", "positive"),
+    ("30s:rate=fast", "not a number"),
+    ("30s:kill=", "needs a broker"),
+    ("30s:consumers=halt", "stop or start"),
+])
+def test_bad_at_flags(text: str, fragment: str) -> None:
+    with pytest.raises(WorkloadError) as exc:
+        parse_at(text)
+    assert fragment in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_schedule_in_a_workload_round_trips() -> None:
+    doc = {"name": "drill", "schedule": [
+        {"at": "30s", "action": "rate", "rate": 5000},
+        {"at": 60, "action": "kill", "broker": "kafka-2"},
+        {"at": "1m30s", "action": "consumers", "state": "stop", "target": "kafka"},
+    ]}
+    w = parse_workload(doc, "w.yaml")
+    assert w.schedule == (Intervention("rate", rate=5000.0, at_s=30),
+                          Intervention("kill", broker="kafka-2", at_s=60),
+                          Intervention("consumers", "kafka", state="stop", at_s=90))
+    assert parse_workload({"name": "drill", "schedule": w.to_omb()["schedule"]}, "x").schedule == w.schedule
+
+
+@pytest.mark.parametrize("entries, fragment", [
+    ({"at": 1}, "must be a list"),
+    ([{"at": 1}], "needs at and action"),
+    ([{"at": 1, "action": "rate", "rate": 5, "speed": 2}], "unknown field"),
+    ([{"at": 1, "action": "explode"}], "ACTION one of"),
+])
+def test_bad_schedules(entries: object, fragment: str) -> None:
+    with pytest.raises(WorkloadError) as exc:
+        parse_schedule(entries, "w.yaml")
+    assert fragment in str(exc.value)
+
+
+def test_broker_names_follow_the_label() -> None:
+    assert broker_names("redis", ["redis"]) == {"redis": "redis"}
+    assert broker_names("kafka", ["broker-1", "broker-2", "broker-3", "zookeeper"]) == {
+        "kafka-1": "broker-1", "kafka-2": "broker-2", "kafka-3": "broker-3",
+        "kafka-zookeeper": "zookeeper"}
+    assert broker_names("kafka-zk", ["broker-1", "zookeeper"]) == {
+        "kafka-zk": "broker-1", "kafka-zk-zookeeper": "zookeeper"}
+    assert broker_names("kafka", ["kafka-1"]) == {"kafka": "kafka-1"}
+
+
+def test_check_schedule() -> None:
+    brokers = {"kafka": broker_names("kafka", ["broker-1", "broker-2", "broker-3"]), "redis": {}}
+    labels = ["kafka", "redis"]
+    check_schedule((parse_at("10s:kill=kafka-2"), parse_at("20s:rate=10@redis")), labels, brokers, 30)
+    assert find_broker("kafka-3", brokers, "x") == ("kafka", "broker-3")
+    for text, fragment in [("40s:rate=5", "after the end"),
+                           ("10s:kill=kafka-9", "no broker 'kafka-9'"),
+                           ("10s:rate=5@pulsar", "no target 'pulsar'"),
+                           ("1s:pause=redis", "brokers: kafka-1")]:
+        with pytest.raises(WorkloadError) as exc:
+            check_schedule((parse_at(text),), labels, brokers, 30)
+        assert fragment in str(exc.value)
+
+
+def _tick(seq: int, produced: int, consumed: int, lag: int, e2e_ms: float = 1.0,
+          publish_ms: float = 1.0, rate: float = 1000.0) -> Tick:
+    e2e, pub = Histogram(), Histogram()
+    if consumed:
+        e2e.record_many(np.full(consumed, int(e2e_ms * 1e6), dtype=np.int64))
+    if produced:
+        pub.record_many(np.full(produced, int(publish_ms * 1e6), dtype=np.int64))
+    return Tick("kafka", seq, (seq + 1) * 1_000_000_000, 1.0, Phase.MEASURING, seq + 1.0, produced,
+                produced * 100, consumed, consumed * 100, 0, rate, pub.snapshot_and_reset(),
+                Histogram().snapshot_and_reset(), e2e.snapshot_and_reset(), LagSnapshot(lag),
+                Resources())
+
+
+def test_recovery_after_a_fault() -> None:
+    watch = RecoveryWatch(subscriptions=1)
+    for s in range(3):
+        assert watch.tick(_tick(s, 1000, 1000, 5)) is None
+    watch.fault("kafka", "kill kafka-2", 3_500_000_000)
+    # two bad seconds: nothing acknowledged, then a burst with late messages and a stall
+    assert watch.tick(_tick(3, 0, 0, 900)) is None
+    assert watch.tick(_tick(4, 1800, 1700, 1000, e2e_ms=800, publish_ms=1500)) is None
+    done = None
+    for s in range(5, 12):
+        done = done or watch.tick(_tick(s, 1000, 1000, 5))
+    assert done is not None and watch.pending() == []
+    assert done.recovered_ns == 5_000_000_000  # healthy from the start of tick 5, for 5 s
+    assert (done.recovered_ns - done.first_ns) / 1e9 == pytest.approx(1.5)
+    assert done.lag_peak == 1000 and done.lag_before == 5
+    assert done.stall_ns == pytest.approx(1.5e9, rel=0.002)
+    assert done.late == 1700  # 800 ms is over max(100 ms, 10 × 1 ms)
+    assert "healthy again 1.5 s after kill kafka-2" in done.detail()
+
+
+def test_no_recovery_when_it_stays_down() -> None:
+    watch = RecoveryWatch(subscriptions=1)
+    watch.tick(_tick(0, 1000, 1000, 0))
+    watch.fault("kafka", "pause kafka", 1_000_000_000)
+    for s in range(1, 10):
+        assert watch.tick(_tick(s, 0, 0, 1000 * s)) is None
+    (rec,) = watch.pending()
+    assert "not healthy again since pause kafka" in rec.detail()
+
+
+def test_backlog_drain_rate_and_time() -> None:
+    watch = DrainWatch()
+    watch.tick(_tick(0, 1000, 0, 3000))
+    watch.resumed("kafka", 1_000_000_000)
+    assert watch.tick(_tick(1, 1000, 2500, 1500)) is None
+    backlog, drained_ns = watch.tick(_tick(2, 1000, 2500, 0)) or (None, 0)
+    assert backlog is not None and drained_ns == 3_000_000_000
+    assert backlog.lag_at_resume == 3000
+    assert "drained in 2.0 s" in backlog.detail(drained_ns) and "2,500 msg/s" in backlog.detail(drained_ns)
+
+
+def test_drain_rate_counts_only_the_time_after_the_resume() -> None:
+    watch = DrainWatch()
+    watch.tick(_tick(0, 1000, 0, 2000))
+    watch.resumed("kafka", 1_900_000_000)  # near the end of tick 1 (1.0–2.0 s)
+    assert watch.tick(_tick(1, 1000, 0, 3000)) is None
+    backlog, drained_ns = watch.tick(_tick(2, 1000, 4000, 0)) or (None, 0)
+    assert backlog is not None
+    assert backlog.seconds == pytest.approx(1.1)
+    assert "3,636 msg/s" in backlog.detail(drained_ns)
