@@ -155,9 +155,17 @@ def find_broker(name: str, brokers: dict[str, dict[str, str]], what: str) -> tup
     for label, names in brokers.items():
         if name in names:
             return label, names[name]
-    known = [n for names in brokers.values() for n in names]
+    known = [n for names in brokers.values() for n in first_names(names)]
     listed = ", ".join(known) if known else "none (every target is an existing cluster)"
     raise WorkloadError(f"{what}: no broker {name!r}; brokers: {listed}")
+
+
+def first_names(names: dict[str, str]) -> list[str]:
+    """One user name per broker: the first given (the short form when there is one)."""
+    seen: dict[str, str] = {}
+    for name, own in names.items():
+        seen.setdefault(own, name)
+    return list(seen.values())
 
 
 def broker_names(label: str, stack_brokers: list[str]) -> dict[str, str]:

@@ -174,9 +174,14 @@ class Run:
         ]
         self.warmup_ticks = math.ceil(workload.warmup_s / tick_s)
         self.measure_ticks = math.ceil(workload.duration_s / tick_s)
-        # the brokers a fault can name, as users name them (kafka-2), per target
-        self.brokers = {t.label: broker_names(t.label, PLATFORMS[t.platform].make_stack(t).brokers())
-                        for t in targets}
+        # the brokers a fault can name, as users name them, per target: after the platform
+        # (kafka-2) when no other target has that platform, and after the target's label
+        platforms = [t.platform for t in targets]
+        self.brokers: dict[str, dict[str, str]] = {}
+        for t in targets:
+            own = PLATFORMS[t.platform].make_stack(t).brokers()
+            names = broker_names(t.platform, own) if platforms.count(t.platform) == 1 else {}
+            self.brokers[t.label] = {**names, **broker_names(t.label, own)}
         check_schedule(workload.schedule, self.labels, self.brokers, workload.duration_s)
         self.rates = {t.label: workload.rate for t in targets}  # each target's rate now
         self._recovery = RecoveryWatch(workload.subscriptions)

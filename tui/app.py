@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from loadgen.errors import StreambenchError
-from loadgen.interventions import Intervention
+from loadgen.interventions import Intervention, first_names
 from loadgen.run import BusItem, Run, RunSummary
 from loadgen.tick import Phase, PhaseChange, RunEvent, Tick
 from loadgen.workload import Workload
@@ -310,7 +310,8 @@ class DashboardApp(App[DashboardResult]):
         if self.bench is None:
             self.notify("no run to steer", severity="warning")
             return
-        brokers = [name for label in self.scope for name in self.bench.brokers.get(label, {})]
+        brokers = [name for label in self.scope
+                   for name in first_names(self.bench.brokers.get(label, {}))]
         if not brokers:
             self.notify("no broker to inject a fault into: an existing cluster has none here",
                         severity="warning")
