@@ -63,6 +63,15 @@ def _legend(ax: Axes) -> None:
         ax.legend(fontsize="small", loc="best")
 
 
+def _segment_lines(ax: Axes, targets: Sequence[TargetReport]) -> None:
+    """A dotted vertical line, in the target's colour, where each of its segments begins
+    (an intervention: rate, producers, consumers, fault)."""
+    for i, t in enumerate(targets):
+        for seg in t.segments[1:]:
+            ax.axvline((t.measuring_start_s + seg.start_s) / 60.0, color=_colour(i), lw=0.8,
+                       ls=":", alpha=0.8)
+
+
 def _time_panel(ax: Axes, targets: Sequence[TargetReport], series: str, trend: bool) -> bool:
     """One per-second series of every target against minutes; False when none has it."""
     drawn = False
@@ -78,6 +87,8 @@ def _time_panel(ax: Axes, targets: Sequence[TargetReport], series: str, trend: b
             ax.plot(xs, tr.intercept + tr.slope * xs, color=_colour(i), lw=1.6, ls="--",
                     label=f"{t.heading} trend {tr.slope:+.3g} {SERIES_BY_NAME[series].unit}/min")
         drawn = True
+    if drawn:
+        _segment_lines(ax, targets)
     s = SERIES_BY_NAME[series]
     ax.set_ylabel(f"{s.title} ({s.unit})")
     ax.set_xlabel("minutes since the load started")
@@ -110,6 +121,7 @@ def latency_over_time_chart(data: ReportData) -> Figure:
             continue
         if _wide(seen):
             ax.set_yscale("log")
+        _segment_lines(ax, data.targets)
         ax.set_ylabel(f"{LATENCY_TITLES[kind]} (ms)")
         ax.set_xlabel("minutes since the load started")
         ax.grid(alpha=0.3)

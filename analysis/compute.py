@@ -12,6 +12,9 @@ OpenMessaging-Benchmark JSON, the summary table) renders without Spark.
   value and OMB period once (persisted), then Spark's weighted `percentile(value, p, count)`
   gives the whole-run and the per-period percentiles from those sums.
 - OpenMessaging-Benchmark style per-period figures use periods of 10 ticks, as OMB reports.
+- Interventions recorded in the events table (rate changes, producers and consumers stopped
+  or started, broker faults) split a target's measuring phase into segments; each segment gets
+  its own rates and exact latency percentiles, from the same bucket sums (`analysis.events`).
 
 The job uses no Python UDFs and builds no DataFrame from Python objects, so executors need
 neither the project's code nor a Python interpreter.
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,6 +33,16 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from analysis.events import (
+    READ_KINDS,
+    ChangeRow,
+    Event,
+    SegmentStart,
+    change_rows,
+    segment_starts,
+    split_points,
+)
+from analysis.labels import Key, resolve_baseline, run_marks, target_labels
 from analysis.runs import RunInfo, read_table
 from analysis.schema import LATENCY_KINDS
 from analysis.session import JobProgress, Progress
@@ -50,6 +63,9 @@ ALL_PERCENTILES: tuple[float, ...] = tuple(
     sorted({*LATENCY_PERCENTILES, *BOX_PERCENTILES, *NINES_PERCENTILES, *OMB_PERCENTILES})
 )
 RATE_PERCENTILES: tuple[float, ...] = (5.0, 50.0, 95.0)
+SEGMENT_PERCENTILES: tuple[float, ...] = (50.0, 99.0, 99.9)
+# below this much measuring, a trend is not extrapolated to "% per hour" (see analysis.sections)
+MIN_EXTRAPOLATION_S = 300.0
 
 LATENCY_TITLES = {
     "e2e": "End-to-end latency",
@@ -57,7 +73,6 @@ LATENCY_TITLES = {
     "delay": "Publish delay",
 }
 
-Key = tuple[str, str]  # (run_id, target)
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -211,6 +226,24 @@ class Timeline:
 
 
 @dataclass
+class Segment:
+    """The part of a target's measuring phase between two interventions (or its start or
+    end): ticks first_seq … last_seq."""
+
+    index: int  # 1, 2, … in time order
+    first_seq: int
+    last_seq: int
+    start_s: float  # from the start of the measuring phase: the first tick's start …
+    end_s: float  # … and the last tick's end
+    started_by: tuple[str, ...]  # the interventions that began it ("kind detail"); none: the start
+    throughput: Throughput
+    target_rate_min: float  # the ticks' target rates (0 = as fast as possible)
+    target_rate_max: float
+    send_errors: int
+    latency: dict[str, LatencyStats]  # by kind; percentiles for SEGMENT_PERCENTILES
+
+
+@dataclass
 class TargetReport:
     run_id: str
     target: str
@@ -227,10 +260,26 @@ class TargetReport:
     # its mean CPU (% of one core; NaN for runs before schema version 2)
     loadgen_saturated_s: float = 0.0
     loadgen_cpu_percent: float = float("nan")
+    # how the run ended, when it needs care: "killed", "stopped early", "not drained"
+    marks: tuple[str, ...] = ()
+    # messages produced in the measuring phase (× subscriptions) without an end-to-end sample
+    # in it: received during the drain, or never
+    e2e_unsampled: int = 0
+    e2e_expected: int = 0  # messages produced in the measuring phase × subscriptions
+    segments: list[Segment] = field(default_factory=list)  # empty: one segment only
+    measuring_start_s: float = 0.0  # seconds since the load started, where measuring began
 
     @property
     def heading(self) -> str:
-        return self.label if self.persistent else f"{self.label} (non-persistent)"
+        """The label with every mark that qualifies the figures, for every table and legend:
+        `kafka (non-persistent, stopped early)`."""
+        notes = ([] if self.persistent else ["non-persistent"]) + list(self.marks)
+        return f"{self.label} ({', '.join(notes)})" if notes else self.label
+
+    @property
+    def extrapolates(self) -> bool:
+        """Measured long enough for a trend to be given in % per hour."""
+        return self.throughput.seconds >= MIN_EXTRAPOLATION_S
 
 
 @dataclass
@@ -238,6 +287,7 @@ class ReportData:
     runs: list[RunInfo]
     targets: list[TargetReport]
     baseline: TargetReport | None = None  # the target the comparison divides by
+    changes: list[ChangeRow] = field(default_factory=list)  # "Faults and changes", time order
 
     def run(self, run_id: str) -> RunInfo:
         return next(r for r in self.runs if r.run_id == run_id)
@@ -295,26 +345,6 @@ def _target_order(runs: Sequence[RunInfo], keys: Iterable[Key]) -> list[Key]:
     return order + sorted(remaining)
 
 
-def _labels(keys: Sequence[Key]) -> dict[Key, str]:
-    names = [k[1] for k in keys]
-    return {k: k[1] if names.count(k[1]) == 1 else f"{k[1]} ({k[0]})" for k in keys}
-
-
-def resolve_baseline(name: str, labels: dict[Key, str]) -> Key:
-    """The target `name` means: its label as the report shows it, RUN/TARGET, or a target
-    name found in exactly one run. Raises ReportError listing the targets otherwise."""
-    for key, label in labels.items():
-        if name in (label, f"{key[0]}/{key[1]}"):
-            return key
-    matches = [k for k in labels if k[1] == name]
-    if len(matches) == 1:
-        return matches[0]
-    raise ReportError(
-        f"baseline {name!r} is not one target of these runs; the targets are: "
-        + ", ".join(labels.values())
-    )
-
-
 # -- throughput, errors, latency summaries ----------------------------------------------------
 
 
@@ -325,6 +355,9 @@ class _Totals:
     latency: dict[str, tuple[int, float, float, float]]  # kind -> count, mean, min, max (ns)
     first_seq: int  # first measuring tick, where the OMB periods start
     loadgen: tuple[float, float]  # seconds saturated, mean CPU %
+    start_us: int  # wall clock at the start of the first measuring tick (µs)
+    end_us: int  # … and at the end of the last
+    start_elapsed_s: float  # seconds since the load started, at the start of measuring
 
 
 def _totals(ticks: DataFrame) -> dict[Key, _Totals]:
@@ -345,6 +378,9 @@ def _totals(ticks: DataFrame) -> dict[Key, _Totals]:
         F.sum(F.when(_measuring() & (F.coalesce(F.col("loadgen_saturated"), F.lit("")) != ""),
                      F.col("interval_s")).otherwise(0.0)).alias("loadgen_saturated_s"),
         F.avg(m("loadgen_cpu_percent")).alias("loadgen_cpu"),
+        F.min(F.when(_measuring(), _start_us())).alias("start_us"),
+        F.max(m("time_us")).alias("end_us"),
+        F.min(F.when(_measuring(), F.col("elapsed_s") - F.col("interval_s"))).alias("start_el"),
     ]
     for kind in LATENCY_KINDS:
         aggs += [
@@ -354,7 +390,8 @@ def _totals(ticks: DataFrame) -> dict[Key, _Totals]:
             F.max(m(f"{kind}_max")).alias(f"{kind}_hi"),
         ]
     out: dict[Key, _Totals] = {}
-    for r in ticks.groupBy("run_id", "target").agg(*aggs).collect():
+    rows = ticks.withColumn("time_us", F.unix_micros("time")).groupBy("run_id", "target")
+    for r in rows.agg(*aggs).collect():
         latency = {}
         for kind in LATENCY_KINDS:
             n = _int(r[f"{kind}_n"])
@@ -380,8 +417,16 @@ def _totals(ticks: DataFrame) -> dict[Key, _Totals]:
             loadgen=(_num(r["loadgen_saturated_s"]), _num(r["loadgen_cpu"])),
             latency=latency,
             first_seq=_int(r["first_seq"]),
+            start_us=_int(r["start_us"]),
+            end_us=_int(r["end_us"]),
+            start_elapsed_s=_num(r["start_el"]),
         )
     return out
+
+
+def _start_us() -> Column:
+    """The wall clock at the start of a tick: its end less its interval."""
+    return F.col("time_us") - F.round(F.col("interval_s") * 1e6).cast("long")
 
 
 # -- per-second series -------------------------------------------------------------------------
@@ -467,35 +512,51 @@ _SEP = "\x1f"
 
 
 def _lookup(values: dict[str, float], *key_columns: str) -> Column:
-    """values[key] for each row, the key being the row's key columns joined: a map literal
-    (a handful of entries per target), so the bucket rows need no join. Null when missing."""
+    """values[key] for each row, the key being the row's key columns joined (as strings): a
+    map literal (a handful of entries per target), so the bucket rows need no join. Null when
+    missing."""
     if not values:
         return F.lit(None).cast("double")
     entries = [F.lit(x) for k, v in values.items() for x in (k, float(v))]
-    key = F.concat_ws(_SEP, *(F.col(c) for c in key_columns))
+    key = F.concat_ws(_SEP, *(F.col(c).cast("string") for c in key_columns))
     return F.try_element_at(F.create_map(*entries), key)
 
 
-def _buckets(latency: DataFrame, totals: dict[Key, _Totals]) -> DataFrame:
-    """Measuring-phase buckets with their value clamped to the exact min / max of the
-    measuring ticks, and their OMB period."""
-    lo: dict[str, float] = {}
-    hi: dict[str, float] = {}
-    first: dict[str, float] = {}
-    for (run_id, target), t in totals.items():
-        first[f"{run_id}{_SEP}{target}"] = t.first_seq
-        for kind, (_n, _mean, kind_lo, kind_hi) in t.latency.items():
-            k = f"{run_id}{_SEP}{target}{_SEP}{kind}"
-            if math.isfinite(kind_lo) and math.isfinite(kind_hi):
-                lo[k], hi[k] = kind_lo, kind_hi
+Bounds = dict[str, float]  # "run<SEP>target<SEP>kind<SEP>segment" -> exact min or max (ns)
+
+
+def _clamp_bounds(totals: dict[Key, _Totals],
+                  segments: dict[Key, list[_SegmentTotals]]) -> tuple[Bounds, Bounds]:
+    """The exact smallest and largest sample of each kind per segment (the whole measuring
+    phase, segment 0, for a target with one segment)."""
+    lo: Bounds = {}
+    hi: Bounds = {}
+    for key, t in totals.items():
+        parts = ([(s.index, s.latency) for s in segments[key]] if key in segments
+                 else [(0, t.latency)])
+        for index, latency in parts:
+            for kind, (_n, _mean, kind_lo, kind_hi) in latency.items():
+                k = _SEP.join((*key, kind, str(index)))
+                if math.isfinite(kind_lo) and math.isfinite(kind_hi):
+                    lo[k], hi[k] = kind_lo, kind_hi
+    return lo, hi
+
+
+def _buckets(latency: DataFrame, totals: dict[Key, _Totals], segment: Column,
+             bounds: tuple[Bounds, Bounds]) -> DataFrame:
+    """Measuring-phase buckets with their segment and OMB period, their value clamped to the
+    exact min / max of the segment's ticks (every sample of a bucket lies within them)."""
+    lo, hi = bounds
+    first: dict[str, float] = {f"{k[0]}{_SEP}{k[1]}": t.first_seq for k, t in totals.items()}
     value = F.col("value_ns").cast("double")
-    clamped = F.least(F.greatest(value, _lookup(lo, "run_id", "target", "kind")),
-                      _lookup(hi, "run_id", "target", "kind"))
+    keys = ("run_id", "target", "kind", "segment")
+    clamped = F.least(F.greatest(value, _lookup(lo, *keys)), _lookup(hi, *keys))
     start = _lookup(first, "run_id", "target")
-    return latency.where(_measuring()).select(
+    return latency.where(_measuring()).withColumn("segment", segment).select(
         "run_id",
         "target",
         "kind",
+        "segment",
         F.floor((F.col("seq") - start) / PERIOD_TICKS).alias("period"),
         F.coalesce(clamped, value).alias("v"),
         "count",
@@ -503,10 +564,11 @@ def _buckets(latency: DataFrame, totals: dict[Key, _Totals]) -> DataFrame:
 
 
 def _period_histograms(buckets: DataFrame) -> DataFrame:
-    """The buckets summed per value within each OMB period: one row per (run, target, kind,
-    period, value). The one pass over the bucket rows; both the whole-run and the per-period
-    percentiles are computed from it, so the caller persists it."""
-    return buckets.groupBy("run_id", "target", "kind", "period", "v").agg(
+    """The buckets summed per value within each OMB period and segment: one row per (run,
+    target, kind, period, segment, value). The one pass over the bucket rows; the whole-run,
+    per-period and per-segment percentiles are all computed from it, so the caller persists
+    it."""
+    return buckets.groupBy("run_id", "target", "kind", "period", "segment", "v").agg(
         F.sum("count").alias("count")
     )
 
@@ -614,6 +676,180 @@ def _periods(measuring: DataFrame, histograms: DataFrame,
     return out
 
 
+# -- events and segments -----------------------------------------------------------------------
+
+
+def _events(spark: SparkSession, runs: Sequence[RunInfo]) -> list[Event]:
+    """The events the report reads (interventions, recoveries, drained backlogs, notes)."""
+    kinds = F.col("kind")
+    rows = (
+        read_table(spark, runs, "events")
+        .where(kinds.isin(*READ_KINDS) | kinds.startswith("fault-"))
+        .select("run_id", "target", F.unix_micros("time").alias("time_us"), "phase", "kind",
+                "detail")
+        .collect()
+    )
+    return [
+        Event(str(r["run_id"]), str(r["target"] or ""), _int(r["time_us"]), str(r["phase"] or ""),
+              str(r["kind"]), str(r["detail"] or ""))
+        for r in rows
+    ]
+
+
+def _segment_starts(measuring: DataFrame,
+                    splits: dict[Key, list[Event]]) -> dict[Key, list[SegmentStart]]:
+    """Where each target's segments start, for the targets the interventions split in two or
+    more: their measuring ticks (one row per second) are collected to find them."""
+    if not splits:
+        return {}
+    wanted = [f"{k[0]}{_SEP}{k[1]}" for k in splits]
+    rows = (
+        measuring.where(F.concat_ws(_SEP, "run_id", "target").isin(*wanted))
+        .select("run_id", "target", "seq", F.unix_micros("time").alias("time_us"))
+        .collect()
+    )
+    ticks: dict[Key, list[tuple[int, int]]] = {}
+    for r in rows:
+        ticks.setdefault(_key(r), []).append((int(r["seq"]), int(r["time_us"])))
+    out = {}
+    for key, rows_of_key in ticks.items():
+        starts = segment_starts(sorted(rows_of_key), splits[key])
+        if len(starts) > 1:
+            out[key] = starts
+    return out
+
+
+def _segment_column(starts: dict[Key, list[SegmentStart]]) -> Column:
+    """A tick's (or bucket row's) segment, 0, 1, …, from its seq: 0 for a target with one."""
+    segment: Column = F.lit(0)
+    for (run_id, target), parts in starts.items():
+        mine = (F.col("run_id") == run_id) & (F.col("target") == target)
+        for part in parts[1:]:
+            segment = segment + F.when(mine & (F.col("seq") >= part.first_seq), 1).otherwise(0)
+    return segment
+
+
+@dataclass
+class _SegmentTotals:
+    index: int  # 0, 1, … (shown from 1)
+    first_seq: int
+    last_seq: int
+    start_elapsed_s: float
+    end_elapsed_s: float
+    throughput: Throughput
+    rates: tuple[float, float]  # min, max target rate
+    errors: int
+    latency: dict[str, tuple[int, float, float, float]]  # kind -> count, mean, min, max (ns)
+
+
+def _segment_totals(measuring: DataFrame, starts: dict[Key, list[SegmentStart]]
+                    ) -> dict[Key, list[_SegmentTotals]]:
+    """The ticks' sums per segment, for the targets with more than one."""
+    if not starts:
+        return {}
+    wanted = [f"{k[0]}{_SEP}{k[1]}" for k in starts]
+    sums = ["interval_s", "produced", "produced_bytes", "consumed", "consumed_bytes",
+            "net_rx_bytes", "net_tx_bytes"]
+    aggs = [
+        F.count("seq").alias("ticks"),
+        *(F.sum(c).alias(c) for c in sums),
+        F.avg("target_rate").alias("target_rate"),
+        F.min("target_rate").alias("rate_lo"),
+        F.max("target_rate").alias("rate_hi"),
+        F.sum("send_errors").alias("errors"),
+        F.min("seq").alias("first_seq"),
+        F.max("seq").alias("last_seq"),
+        F.min(F.col("elapsed_s") - F.col("interval_s")).alias("start_el"),
+        F.max("elapsed_s").alias("end_el"),
+    ]
+    for kind in LATENCY_KINDS:
+        aggs += [
+            F.sum(f"{kind}_count").alias(f"{kind}_n"),
+            F.sum(f"{kind}_sum").alias(f"{kind}_s"),
+            F.min(f"{kind}_min").alias(f"{kind}_lo"),
+            F.max(f"{kind}_max").alias(f"{kind}_hi"),
+        ]
+    rows = (
+        measuring.where(F.concat_ws(_SEP, "run_id", "target").isin(*wanted))
+        .withColumn("segment", _segment_column(starts))
+        .groupBy("run_id", "target", "segment")
+        .agg(*aggs)
+        .collect()
+    )
+    out: dict[Key, list[_SegmentTotals]] = {}
+    for r in sorted(rows, key=lambda r: (*_key(r), int(r["segment"]))):
+        latency = {}
+        for kind in LATENCY_KINDS:
+            n = _int(r[f"{kind}_n"])
+            latency[kind] = (n, _int(r[f"{kind}_s"]) / n if n else float("nan"),
+                             _num(r[f"{kind}_lo"]), _num(r[f"{kind}_hi"]))
+        out.setdefault(_key(r), []).append(_SegmentTotals(
+            index=int(r["segment"]),
+            first_seq=int(r["first_seq"]),
+            last_seq=int(r["last_seq"]),
+            start_elapsed_s=_num(r["start_el"]),
+            end_elapsed_s=_num(r["end_el"]),
+            throughput=Throughput(
+                ticks=int(r["ticks"]),
+                seconds=_num(r["interval_s"]),
+                produced=_int(r["produced"]),
+                produced_bytes=_int(r["produced_bytes"]),
+                consumed=_int(r["consumed"]),
+                consumed_bytes=_int(r["consumed_bytes"]),
+                net_rx_bytes=_int(r["net_rx_bytes"]),
+                net_tx_bytes=_int(r["net_tx_bytes"]),
+                target_rate=_num(r["target_rate"]),
+            ),
+            rates=(_num(r["rate_lo"]), _num(r["rate_hi"])),
+            errors=_int(r["errors"]),
+            latency=latency,
+        ))
+    return out
+
+
+def _segments(histograms: DataFrame, totals: dict[Key, _Totals],
+              seg_totals: dict[Key, list[_SegmentTotals]],
+              starts: dict[Key, list[SegmentStart]]) -> dict[Key, list[Segment]]:
+    """Every segment's figures: sums from the ticks, exact percentiles from the buckets."""
+    if not seg_totals:
+        return {}
+    wanted = [f"{k[0]}{_SEP}{k[1]}" for k in seg_totals]
+    pct_rows = _weighted_percentiles(
+        histograms.where(F.concat_ws(_SEP, "run_id", "target").isin(*wanted)),
+        ("run_id", "target", "kind", "segment"), SEGMENT_PERCENTILES)
+    pcts = {(*_key(r), r["kind"], int(r["segment"])): r["pct"] for r in pct_rows}
+    out: dict[Key, list[Segment]] = {}
+    for key, parts in seg_totals.items():
+        origin = totals[key].start_elapsed_s
+        for part in parts:
+            latency = {}
+            for kind, (n, mean, lo, hi) in part.latency.items():
+                pct = pcts.get((*key, kind, part.index)) or [None] * len(SEGMENT_PERCENTILES)
+                latency[kind] = LatencyStats(
+                    samples=n, mean_ms=mean / 1e6, min_ms=lo / 1e6, max_ms=hi / 1e6,
+                    percentiles_ms={p: _num(v) / 1e6
+                                    for p, v in zip(SEGMENT_PERCENTILES, pct, strict=True)})
+            out.setdefault(key, []).append(Segment(
+                index=part.index + 1,
+                first_seq=part.first_seq,
+                last_seq=part.last_seq,
+                start_s=part.start_elapsed_s - origin,
+                end_s=part.end_elapsed_s - origin,
+                started_by=tuple(e.describe() for e in starts[key][part.index].started_by),
+                throughput=part.throughput,
+                target_rate_min=part.rates[0],
+                target_rate_max=part.rates[1],
+                send_errors=part.errors,
+                latency=latency,
+            ))
+    return out
+
+
+def _subscriptions(run: RunInfo) -> int:
+    value = run.workload.get("subscriptionsPerTopic", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
+
+
 # -- the job -----------------------------------------------------------------------------------
 
 
@@ -633,19 +869,26 @@ def compute_report(
         try:
             totals = _totals(ticks)
             keys = _target_order(runs, _check_phases(totals, runs))
-            labels = _labels(keys)
+            labels = target_labels(keys)
             baseline_key = resolve_baseline(baseline, labels) if baseline is not None else None
             measuring = ticks.where(_measuring())
             steps.step("per-second series and trends")
             per_second = _per_second(measuring)
             series_rows = _series_rows(per_second)
             timelines = _timelines(per_second)
+            steps.step("events and segments")
+            events = _events(spark, runs)
+            bounds = {k: (totals[k].start_us, totals[k].end_us) for k in keys}
+            starts = _segment_starts(measuring, split_points(events, bounds))
+            seg_totals = _segment_totals(measuring, starts)
             histograms = _period_histograms(
-                _buckets(read_table(spark, runs, "latency"), totals)
+                _buckets(read_table(spark, runs, "latency"), totals, _segment_column(starts),
+                         _clamp_bounds(totals, seg_totals))
             ).persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 steps.step("latency percentiles")
                 latency = _latency(histograms, totals)
+                segments = _segments(histograms, totals, seg_totals, starts)
                 steps.step("OpenMessaging-Benchmark periods")
                 periods = _periods(measuring, histograms, totals)
             finally:
@@ -666,6 +909,7 @@ def compute_report(
             series[s.name] = _series_stats(row, timeline, s.name)
         lat = latency.get(key, {})
         run = next(r for r in runs if r.run_id == run_id)
+        expected = total.throughput.produced * _subscriptions(run)
         targets.append(
             TargetReport(
                 run_id=run_id,
@@ -681,8 +925,14 @@ def compute_report(
                 send_errors_total=total.errors[1],
                 loadgen_saturated_s=total.loadgen[0],
                 loadgen_cpu_percent=total.loadgen[1],
+                marks=run_marks(run.meta, target),
+                e2e_unsampled=max(expected - total.latency["e2e"][0], 0),
+                e2e_expected=expected,
+                segments=segments.get(key, []),
+                measuring_start_s=total.start_elapsed_s,
             )
         )
     chosen = baseline_key or keys[0]
     base = next(t for t in targets if (t.run_id, t.target) == chosen)
-    return ReportData(runs=list(runs), targets=targets, baseline=base)
+    changes = change_rows(events, {k: totals[k].start_us for k in keys})
+    return ReportData(runs=list(runs), targets=targets, baseline=base, changes=changes)

@@ -36,7 +36,8 @@ from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 
 from analysis.compute import ReportData, compute_report
-from analysis.runs import expand_run_args, load_runs
+from analysis.labels import resolve_baseline, target_labels
+from analysis.runs import RunInfo, expand_run_args, load_runs
 from analysis.session import Progress, first_line, spark_session
 from loadgen.errors import OutputError, ReportError
 
@@ -60,6 +61,21 @@ def parse_formats(value: str | Sequence[str] | None) -> tuple[str, ...]:
     if not chosen:
         raise ReportError(f"no report format given: choose from {', '.join(FORMATS)}")
     return tuple(chosen)
+
+
+def check_baseline(runs: Sequence[RunInfo], baseline: str | None) -> None:
+    """Resolve --baseline against the targets the runs' run.json files list, before Spark
+    starts: ReportError (one line, with the accepted forms) for a name that matches no target
+    or several. Runs that list no targets leave the check to the Spark job, which sees every
+    target in the ticks."""
+    if baseline is None:
+        return
+    listed = [run.target_labels() for run in runs]
+    if not all(listed):
+        return
+    keys = [(run.run_id, label) for run, labels in zip(runs, listed, strict=True)
+            for label in dict.fromkeys(labels)]
+    resolve_baseline(baseline, target_labels(keys))
 
 
 def default_out_dir(run_dirs: Sequence[Path], now: datetime | None = None) -> Path:
@@ -159,9 +175,10 @@ def build_report(
 ) -> Path:
     """Read the runs (directories or glob patterns), compute the report with Spark and write
     it into out_dir (None: `default_out_dir`). Returns the main document's path (see
-    `write_outputs`). Raises ReportError for bad runs, a bad baseline or format, or a failed
-    Spark job; OutputError when out_dir cannot be written. A report directory this call
-    created is removed again when the job fails before writing anything.
+    `write_outputs`). Raises ReportError for bad runs, a bad baseline or format (both checked
+    before Spark starts), or a failed Spark job; OutputError when out_dir cannot be written.
+    A report directory this call created is removed again when the job fails before writing
+    anything.
 
     When this call starts Spark, the JVM's own output goes to out_dir/spark.log, which is kept
     only when Spark fails."""
@@ -170,6 +187,7 @@ def build_report(
     dirs = expand_run_args(run_dirs)
     runs = load_runs(dirs)
     chosen = parse_formats(formats)
+    check_baseline(runs, baseline)
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(dirs)
     created = not out_dir.exists()
     _prepare_out_dir(out_dir)

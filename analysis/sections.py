@@ -11,16 +11,22 @@ from analysis.compute import (
     DEGRADATION_SERIES,
     LATENCY_PERCENTILES,
     LATENCY_TITLES,
+    MIN_EXTRAPOLATION_S,
     PERIOD_TICKS,
     RATE_PERCENTILES,
     SERIES_BY_NAME,
+    LatencyStats,
     ReportData,
+    Segment,
     TargetReport,
 )
+from analysis.events import ChangeRow, is_fault
+from analysis.labels import MARKS, ending
 from analysis.schema import LATENCY_KINDS
 from analysis.stats import Trend
 
 FEW_SAMPLES = 10  # a percentile resting on fewer samples than this is marked
+TOO_SHORT = "n/a (run too short to extrapolate)"
 
 
 @dataclass
@@ -123,6 +129,7 @@ def _runs_section(data: ReportData) -> Section:
                 run.run_id,
                 str(w.get("name", "")),
                 str(run.meta.get("started") or run.meta.get("started_at") or ""),
+                ending(run.meta),
                 ", ".join(labels),
                 ("max" if rate == 0 else fmt(rate)) if rate is not None else "",
                 fmt(w["messageSize"]) if isinstance(w.get("messageSize"), int) else "",
@@ -131,9 +138,10 @@ def _runs_section(data: ReportData) -> Section:
             ]
         )
     runs = Table(
-        ["run", "workload", "started", "targets", "rate (msg/s)", "message (B)", "partitions"],
+        ["run", "workload", "started", "ended", "targets", "rate (msg/s)", "message (B)",
+         "partitions"],
         rows,
-        text_columns=4,
+        text_columns=5,
     )
     target_rows = []
     for t in data.targets:
@@ -153,6 +161,7 @@ def _runs_section(data: ReportData) -> Section:
         Table(["target", "run", "platform", "runtime", "version", "topics"], target_rows,
               text_columns=6),
     ]
+    blocks += _mark_notes(data.targets)
     blocks += _saturation_warnings(data.targets)
     if not all(t.persistent for t in data.targets):
         blocks.append(
@@ -163,11 +172,24 @@ def _runs_section(data: ReportData) -> Section:
     return Section("Runs and targets", blocks)
 
 
+def _mark_notes(targets: Sequence[TargetReport]) -> list[Block]:
+    """What each mark on a target's name means, once, for the marks this report uses."""
+    used = [m for m in MARKS if any(m in t.marks for t in targets)]
+    if not used:
+        return []
+    return [
+        "Marks on a target's name, kept in every table and chart legend: "
+        + "; ".join(f"({m}): {MARKS[m]}" for m in used)
+        + ". Read the figures of a marked target with that in mind."
+    ]
+
+
 @dataclass(frozen=True)
 class _Compared:
     name: str
     value: Callable[[TargetReport], float | int]
     ratio: bool = True  # signed figures (trends) get no ratio
+    extrapolated: bool = False  # a % per hour figure: n/a for runs too short to extrapolate
 
 
 def _latency_at(kind: str, p: float | str) -> Callable[[TargetReport], float]:
@@ -206,7 +228,8 @@ COMPARED: tuple[_Compared, ...] = (
     _Compared("publish p50 (ms)", _latency_at("publish", 50.0)),
     _Compared("publish p99 (ms)", _latency_at("publish", 99.0)),
     _Compared("publish delay p99 (ms)", _latency_at("delay", 99.0)),
-    _Compared("produce throughput trend (% per hour)", _trend_pct("produce_mb_s"), ratio=False),
+    _Compared("produce throughput trend (% per hour)", _trend_pct("produce_mb_s"), ratio=False,
+              extrapolated=True),
     _Compared("broker CPU mean (%)", _series_mean("cpu_percent")),
     _Compared("broker memory mean (MB)", _series_mean("memory_mb")),
     _Compared("consumer lag mean (msg)", _series_mean("lag")),
@@ -231,17 +254,167 @@ def _comparison_section(data: ReportData) -> Section:
     rows = []
     for c in COMPARED:
         b = c.value(base)
-        rows.append(
-            [c.name, *(comparison_cell(c.value(t), b, t is base, c.ratio) for t in data.targets)]
-        )
+        rows.append([c.name, *(
+            TOO_SHORT if c.extrapolated and not t.extrapolates
+            else comparison_cell(c.value(t), b, t is base, c.ratio)
+            for t in data.targets
+        )])
+    blocks: list[Block] = [
+        f"Targets side by side; (×r) is the ratio to the baseline, {base.heading} "
+        "(chosen with --baseline; the first target by default).",
+        Table(["", *(t.heading for t in data.targets)], rows),
+    ]
+    if not all(t.extrapolates for t in data.targets):
+        blocks.append(_TOO_SHORT_NOTE)
+    return Section("Comparison", blocks)
+
+
+_TOO_SHORT_NOTE = (
+    f"Trends in % per hour are given only for targets measured for at least "
+    f"{MIN_EXTRAPOLATION_S / 60:g} minutes: from a shorter run an hour is too far to "
+    "extrapolate, and the confidence interval covers only the noise of the points, not whether "
+    "the trend goes on. The slope per minute and its 95 % confidence interval are still given "
+    "under Degradation rate."
+)
+
+
+# -- faults, changes and segments -------------------------------------------------------------
+
+
+def _change_target(data: ReportData, row: ChangeRow) -> str:
+    """Who an event concerns: the target's heading, or every target of its run."""
+    e = row.event
+    if not e.target:
+        several = len(data.runs) > 1
+        return f"all targets ({e.run_id})" if several else "all targets"
+    for t in data.targets:
+        if (t.run_id, t.target) == e.key:
+            return t.heading
+    return e.target
+
+
+def _optional(value: float | int | None, digits: int | None = None) -> str:
+    if value is None:
+        return "n/a"
+    return fmt(value, digits) if isinstance(value, float) else fmt(value)
+
+
+def _change_cells(row: ChangeRow) -> list[str]:
+    """The recovery figures of a fault, or the drained backlog of a consumers row."""
+    blank = [""] * 6
+    if is_fault(row.event.kind):
+        rec = row.recovery
+        if rec is None:
+            return ["n/a (no recovery recorded)", *blank[1:]]
+        healthy = (_optional(row.healthy_after_s, 1) if rec.recovered
+                   else "not by the end of the run")
+        lag = _optional(rec.lag_peak)
+        if rec.lag_before is not None:
+            lag += f" (before {fmt(rec.lag_before)})"
+        late = _optional(rec.late)
+        if rec.late_over_ms is not None:
+            late += f" (over {fmt(rec.late_over_ms)} ms)"
+        return [healthy, lag, _optional(rec.stall_ms), late, _optional(rec.send_errors), ""]
+    if row.backlog is not None:
+        b = row.backlog
+        text = (f"{_optional(b.backlog)} in {_optional(b.drained_in_s, 1)} s "
+                f"({_optional(b.rate)} msg/s)")
+        return [*blank[:5], text]
+    return blank
+
+
+def _changes_section(data: ReportData) -> Section | None:
+    if not data.changes:
+        return None
+    rows = [
+        [_change_target(data, r), fmt(r.at_s, 1), r.event.phase, r.event.kind, r.event.detail,
+         *_change_cells(r)]
+        for r in data.changes
+    ]
     return Section(
-        "Comparison",
+        "Faults and changes",
         [
-            f"Targets side by side; (×r) is the ratio to the baseline, {base.heading} "
-            "(chosen with --baseline; the first target by default).",
-            Table(["", *(t.heading for t in data.targets)], rows),
+            "Every change to the load (rate, producers, consumers) and every broker fault "
+            "(fault-*), in time order, with its time from the start of the measuring phase "
+            "(negative: during warm-up). For a fault, the recovery the run loop measured after "
+            "it: the time from the fault until the target was healthy again (produce and "
+            "consume rates within 10 % of what they should be for 5 s, lag back to its level "
+            "before the fault), the lag peak (and the lag before), the longest publish stall, "
+            "the messages that arrived late and the send errors meanwhile. Faults before the "
+            "target was healthy again share one recovery, whose figures are repeated on each. "
+            "For consumers started again, the backlog they found and how fast it drained. "
+            "Also listed: seconds in which the load generator was saturated and late wake-ups "
+            "of the run loop (the figures of those seconds describe streambench rather than "
+            "the broker), and interventions that failed.",
+            Table(
+                ["target", "time (s)", "phase", "event", "what changed",
+                 "healthy again after (s)", "lag peak", "longest publish stall (ms)",
+                 "late messages", "send errors", "backlog drained"],
+                rows,
+                text_columns=5,
+            ),
         ],
     )
+
+
+def _target_rate(low: float, high: float) -> str:
+    def one(rate: float) -> str:
+        return "max" if rate == 0 else fmt(rate)
+
+    if not math.isfinite(low):
+        return "n/a"
+    return one(low) if low == high else f"{one(low)}–{one(high)}"
+
+
+def _segment_latency(stats: LatencyStats, p: float | str) -> str:
+    if p == "max":
+        return fmt(stats.max_ms)
+    value = stats.percentiles_ms[float(p)]
+    if not math.isfinite(value):
+        return "n/a"
+    return fmt(value) + ("†" if stats.beyond(float(p)) < FEW_SAMPLES else "")
+
+
+def _segment_row(seg: Segment) -> list[str]:
+    e2e, publish = seg.latency["e2e"], seg.latency["publish"]
+    tp = seg.throughput
+    return [
+        str(seg.index),
+        f"{seg.start_s:.1f}–{seg.end_s:.1f}",
+        "; ".join(seg.started_by) or "start of measuring",
+        _target_rate(seg.target_rate_min, seg.target_rate_max),
+        fmt(tp.produce_msg_s),
+        fmt(tp.consume_msg_s),
+        fmt(e2e.samples),
+        _segment_latency(e2e, 50.0),
+        _segment_latency(e2e, 99.0),
+        _segment_latency(e2e, 99.9),
+        _segment_latency(e2e, "max"),
+        _segment_latency(publish, 99.0),
+        fmt(seg.send_errors),
+    ]
+
+
+def _segments_section(data: ReportData) -> Section | None:
+    split = [t for t in data.targets if len(t.segments) > 1]
+    if not split:
+        return None
+    blocks: list[Block] = [
+        "The interventions above split a target's measuring phase into segments, each from "
+        "one change to the next; the second in which a change happened opens the new segment. "
+        "Per segment: its span in seconds from the start of measuring, the target rate, the "
+        "produce and consume rates achieved (messages over seconds), the end-to-end latency "
+        "(exact percentiles from the histogram buckets, as above; † marks a percentile resting "
+        f"on fewer than {FEW_SAMPLES} samples), publish p99 and send errors."
+    ]
+    headers = ["segment", "start–end (s)", "started by", "target rate (msg/s)",
+               "produce (msg/s)", "consume (msg/s)", "e2e samples", "e2e p50 (ms)",
+               "e2e p99 (ms)", "e2e p99.9 (ms)", "e2e max (ms)", "publish p99 (ms)",
+               "send errors"]
+    for t in split:
+        blocks.append(f"{t.heading}:")
+        blocks.append(Table(headers, [_segment_row(seg) for seg in t.segments], text_columns=3))
+    return Section("Segments between changes", blocks)
 
 
 def _throughput_rows(targets: Sequence[TargetReport]) -> list[Row]:
@@ -310,13 +483,42 @@ def _latency_section(data: ReportData, kind: str) -> Section:
     rows.append(("max", [fmt(x.max_ms) for x in lats]))
     blocks: list[Block] = []
     if kind == LATENCY_KINDS[0]:
+        rows.append(("messages without a sample", [_unsampled_cell(t) for t in data.targets]))
         blocks.append(
             "In brackets after each percentile: the samples at or above it, the data the "
             f"figure rests on; † marks fewer than {FEW_SAMPLES}, where the figure is close "
             "to the maximum and says little about the distribution."
         )
+        blocks += _unsampled_notes(data.targets)
     blocks.append(_metric_table(data.targets, rows))
     return Section(f"{LATENCY_TITLES[kind]} (ms)", blocks)
+
+
+def _unsampled_cell(t: TargetReport) -> str:
+    if not t.e2e_expected:
+        return fmt(t.e2e_unsampled)
+    return f"{fmt(t.e2e_unsampled)} ({fmt(100.0 * t.e2e_unsampled / t.e2e_expected)} %)"
+
+
+def _unsampled_notes(targets: Sequence[TargetReport]) -> list[Block]:
+    """Per target: the messages of the measuring phase whose end-to-end latency is not in the
+    figures, because they were received only during the drain (or never)."""
+    missing = [t for t in targets if t.e2e_unsampled > 0]
+    if not missing:
+        return []
+    each = "; ".join(
+        f"{t.heading}: {fmt(t.e2e_unsampled)} of {fmt(t.e2e_expected)} "
+        f"({fmt(100.0 * t.e2e_unsampled / t.e2e_expected)} %)"
+        for t in missing
+    )
+    return [
+        "Messages produced in the measuring phase but received only during the drain (or "
+        f"never) have no end-to-end sample in these figures: {each}. The count is messages "
+        "produced while measuring × subscriptions − end-to-end samples while measuring, a net "
+        "figure (messages produced in warm-up and received while measuring are sampled); the "
+        "missing ones are those still queued when measuring ended, so a backlog's latency is "
+        "not in the percentiles."
+    ]
 
 
 def _latency_charts() -> Section:
@@ -342,8 +544,9 @@ def _trend_row(t: TargetReport, name: str) -> list[str] | None:
         trend.verdict,
         fmt(trend.slope),
         _ci(trend.low, trend.high),
-        fmt(trend.per_hour_pct(trend.slope)),
-        _ci(trend.per_hour_pct(trend.low), trend.per_hour_pct(trend.high)),
+        fmt(trend.per_hour_pct(trend.slope)) if t.extrapolates else TOO_SHORT,
+        _ci(trend.per_hour_pct(trend.low), trend.per_hour_pct(trend.high)) if t.extrapolates
+        else "n/a",
         fmt(trend.r2, 3),
         fmt(trend.theil_sen),
         fmt(trend.points),
@@ -353,22 +556,28 @@ def _trend_row(t: TargetReport, name: str) -> list[str] | None:
 def _degradation_section(data: ReportData) -> Section:
     rows = [row for t in data.targets for name in DEGRADATION_SERIES
             if (row := _trend_row(t, name)) is not None]
-    return Section(
-        "Degradation rate",
-        [
-            "OLS slope of each per-second rate against time over the measuring phase, in "
-            "MB/s per minute and in % of its mean per hour, with its 95 % confidence interval "
-            "(Student's t), R² and the Theil–Sen slope (median of pairwise slopes, robust to "
-            "outliers) as a cross-check. Negative means the platform slowed down; when the "
-            "interval spans 0 the run shows no significant trend.",
-            Table(
-                ["target", "series", "trend", "slope (MB/s per min)", "95 % CI", "% per hour",
-                 "95 % CI (% per hour)", "R²", "Theil–Sen (MB/s per min)", "seconds"],
-                rows,
-                text_columns=3,
-            ),
-        ],
-    )
+    blocks: list[Block] = [
+        "OLS slope of each per-second rate against time over the measuring phase, in "
+        "MB/s per minute and in % of its mean per hour, with its 95 % confidence interval "
+        "(Student's t), R² and the Theil–Sen slope (median of pairwise slopes, robust to "
+        "outliers) as a cross-check. Negative means the platform slowed down; when the "
+        "interval spans 0 the run shows no significant trend.",
+        Table(
+            ["target", "series", "trend", "slope (MB/s per min)", "95 % CI", "% per hour",
+             "95 % CI (% per hour)", "R²", "Theil–Sen (MB/s per min)", "seconds"],
+            rows,
+            text_columns=3,
+        ),
+    ]
+    if not all(t.extrapolates for t in data.targets):
+        blocks.append(_TOO_SHORT_NOTE.replace(" under Degradation rate", " here"))
+    if any(t.segments for t in data.targets):
+        blocks.append(
+            "A target whose load was changed during the run (see Faults and changes) has "
+            "trends that follow those changes, not a slow degradation: compare its segments "
+            "instead."
+        )
+    return Section("Degradation rate", blocks)
 
 
 def _growth_rows(targets: Sequence[TargetReport], name: str, unit: str) -> list[Row]:
@@ -453,6 +662,8 @@ def _method_section() -> Section:
             "whiskers are p1 and p99 rather than 1.5 × IQR.",
             f"The OpenMessaging-Benchmark result files report per-period figures over "
             f"{PERIOD_TICKS}-second periods, as OMB does.",
+            f"Trends are given in % per hour only for targets measured for at least "
+            f"{MIN_EXTRAPOLATION_S / 60:g} minutes.",
         ],
     )
 
@@ -466,6 +677,7 @@ def build_document(data: ReportData) -> Document:
     sections = [
         _runs_section(data),
         _comparison_section(data),
+        *(s for s in (_changes_section(data), _segments_section(data)) if s is not None),
         _throughput_section(data),
         *(_latency_section(data, kind) for kind in LATENCY_KINDS),
         _latency_charts(),

@@ -10,9 +10,14 @@ from typing import Any
 import pyarrow as pa
 
 from analysis.compute import LATENCY_PERCENTILES, RATE_PERCENTILES, SERIES, ReportData, TargetReport
+from analysis.events import is_change
+from analysis.labels import KILLED, NOT_DRAINED, STOPPED_EARLY
 from analysis.schema import LATENCY_KINDS
 
-SUMMARY_VERSION = 2  # 2: loadgen_saturated_s, loadgen_cpu_percent
+# 2: loadgen_saturated_s, loadgen_cpu_percent
+# 3: marks, killed, stopped_early, drained, e2e_unsampled, segments, changes; the % per hour
+#    slopes are null for targets measured for less than 5 minutes
+SUMMARY_VERSION = 3
 
 
 def percentile_tag(p: float) -> str:
@@ -50,6 +55,11 @@ def _row(data: ReportData, t: TargetReport) -> _Row:
     row.add("workload", STRING, str(data.run(t.run_id).workload.get("name", "")))
     row.add("persistent", BOOL, t.persistent)
     row.add("baseline", BOOL, t is data.baseline)
+    row.add("marks", STRING, ", ".join(t.marks) or None)  # null: no mark
+    row.add("killed", BOOL, KILLED in t.marks)
+    row.add("stopped_early", BOOL, STOPPED_EARLY in t.marks)
+    # null when run.json does not say (a killed run, or one written before it was recorded)
+    row.add("drained", BOOL, _drained(data, t))
     row.add("ticks", INT, tp.ticks)
     row.add("seconds", FLOAT, tp.seconds)
     for name in ("produced", "produced_bytes", "consumed", "consumed_bytes", "net_rx_bytes",
@@ -68,7 +78,8 @@ def _row(data: ReportData, t: TargetReport) -> _Row:
         row.add(f"{s.name}_slope_per_min", FLOAT, tr.slope if tr else None)
         row.add(f"{s.name}_slope_ci_low", FLOAT, tr.low if tr else None)
         row.add(f"{s.name}_slope_ci_high", FLOAT, tr.high if tr else None)
-        row.add(f"{s.name}_slope_pct_per_hour", FLOAT, tr.per_hour_pct(tr.slope) if tr else None)
+        row.add(f"{s.name}_slope_pct_per_hour", FLOAT,
+                tr.per_hour_pct(tr.slope) if tr and t.extrapolates else None)
         row.add(f"{s.name}_slope_r2", FLOAT, tr.r2 if tr else None)
         row.add(f"{s.name}_theil_sen_per_min", FLOAT, tr.theil_sen if tr else None)
         row.add(f"{s.name}_trend", STRING, tr.verdict if tr else None)
@@ -82,11 +93,26 @@ def _row(data: ReportData, t: TargetReport) -> _Row:
             row.add(f"{kind}_{tag}_ms", FLOAT, lat.percentiles_ms[p])
             row.add(f"{kind}_{tag}_samples_beyond", INT, lat.beyond(p))
         row.add(f"{kind}_max_ms", FLOAT, lat.max_ms)
+    row.add("e2e_unsampled", INT, t.e2e_unsampled)
     row.add("send_errors_measuring", INT, t.send_errors_measuring)
     row.add("send_errors_total", INT, t.send_errors_total)
     row.add("loadgen_saturated_s", FLOAT, t.loadgen_saturated_s)
     row.add("loadgen_cpu_percent", FLOAT, t.loadgen_cpu_percent)
+    row.add("segments", INT, max(len(t.segments), 1))
+    row.add("changes", INT, sum(1 for c in data.changes
+                                if c.event.key == (t.run_id, t.target) and is_change(c.event.kind)))
     return row
+
+
+def _drained(data: ReportData, t: TargetReport) -> bool | None:
+    if NOT_DRAINED in t.marks:
+        return False
+    totals = data.run(t.run_id).meta.get("totals")
+    for entry in totals if isinstance(totals, list) else []:
+        if isinstance(entry, dict) and str(entry.get("label")) == t.target:
+            drained = entry.get("drained")
+            return drained if isinstance(drained, bool) else None
+    return None
 
 
 def summary_table(data: ReportData) -> pa.Table:

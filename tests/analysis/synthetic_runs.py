@@ -1,8 +1,13 @@
-"""Synthetic runs written through the real ParquetSink, with the truth kept for comparison."""
+"""Synthetic runs written through the real ParquetSink, with the truth kept for comparison.
+
+A run can be steered as a real one is: `SyntheticEvent`s (rate changes, producers and consumers
+stopped and started, faults, recoveries, …) are written to the events table at chosen times of
+the measuring phase, and a target's model can change its rate, latency and consumption by
+measuring second, so the figures of each segment are known."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +48,24 @@ class TargetModel:
     lag_growth_per_min: float = 0.0  # true slope of the summed lag
     net_factor: float = 0.0  # broker network bytes per payload byte; 0: not reported
     config: dict[str, Any] = field(default_factory=dict)  # run.json targets[].config
+    # by measuring second k (0, 1, …): produce MB/s (instead of mb_s), the target rate the
+    # ticks record, a factor on the latency samples and on the consumed count
+    measuring_mb_s: Callable[[int], float] | None = None
+    target_rate: Callable[[int], float] = lambda k: 0.0
+    latency_factor: Callable[[int], float] = lambda k: 1.0
+    consume_factor: Callable[[int], float] = lambda k: 1.0
+
+
+@dataclass(frozen=True)
+class SyntheticEvent:
+    """An event at `at_s` seconds from the start of the measuring phase (negative: warm-up;
+    past its end: the drain). Measuring second k is the tick with seq = warm-up seconds + k,
+    which spans [k, k + 1) on this scale, so an event at 10.3 s happens in measuring second 10."""
+
+    at_s: float
+    target: str  # "" for a run-wide event
+    kind: str
+    detail: str
 
 
 @dataclass
@@ -51,7 +74,9 @@ class SyntheticRun:
 
     run_dir: Path
     run_id: str
+    warmup_s: int = 0
     ticks: list[Tick] = field(default_factory=list)
+    events: list[RunEvent] = field(default_factory=list)  # the SyntheticEvents as written
     # measuring-phase raw samples by target and kind
     raw: dict[str, dict[str, list[npt.NDArray[np.int64]]]] = field(default_factory=dict)
 
@@ -60,6 +85,16 @@ class SyntheticRun:
 
     def measuring(self, target: str) -> list[Tick]:
         return [t for t in self.ticks if t.target == target and t.phase == Phase.MEASURING]
+
+    def raw_of(self, target: str, kind: str, first: int, last: int) -> npt.NDArray[np.int64]:
+        """The samples of measuring seconds first … last (inclusive)."""
+        return np.concatenate(self.raw[target][kind][first:last + 1])
+
+    def measuring_start_us(self, target: str) -> int:
+        """Where the report puts the start of the measuring phase: the first measuring tick's
+        end less its interval, in µs."""
+        first = min(self.measuring(target), key=lambda t: t.seq)
+        return first.time_ns // 1000 - round(first.interval_s * 1e6)
 
 
 def _samples(rng: np.random.Generator, kind: str, model: TargetModel, n: int,
@@ -87,13 +122,27 @@ def write_synthetic_run(
     raw: bool = True,
     write_meta: bool = True,
     close: bool = True,
+    events: Sequence[SyntheticEvent] = (),
+    ended: bool | None = None,
+    stopped_early: bool = False,
+    drained: Mapping[str, bool] | None = None,
 ) -> SyntheticRun:
     """Feed one tick per target per second through a real ParquetSink and close it (or, with
-    close=False, leave it as a killed process would: the last rows never written)."""
+    close=False, leave it as a killed process would: the last rows never written).
+
+    run.json records an end (`ended`, `stopped_early`, `totals`) when `ended` is true (by
+    default: when the sink is closed); `drained` gives targets' `totals[].drained` (default
+    true)."""
     rng = np.random.default_rng(seed)
     clock = FakeClock()
     sink = ParquetSink(run_dir, run_id, rotate_s=rotate_s, raw=raw, clock=clock)
-    run = SyntheticRun(run_dir=run_dir, run_id=run_id)
+    run = SyntheticRun(run_dir=run_dir, run_id=run_id, warmup_s=warmup_s)
+    measuring_start_ns = T0_NS + (warmup_s - 1) * 1_000_000_000
+    waiting = sorted(
+        (RunEvent(measuring_start_ns + round(e.at_s * 1e9), e.target, e.kind, e.detail)
+         for e in events),
+        key=lambda e: e.time_ns,
+    )
     phases = (
         [Phase.WARMUP] * warmup_s + [Phase.MEASURING] * measuring_s + [Phase.DRAINING] * draining_s
     )
@@ -107,6 +156,10 @@ def write_synthetic_run(
             current = phase
         if seq == warmup_s + measuring_s // 2:
             sink(RunEvent(T0_NS + seq * 1_000_000_000 + 5, "", "fault", "pause broker 1 s"))
+        while waiting and waiting[0].time_ns < T0_NS + seq * 1_000_000_000:
+            run.events.append(waiting.pop(0))
+            sink(run.events[-1])
+        k = seq - warmup_s  # the measuring second
         for name, model in targets.items():
             interval = float(1.0 + rng.uniform(-0.02, 0.02))
             elapsed[name] += interval
@@ -114,12 +167,16 @@ def write_synthetic_run(
             minutes = elapsed[name] / 60.0
             # warm-up and draining run at a visibly different rate and latency, so a report
             # that does not keep to the measuring phase fails the comparisons
-            scale = 1.0 if phase == Phase.MEASURING else 10.0
-            mb_s = model.mb_s(minutes) + rng.normal(0.0, model.noise_mb_s)
-            if phase != Phase.MEASURING:
+            measuring = phase == Phase.MEASURING
+            scale = model.latency_factor(k) if measuring else 10.0
+            base = (model.measuring_mb_s(k) if measuring and model.measuring_mb_s is not None
+                    else model.mb_s(minutes))
+            mb_s = base + rng.normal(0.0, model.noise_mb_s)
+            if not measuring:
                 mb_s *= 0.3
             produced = max(round(mb_s * 1e6 * interval / MESSAGE_SIZE), 0)
-            consumed = max(produced - int(rng.integers(0, 50)), 0)
+            consumed = max(round(produced * (model.consume_factor(k) if measuring else 1.0))
+                           - int(rng.integers(0, 50)), 0)
             totals[name][0] += produced
             totals[name][1] += consumed
             snaps = {}
@@ -145,7 +202,7 @@ def write_synthetic_run(
                 consumed=consumed,
                 consumed_bytes=consumed * MESSAGE_SIZE,
                 send_errors=int(seq % 10 == 3),
-                target_rate=0.0,
+                target_rate=model.target_rate(k) if measuring else 0.0,
                 publish_latency=snaps["publish"],
                 publish_delay=snaps["delay"],
                 e2e_latency=snaps["e2e"],
@@ -164,25 +221,46 @@ def write_synthetic_run(
             run.ticks.append(tick)
             sink(tick)
         clock.now += 1.0
+    for event in waiting:  # the rest happened during the drain
+        run.events.append(event)
+        sink(event)
     if close:
         sink(PhaseChange(Phase.DONE, T0_NS + len(phases) * 1_000_000_000))
         sink.close()
     else:
         sink.wait()  # the rotated files reached the disk; the buffered rows never will
     if write_meta:
-        write_run_json(
-            run_dir,
-            {
-                "run_id": run_id,
-                "started": "2026-01-01T00:00:00+00:00",
-                "workload": {
-                    "name": "synthetic",
-                    "messageSize": MESSAGE_SIZE,
-                    "partitionsPerTopic": 3,
-                    "producerRate": 0,
-                },
-                "targets": [{"label": name, "platform": "synthetic", "config": m.config}
-                            for name, m in targets.items()],
+        meta: dict[str, Any] = {
+            "run_id": run_id,
+            "started": "2026-01-01T00:00:00+00:00",
+            "workload": {
+                "name": "synthetic",
+                "messageSize": MESSAGE_SIZE,
+                "partitionsPerTopic": 3,
+                "subscriptionsPerTopic": 1,
+                "producerRate": 0,
             },
-        )
+            "targets": [{"label": name, "platform": "synthetic", "config": m.config}
+                        for name, m in targets.items()],
+        }
+        records_end = close if ended is None else ended
+        if records_end:
+            meta.update(
+                ended="2026-01-01T01:00:00+00:00",
+                stopped_early=stopped_early,
+                measured_ticks=measuring_s,
+                totals=[_totals(run, name, (drained or {}).get(name, True)) for name in targets],
+            )
+        write_run_json(run_dir, meta)
     return run
+
+
+def _totals(run: SyntheticRun, target: str, drained: bool) -> dict[str, Any]:
+    """A target's totals entry of run.json, as the run loop writes it at the end."""
+    ticks = [t for t in run.ticks if t.target == target]
+    produced = sum(t.produced for t in ticks)
+    consumed = sum(t.consumed for t in ticks)
+    return {"label": target, "produced": produced, "consumed": consumed,
+            "send_errors": sum(t.send_errors for t in ticks), "receive_errors": 0,
+            "duplicates": 0, "expected": produced, "final_lag": 0 if drained else 1234,
+            "drained": drained}

@@ -1,0 +1,225 @@
+"""How a run was steered, and what it cost, from its `events` table: the interventions (rate
+changes, producers and consumers stopped and started, broker faults) in time order, each fault
+with the recovery the run loop measured after it and each resumption of the consumers with the
+drain of their backlog; the events that matter for reading the figures (the load generator
+saturated, the run loop late); and the points where the interventions split a target's
+measuring phase into segments.
+
+Plain Python over rows already collected from Spark: the recovery and backlog figures are
+parsed from the events' text, so a figure the text lacks is simply unknown (None)."""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from analysis.labels import Key
+
+CHANGE_KINDS: tuple[str, ...] = ("rate", "producers", "consumers")
+FAULT_PREFIX = "fault-"
+RECOVERY_KINDS: tuple[str, ...] = ("recovered", "not-recovered")
+BACKLOG_KIND = "backlog-drained"
+# listed beside the changes: they say which seconds describe streambench rather than the broker
+NOTE_KINDS: tuple[str, ...] = ("loadgen-saturated", "coordinator-late", "intervention-failed")
+READ_KINDS: tuple[str, ...] = (*CHANGE_KINDS, *RECOVERY_KINDS, BACKLOG_KIND, *NOTE_KINDS)
+
+
+def is_fault(kind: str) -> bool:
+    return kind.startswith(FAULT_PREFIX)
+
+
+def is_change(kind: str) -> bool:
+    """An intervention: it changes the load or the brokers, so it splits the measuring phase."""
+    return kind in CHANGE_KINDS or is_fault(kind)
+
+
+def is_listed(kind: str) -> bool:
+    """A row of the "Faults and changes" table."""
+    return is_change(kind) or kind in NOTE_KINDS
+
+
+@dataclass(frozen=True)
+class Event:
+    run_id: str
+    target: str  # "" for a run-wide event
+    time_us: int  # microseconds since the epoch
+    phase: str
+    kind: str
+    detail: str
+
+    @property
+    def key(self) -> Key:
+        return (self.run_id, self.target)
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.detail}".strip()
+
+
+# -- figures in the events' text -------------------------------------------------------------
+
+_NUMBER = r"(-?[\d,]+(?:\.\d+)?)"
+
+
+def _number(pattern: str, text: str) -> float | None:
+    m = re.search(pattern.replace("#", _NUMBER), text)
+    if m is None:
+        return None
+    try:
+        return float(m.group(1).replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _count(pattern: str, text: str) -> int | None:
+    value = _number(pattern, text)
+    return None if value is None else round(value)
+
+
+@dataclass(frozen=True)
+class RecoveryFigures:
+    """What a `recovered` / `not-recovered` event says: the time until healthy again from the
+    first fault of the recovery, and what the fault cost meanwhile."""
+
+    recovered: bool
+    healthy_after_s: float | None  # from the first fault of the recovery
+    lag_peak: int | None
+    lag_before: int | None
+    stall_ms: float | None  # the longest publish latency meanwhile
+    late: int | None  # messages whose end-to-end latency passed `late_over_ms`
+    late_over_ms: float | None
+    send_errors: int | None
+
+
+def parse_recovery(kind: str, detail: str) -> RecoveryFigures:
+    """E.g. "healthy again 12.3 s after kill kafka-2 (…); lag peak 1,234 (before 0); longest
+    publish stall 850 ms; late messages 2,300 (e2e over 100 ms); send errors 0"."""
+    return RecoveryFigures(
+        recovered=kind == "recovered",
+        healthy_after_s=_number(r"healthy again # s after", detail),
+        lag_peak=_count(r"lag peak #", detail),
+        lag_before=_count(r"\(before #\)", detail),
+        stall_ms=_number(r"publish stall # ms", detail),
+        late=_count(r"late messages #", detail),
+        late_over_ms=_number(r"over # ms", detail),
+        send_errors=_count(r"send errors #", detail),
+    )
+
+
+@dataclass(frozen=True)
+class BacklogFigures:
+    """What a `backlog-drained` event says."""
+
+    backlog: int | None  # messages waiting when the consumers resumed
+    drained_in_s: float | None  # from the resumption until the lag was zero
+    rate: float | None  # msg/s consumed meanwhile
+
+
+def parse_backlog(detail: str) -> BacklogFigures:
+    """E.g. "backlog of 12,345 drained in 3.2 s after the consumers resumed: 3,858 msg/s
+    consumed meanwhile"."""
+    return BacklogFigures(
+        backlog=_count(r"backlog of #", detail),
+        drained_in_s=_number(r"drained in # s", detail),
+        rate=_number(r"# msg/s", detail),
+    )
+
+
+# -- the table of faults and changes ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChangeRow:
+    """One row of the "Faults and changes" table."""
+
+    event: Event
+    at_s: float  # seconds from the start of the measuring phase (negative: warm-up)
+    recovery: RecoveryFigures | None = None  # faults: the recovery that followed
+    healthy_after_s: float | None = None  # faults: from this event until healthy again
+    backlog: BacklogFigures | None = None  # consumers: the backlog drained after them
+
+
+def change_rows(events: Iterable[Event], measuring_start_us: Mapping[Key, int]) -> list[ChangeRow]:
+    """Every listed event in time order (runs in the order of `measuring_start_us`' keys),
+    each fault with the first recovery event of its target after it and each `consumers`
+    event with the backlog drained after it (before the next `consumers` event). Several
+    faults before one recovery share it; the time until healthy again is counted from each
+    fault's own time (the recovery's time from the first fault, moved by the faults' gap).
+    Run-wide events count from the earliest measuring start of their run."""
+    run_order = list(dict.fromkeys(k[0] for k in measuring_start_us))
+    run_start: dict[str, int] = {}
+    for (run_id, _target), start in measuring_start_us.items():
+        run_start[run_id] = min(start, run_start.get(run_id, start))
+    ordered = sorted(
+        (e for e in events if e.run_id in run_start),
+        key=lambda e: (run_order.index(e.run_id), e.time_us),
+    )
+    rows: list[ChangeRow] = []
+    pending: dict[Key, list[int]] = {}  # faults waiting for their recovery: row indexes
+    consumers: dict[Key, int] = {}  # the last consumers row waiting for its backlog
+    for e in ordered:
+        if is_listed(e.kind):
+            start = measuring_start_us.get(e.key, run_start[e.run_id])
+            rows.append(ChangeRow(e, (e.time_us - start) / 1e6))
+            if is_fault(e.kind):
+                pending.setdefault(e.key, []).append(len(rows) - 1)
+            elif e.kind == "consumers":
+                consumers[e.key] = len(rows) - 1
+        elif e.kind in RECOVERY_KINDS:
+            faults = pending.pop(e.key, [])
+            if not faults:
+                continue
+            figures = parse_recovery(e.kind, e.detail)
+            first_us = rows[faults[0]].event.time_us
+            for i in faults:
+                after = None
+                if figures.recovered and figures.healthy_after_s is not None:
+                    gap = (rows[i].event.time_us - first_us) / 1e6
+                    after = figures.healthy_after_s - gap
+                rows[i] = ChangeRow(rows[i].event, rows[i].at_s, figures, after)
+        elif e.kind == BACKLOG_KIND:
+            i = consumers.pop(e.key, -1)
+            if i >= 0:
+                row = rows[i]
+                rows[i] = ChangeRow(row.event, row.at_s, backlog=parse_backlog(e.detail))
+    return rows
+
+
+# -- segments ----------------------------------------------------------------------------------
+
+
+def split_points(events: Iterable[Event], bounds: Mapping[Key, tuple[int, int]]
+                 ) -> dict[Key, list[Event]]:
+    """The interventions inside each target's measuring phase (`bounds`: its first tick's
+    start and last tick's end, in µs), in time order: where its segments begin."""
+    out: dict[Key, list[Event]] = {}
+    for e in events:
+        span = bounds.get(e.key)
+        if span is not None and is_change(e.kind) and span[0] < e.time_us < span[1]:
+            out.setdefault(e.key, []).append(e)
+    for splits in out.values():
+        splits.sort(key=lambda e: e.time_us)
+    return out
+
+
+@dataclass(frozen=True)
+class SegmentStart:
+    first_seq: int  # the segment's first tick
+    started_by: tuple[Event, ...]  # the interventions that began it (none for the first)
+
+
+def segment_starts(ticks: Sequence[tuple[int, int]], splits: Sequence[Event]) -> list[SegmentStart]:
+    """Segments of one target's measuring ticks, given as (seq, end time in µs) in seq order:
+    a tick belongs to the segment of the last intervention before its end, so the tick in
+    which an intervention happened is the first of the new segment. Interventions within one
+    tick begin one segment together."""
+    times = [e.time_us for e in splits]
+    out: list[SegmentStart] = []
+    current = -1
+    for seq, end_us in ticks:
+        index = bisect_left(times, end_us)  # interventions strictly before the tick's end
+        if index != current:
+            out.append(SegmentStart(seq, tuple(splits[max(current, 0):index])))
+            current = index
+    return out
