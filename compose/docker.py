@@ -494,6 +494,18 @@ class ComposeStack(Stack):
 
     # -- fault hooks --
 
+    def down_brokers(self) -> dict[str, str]:
+        down = {}
+        for broker in self.brokers():
+            container = self._containers.get(broker)
+            if container is None:
+                continue
+            container.reload()  # one engine request: the container's state now
+            if container.status != "running" and container.status != "paused":
+                code = (container.attrs.get("State") or {}).get("ExitCode")
+                down[broker] = f"container {container.name} {container.status} (exit code {code})"
+        return down
+
     async def _apply_fault(self, action: str, broker: str) -> str:
         container = self._containers.get(broker)
         if container is None:

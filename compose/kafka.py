@@ -31,6 +31,7 @@ from compose.process import (
     free_port,
     keep_logs,
     node_fault,
+    nodes_down,
     port_in_use,
     remove_stale_dirs,
     start_process,
@@ -477,6 +478,9 @@ class KafkaLocalStack(Stack):
                                  f"start ({found} of {wanted} brokers in its metadata); log: "
                                  f"{tail(node.log, 3) or 'empty'}")
             await asyncio.sleep(0.5)
+
+    def down_brokers(self) -> dict[str, str]:
+        return nodes_down(self._nodes())
 
     async def _apply_fault(self, action: str, broker: str) -> str:
         node = next((n for n in self._nodes() if n.name == broker), None)

@@ -233,3 +233,14 @@ async def stop_and_remove(proc: subprocess.Popen[bytes] | None, data_dir: Path |
     if data_dir is not None:
         keep_logs(logs or [], data_dir, log_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def nodes_down(nodes: list[LocalNode]) -> dict[str, str]:
+    """The started nodes whose process has ended, and how it ended."""
+    down = {}
+    for node in nodes:
+        code = node.proc.poll() if node.proc is not None else None
+        if code is not None:
+            down[node.name] = (f"killed by signal {-code}" if code < 0
+                               else f"exited with code {code}")
+    return down

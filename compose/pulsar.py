@@ -36,6 +36,7 @@ from compose.process import (
     LocalNode,
     free_port,
     node_fault,
+    nodes_down,
     port_in_use,
     remove_stale_dirs,
     stop_and_remove,
@@ -481,6 +482,9 @@ class PulsarLocalStack(Stack):
             log = node.log
             raise StackError(f"{self._label}: the Pulsar standalone exited after a start: "
                              f"{_last_error(log) or tail(log, 3) or 'no output'} (log: {log})")
+
+    def down_brokers(self) -> dict[str, str]:
+        return nodes_down([self._node] if self._node is not None else [])
 
     async def _apply_fault(self, action: str, broker: str) -> str:
         if self._node is None:

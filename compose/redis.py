@@ -17,6 +17,7 @@ from compose.process import (
     LocalNode,
     free_port,
     node_fault,
+    nodes_down,
     port_in_use,
     remove_stale_dirs,
     stop_and_remove,
@@ -139,6 +140,9 @@ class RedisLocalStack(Stack):
             log = tail(self._dir / "redis.log") or tail(node.log)
             raise StackError(f"{self._label}: redis-server did not answer on port {self._port} "
                              f"after a start: {log or 'no output'}")
+
+    def down_brokers(self) -> dict[str, str]:
+        return nodes_down([self._node] if self._node is not None else [])
 
     async def _apply_fault(self, action: str, broker: str) -> str:
         if self._node is None:

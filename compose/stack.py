@@ -4,6 +4,7 @@ in implements."""
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ FAULT_ALIASES = {"unpause": "resume"}  # docker's word
 # the key of a target's options under which the runtime rule leaves why it chose the runtime
 # (when the user did not), for the stack to say as its first progress line
 RUNTIME_NOTE = "runtime_note"
+WATCH_INTERVAL_S = 0.5  # how often a running stack checks that its brokers still run
 
 
 def _no_events(kind: str, detail: str) -> None:
@@ -94,8 +96,44 @@ class Stack(ABC):
         if broker not in brokers:
             raise StackError(f"{self._label}: no broker {broker!r}; brokers: "
                              f"{', '.join(brokers) or 'none'}")
-        detail = await self._apply_fault(name, broker)
+        # while a fault stops a broker on purpose, its death is expected, not a failure
+        self._expected().add(broker)
+        try:
+            detail = await self._apply_fault(name, broker)
+        finally:
+            if name != "kill":
+                self._expected().discard(broker)
         self.context.events(f"fault-{action}", detail)
+
+    # -- brokers that die --
+
+    def _expected(self) -> set[str]:
+        """Brokers a fault has stopped (killed and not started again)."""
+        expected: set[str] | None = self.__dict__.get("_expected_down")
+        if expected is None:
+            expected = self.__dict__["_expected_down"] = set()
+        return expected
+
+    def down_brokers(self) -> dict[str, str]:
+        """Brokers of brokers() that are not running now → how they ended (e.g. "exit code
+        137"); none for an existing cluster."""
+        return {}
+
+    async def watch(self, interval_s: float = WATCH_INTERVAL_S) -> None:
+        """Until cancelled: notice at once when a broker ends that no fault stopped, and record
+        a `broker-died` event (once per death; again if it dies after being started again)."""
+        reported: set[str] = set()
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                down = await asyncio.to_thread(self.down_brokers)
+            except Exception:  # the engine not answering now is not a broker's death
+                continue
+            for broker, how in down.items():
+                if broker not in reported and broker not in self._expected():
+                    reported.add(broker)
+                    self.context.events("broker-died", f"{broker}: {how}")
+            reported &= set(down)  # a broker that runs again may be reported again
 
     async def _apply_fault(self, action: str, broker: str) -> str:
         """Do one fault (a name of FAULTS) to one of brokers(); returns the event's detail."""

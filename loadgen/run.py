@@ -80,6 +80,7 @@ class RunSummary:
     stopped_early: bool
     targets: list[TargetTotals] = field(default_factory=list)
     measured_ticks: int = 0
+    broker_failures: list[str] = field(default_factory=list)  # brokers that died unbidden
 
 
 # room for the files inside a run directory: its path may use this much less than PATH_MAX
@@ -187,6 +188,9 @@ class Run:
         self._recovery = RecoveryWatch(workload.subscriptions)
         self._drain = DrainWatch()
         self._measure_start_ns: int | None = None  # wall time the measuring phase started
+        self.broker_failures: list[str] = []
+        self._down: dict[str, set[str]] = {t.label: set() for t in targets}
+        self.subscribe(self._note_brokers)
 
     @property
     def labels(self) -> list[str]:
@@ -264,6 +268,7 @@ class Run:
             measured = await self._drive()
             summary.measured_ticks = measured
             summary.stopped_early = self.stop_requested
+            summary.broker_failures = list(self.broker_failures)
             self._set_phase(Phase.WRITING, "writing run files")
             summary.targets = [r.totals for r in self.runners]
             self.publish(RunMeta(self._meta({
@@ -271,6 +276,7 @@ class Run:
                 "stopped_early": summary.stopped_early,
                 "measured_ticks": measured,
                 "totals": [json.loads(json.dumps(t.__dict__)) for t in summary.targets],
+                "broker_failures": summary.broker_failures,
             })))
         finally:
             await asyncio.gather(*(r.close() for r in self.runners), return_exceptions=True)
@@ -360,11 +366,37 @@ class Run:
                 for r, d, t in zip(self.runners, done, ticks, strict=True):
                     r.totals.drained = d
                     r.totals.final_lag = t.lag.total if t.lag is not None else None
-                if all(done) or self._stop_requests > 1 or loop.time() > drain_deadline:
+                # a target whose every broker died has nothing left to drain from
+                over = [d or self._all_down(r.label) for r, d in zip(self.runners, done, strict=True)]
+                if all(over) and not all(done):
+                    self.publish(RunEvent(time.time_ns(), "", "drain-skipped",
+                                          "no broker left to drain from: "
+                                          + ", ".join(r.label for r, d in zip(self.runners, done,
+                                                                               strict=True) if not d)))
+                if all(over) or self._stop_requests > 1 or loop.time() > drain_deadline:
                     if not all(done):
                         self.publish(RunEvent(time.time_ns(), "", "drain-incomplete",
                                               "stopped before every message was consumed"))
                     return max(0, measure_end - warm_end)
+
+    # ---- brokers that die -----------------------------------------------------------------
+
+    def _note_brokers(self, item: BusItem) -> None:
+        """Brokers that died unbidden (the stacks watch them), and those started again."""
+        if not isinstance(item, RunEvent) or item.target not in self._down:
+            return
+        broker = item.detail.split(":")[0].split(" ")[0]
+        if item.kind == "broker-died":
+            self._down[item.target].add(broker)
+            self.broker_failures.append(f"{item.target}: {item.detail}")
+        elif item.kind == "fault-kill":
+            self._down[item.target].add(broker)
+        elif item.kind in ("fault-start", "fault-restart"):
+            self._down[item.target].discard(broker)
+
+    def _all_down(self, label: str) -> bool:
+        own = {o for o in self.brokers.get(label, {}).values()}
+        return bool(own) and own <= self._down[label]
 
     # ---- interventions ------------------------------------------------------------------
 

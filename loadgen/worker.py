@@ -15,9 +15,11 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import logging
 import multiprocessing
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -42,6 +44,28 @@ def _picklable(exc: BaseException) -> StreambenchError:
     return StackError(f"{type(exc).__name__}: {exc}")
 
 
+class _OncePerSecond(logging.Filter):
+    """Lets a repeated log message through once a second, with how often it was held back: a
+    dead broker's connection must not flood the terminal with one line per attempted send."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, tuple[float, int]] = {}  # message -> (time let through, held back)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = record.getMessage()[:200]
+        now = time.monotonic()
+        last, held = self._last.get(key, (0.0, 0))
+        if now - last < 1.0:
+            self._last[key] = (last, held + 1)
+            return False
+        if held:
+            record.msg = f"{record.getMessage()} (and {held} more like it in the last second)"
+            record.args = ()
+        self._last[key] = (now, 0)
+        return True
+
+
 def _worker_main(conn: Connection, index: int, target: Target, workload: Workload, run_id: str,
                  record_raw: bool, track_ids: bool, share: tuple[int, int],
                  log_dir: Path | None) -> None:
@@ -51,6 +75,7 @@ def _worker_main(conn: Connection, index: int, target: Target, workload: Workloa
     # close and stops by itself.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    logging.getLogger("asyncio").addFilter(_OncePerSecond())
     run_precise(_serve(conn, TargetLoad(index, target.label, target, workload, run_id, record_raw,
                                         track_ids, lambda e: _send(conn, e), share, log_dir)))
 

@@ -23,6 +23,7 @@ from tui.doctor import REPORT_INSTALL, REPORT_MODULES, doctor, missing_report_mo
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+EXIT_BROKER_FAILED = 3  # a broker died during the run without a fault asking for it
 MAX_PROCESSES = 64
 EXIT_USER_STOP = SIGNAL_EXIT[signal.SIGINT]  # a run the user ended early, e.g. `q` in the dashboard
 
@@ -356,6 +357,8 @@ def _read_commands(run: Any) -> Callable[[], None]:
 def _print_summary(summary: Any) -> None:
     if summary.stopped_early:
         sys.stderr.write(f"stopped early: {summary.measured_ticks} s measured\n")
+    for failure in summary.broker_failures:
+        sys.stderr.write(f"broker failed during the run: {failure}\n")
     for t in summary.targets:
         lost = t.expected - t.consumed if t.expected else 0
         parts = [f"{t.label}: produced {t.produced:,}, consumed {t.consumed:,}"]
@@ -399,7 +402,9 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         _print_summary(summary)
         if args.report and summary.measured_ticks:
             print(f"report: {_report([summary.run_dir], None, None)}")
-        return SIGNAL_EXIT[signal.Signals(sig)] if sig else 0
+        if sig:
+            return SIGNAL_EXIT[signal.Signals(sig)]
+        return EXIT_BROKER_FAILED if summary.broker_failures else 0
 
     from tui.app import DashboardApp
 
@@ -431,7 +436,9 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"report: {report_path}")
     if terminated:
         return SIGNAL_EXIT[signal.Signals(terminated[0])]
-    return EXIT_USER_STOP if result.stopped_early else 0
+    if result.stopped_early:
+        return EXIT_USER_STOP
+    return EXIT_BROKER_FAILED if result.broker_failures else 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -125,3 +125,36 @@ def test_kill_and_start_one_of_three_kafka_brokers(tmp_path: Path) -> None:
     # every acknowledged message was consumed (a rebalance may deliver some twice)
     assert totals["consumed"] - totals["duplicates"] >= totals["produced"] > 20_000
     assert totals["drained"]
+
+
+def test_a_broker_that_dies_unbidden_is_noticed(tmp_path: Path, no_leftover_redis) -> None:
+    """redis-server killed from outside streambench mid-run: the death is an event within a
+    second, the terminal is not flooded, the drain does not wait for a broker that is gone,
+    and the exit code says a broker failed."""
+    import os
+    import signal
+
+    from tests.conftest import CliRun
+
+    run_dir = tmp_path / "run"
+    # consumers stopped first: a backlog is left that no broker can drain any more
+    cli = CliRun(["run", "redis", "--headless", "--rate", "1000", "--warmup", "1",
+                  "--duration", "20", "--out", str(run_dir), "--at", "1s:consumers=stop"])
+    cli.wait_for_line("measuring", 60)
+    cli.wait_for_line("measuring", 10)
+    pid = run_json(run_dir)["targets"][0]["pids"][0]
+    killed = time.time()
+    os.kill(pid, signal.SIGKILL)
+    rc, _out, err = cli.finish(timeout_s=90)
+    finished = time.time()
+    assert rc == 3, err[-2000:]
+    events = _events(run_dir)
+    died = next(e for e in events if e["kind"] == "broker-died")
+    assert "killed by signal 9" in died["detail"]
+    assert died["time"].timestamp() - killed < 1.5
+    assert "drain-skipped" in [e["kind"] for e in events]
+    assert run_json(run_dir)["totals"][0]["drained"] is False
+    assert finished - killed < 30  # the rest of the measuring phase, no drain timeout
+    assert len(err.splitlines()) < 200, err[-3000:]
+    assert "broker failed during the run: redis: redis: killed by signal 9" in err
+    assert run_json(run_dir)["broker_failures"]
