@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -227,6 +228,26 @@ def _report(run_dirs: Sequence[Path | str], out: Path | None, master: str | None
                         baseline=baseline, formats=formats)
 
 
+def _start_spark(log: Path) -> None:
+    """Start the report's Spark session ahead of time; a failure here is reported by the
+    report itself when it tries again."""
+    with contextlib.suppress(Exception):
+        from analysis.session import spark_session
+
+        spark_session(None, log)
+
+
+def _stop_spark(log: Path) -> None:
+    with contextlib.suppress(Exception):
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            active.stop()
+    with contextlib.suppress(OSError):
+        log.unlink()
+
+
 def _report_extra_message(missing: Sequence[str]) -> str:
     names = ", ".join(dict.fromkeys(name.partition(".")[0] for name in missing))
     return f"reports need the report extra ({names} not installed): {REPORT_INSTALL}"
@@ -408,10 +429,17 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     from tui.app import DashboardApp
 
+    # With --report, Spark starts in the background while the run goes on (in the one thread
+    # the report will run in, where the session stays active), so that the report is ready
+    # seconds after the run ends instead of waiting for a JVM then.
+    reporter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="report") if args.report else None
+    if reporter is not None:
+        reporter.submit(_start_spark, run.run_dir / ".spark-start.log")
+
     async def after_run(summary: Any) -> str | None:
-        if not args.report or not summary.measured_ticks:
+        if reporter is None or not summary.measured_ticks:
             return None
-        return str(await asyncio.to_thread(_report, [summary.run_dir], None, None))
+        return str(await asyncio.wrap_future(reporter.submit(_report, [summary.run_dir], None, None)))
 
     app = DashboardApp(run, run.labels, workload, after_run=after_run)
     terminated: list[int] = []
@@ -425,7 +453,12 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     # Ctrl-C reaches the dashboard as a key in raw mode; SIGINT from elsewhere stops like it
     for sig in SIGNAL_EXIT:
         signal.signal(sig, on_signal)
-    result = app.run()
+    try:
+        result = app.run()
+    finally:
+        if reporter is not None:
+            reporter.submit(_stop_spark, run.run_dir / ".spark-start.log")
+            reporter.shutdown(wait=True)
     if isinstance(result, BaseException):
         raise result
     if result is None:
