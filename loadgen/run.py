@@ -32,6 +32,7 @@ from loadgen.interventions import (
 )
 from loadgen.load import TargetTotals
 from loadgen.pacing import now_ns
+from loadgen.placement import place
 from loadgen.platforms import PLATFORMS
 from loadgen.recovery import DrainWatch, RecoveryWatch
 from loadgen.target import Target
@@ -188,6 +189,9 @@ class Run:
         self._recovery = RecoveryWatch(workload.subscriptions)
         self._drain = DrainWatch()
         self._measure_start_ns: int | None = None  # wall time the measuring phase started
+        w = workload
+        self.placement = place(w.topics * w.producers, w.topics * w.subscriptions * w.consumers,
+                               processes)  # the same for every target
         self.broker_failures: list[str] = []
         self._down: dict[str, set[str]] = {t.label: set() for t in targets}
         self.subscribe(self._note_brokers)
@@ -250,6 +254,8 @@ class Run:
             "measure_ticks": self.measure_ticks,
             "record_raw": self.record_raw,
             "load_processes": self.processes,
+            "load_placement": [{"producers": p.producers, "consumers": p.consumers}
+                               for p in self.placement],
             "command": self._argv,
             "host": {"hostname": host_platform.node(), "cpus": os.cpu_count(),
                      "python": host_platform.python_version(), "system": host_platform.platform()},

@@ -90,6 +90,10 @@ def _number(kind: type[int] | type[float], minimum: float, exclusive: bool) -> C
 _positive_float = _number(float, 0, exclusive=True)
 _non_negative_float = _number(float, 0, exclusive=False)
 _positive_int = _number(int, 1, exclusive=False)
+
+
+def _processes(text: str) -> int | str:
+    return "auto" if text.strip().lower() == "auto" else _positive_int(text)
 _non_negative_int = _number(int, 0, exclusive=False)
 
 
@@ -116,9 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="consumers per subscription (one consumer group)")
     run.add_argument("--subscriptions", type=_non_negative_int, metavar="N",
                      help="subscriptions (consumer groups) per topic; 0 = produce only")
-    run.add_argument("--processes", type=_positive_int, metavar="N", default=1,
-                     help="load processes per target, its producers and consumers spread over "
-                          "them (a Python process drives about one core; default 1)")
+    run.add_argument("--processes", type=_processes, metavar="N|auto", default="auto",
+                     help="load processes per target, its producers and consumers dealt over "
+                          "them (a Python process drives about one core); auto (the default): "
+                          "one per producer and consumer while the host has cores to spare")
     run.add_argument("--at", action="append", default=[], metavar="TIME:ACTION=VALUE",
                      help="an intervention at a time of the measuring phase (repeatable): "
                           "30s:rate=5000, 45s:rate=max@redis, 60s:kill=kafka-2, 90s:start=kafka-2, "
@@ -396,15 +401,19 @@ def _print_summary(summary: Any) -> None:
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from analysis.sink import ParquetSink
     from loadgen.pacing import run_precise
+    from loadgen.placement import auto_processes
     from loadgen.platforms import resolve_target
     from loadgen.platforms.runtime import with_run_settings
     from loadgen.run import Run
     from loadgen.target import unique_labels
 
-    if args.processes > MAX_PROCESSES:
+    if args.processes != "auto" and args.processes > MAX_PROCESSES:
         raise WorkloadError(f"--processes {args.processes}: at most {MAX_PROCESSES} load processes "
                             "per target")
     workload = _workload_from(args)
+    if args.processes == "auto":
+        clients = workload.topics * (workload.producers + workload.subscriptions * workload.consumers)
+        args.processes = min(MAX_PROCESSES, auto_processes(clients, len(args.targets)))
     cpus = args.cpus if args.cpus is not None else workload.broker_cpus
     memory = args.memory if args.memory is not None else workload.broker_memory
     targets = unique_labels([

@@ -167,3 +167,16 @@ def test_drain_rate_counts_only_the_time_after_the_resume() -> None:
     assert backlog is not None
     assert backlog.seconds == pytest.approx(1.1)
     assert "3,636 msg/s" in backlog.detail(drained_ns)
+
+
+def test_placement_deals_producers_then_consumers() -> None:
+    from loadgen.placement import auto_processes, place
+
+    one_each = place(1, 1, 2)
+    assert [(p.producers, p.consumers) for p in one_each] == [([0], []), ([], [0])]
+    spread = place(3, 3, 2)
+    assert [(p.producers, p.consumers) for p in spread] == [([0, 2], [1]), ([1], [0, 2])]
+    assert all(p.producers or p.consumers for p in place(2, 2, 4))
+    assert auto_processes(2, 1, cores=2) == 1  # a 2-core host: one worker, the rest for brokers
+    assert auto_processes(2, 1, cores=8) == 2
+    assert auto_processes(10, 3, cores=8) == 2
