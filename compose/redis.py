@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -60,6 +61,31 @@ def check_version(version: str, where: str) -> None:
                          "(consumer-group lag)")
 
 
+@dataclass(frozen=True)
+class RedisServerOptions:
+    """The server settings of a Redis target, typed once from its options."""
+
+    aof: bool
+    fsync: str  # appendfsync: everysec | always | no (with aof)
+    port: int  # 0: a free loopback port
+
+    @classmethod
+    def of(cls, target: Target) -> RedisServerOptions:
+        o = target.options
+        return cls(bool(o.get("aof")), str(o.get("fsync") or "everysec"), int(o.get("port") or 0))
+
+    def argv(self) -> list[str]:
+        if self.aof:
+            return ["--appendonly", "yes", "--appendfsync", self.fsync]
+        return ["--appendonly", "no"]
+
+    def describe(self) -> dict[str, str]:
+        config = {"appendonly": "yes" if self.aof else "no"}
+        if self.aof:
+            config["appendfsync"] = self.fsync
+        return config
+
+
 class RedisLocalStack(Stack):
     runtime = "local"
     NODE = "redis"  # the fault hooks' name of the one broker
@@ -69,19 +95,14 @@ class RedisLocalStack(Stack):
         self._label = label
         self._node: LocalNode | None = None
         self._dir: Path | None = None
-        self._port = int(target.options.get("port") or 0)
+        self._opts = RedisServerOptions.of(target)
+        self._port = self._opts.port
         self._version = ""
 
     def _argv(self, binary: str, port: int, data: Path) -> list[str]:
-        opts = self._target.options
-        argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
+        return [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
                 "--save", "", "--daemonize", "no", "--protected-mode", "yes",
-                "--logfile", str(data / "redis.log")]
-        if opts.get("aof"):
-            argv += ["--appendonly", "yes", "--appendfsync", str(opts.get("fsync") or "everysec")]
-        else:
-            argv += ["--appendonly", "no"]
-        return argv
+                "--logfile", str(data / "redis.log"), *self._opts.argv()]
 
     async def up(self, progress: Progress) -> None:
         announce_runtime(progress, self._label, self._target.options)
@@ -106,7 +127,7 @@ class RedisLocalStack(Stack):
             log = tail(self._dir / "redis.log") or tail(node.log)
             node.stop()
             self._node = None
-            if self._target.options.get("port") or "Address already in use" not in log:
+            if self._opts.port or "Address already in use" not in log:
                 raise StackError(f"{self._label}: redis-server did not start: {log or 'no output'}")
         raise StackError(f"{self._label}: no free loopback port for redis-server after 3 tries")
 
@@ -156,10 +177,7 @@ class RedisLocalStack(Stack):
                               self.context.log_dir)
 
     def describe(self) -> StackDescription:
-        opts = self._target.options
-        config = {"appendonly": "yes" if opts.get("aof") else "no", "data_dir": str(self._dir)}
-        if opts.get("aof"):
-            config["appendfsync"] = str(opts.get("fsync") or "everysec")
+        config = {**self._opts.describe(), "data_dir": str(self._dir)}
         pid = self._node.pid if self._node is not None and self._node.running else None
         return StackDescription(
             runtime="local",

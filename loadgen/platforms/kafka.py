@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -40,6 +41,44 @@ INTENDED_HEADER = "t"
 RECEIVE_TIMEOUT_MS = 100
 ASSIGNMENT_TIMEOUT_S = 30.0
 REQUEST_TIMEOUT_MS = 30_000
+
+
+@dataclass(frozen=True)
+class KafkaClientOptions:
+    """The client and topic settings of a Kafka-API target, typed once from its options."""
+
+    acks: str | int  # "all", 0 or 1
+    linger_ms: int
+    batch_size: int
+    compression: str | None  # None: no compression
+    idempotence: bool
+    fetch_min_bytes: int
+    fetch_max_wait_ms: int
+    commit_interval_ms: int
+    replication: int  # 0: as many brokers as there are, up to 3
+    flush_messages: int | None
+    flush_ms: int | None
+    topic: str | None  # a topic the user named (it outlives the run)
+    reuse_topic: bool
+
+    @classmethod
+    def of(cls, target: Target) -> KafkaClientOptions:
+        o = target.options
+
+        def maybe_int(name: str) -> int | None:
+            return None if o.get(name) is None else int(o[name])
+
+        return cls(
+            acks="all" if o["acks"] == "all" else int(o["acks"]),
+            linger_ms=int(o["linger_ms"]), batch_size=int(o["batch_size"]),
+            compression=None if o["compression"] == "none" else str(o["compression"]),
+            idempotence=bool(o["idempotence"]), fetch_min_bytes=int(o["fetch_min_bytes"]),
+            fetch_max_wait_ms=int(o["fetch_max_wait_ms"]),
+            commit_interval_ms=int(o["commit_interval_ms"]),
+            replication=int(o.get("replication") or 0), flush_messages=maybe_int("flush_messages"),
+            flush_ms=maybe_int("flush_ms"), topic=str(o["topic"]) if o.get("topic") else None,
+            reuse_topic=bool(o.get("reuse_topic")),
+        )
 
 
 def topic_name(target: Target, run_topic: str) -> str:
@@ -182,7 +221,7 @@ class KafkaDriver(Driver):
         self._target = target
         self._bootstrap = bootstrap
         self._product = product
-        self._opts = target.options
+        self._opts = KafkaClientOptions.of(target)
         self._admin: AIOKafkaAdminClient | None = None
         self._brokers = 0
         self._created: set[str] = set()
@@ -202,14 +241,14 @@ class KafkaDriver(Driver):
         self._brokers = len(cluster["brokers"])
 
     def _replication(self) -> int:
-        return int(self._opts.get("replication") or min(3, max(1, self._brokers)))
+        return self._opts.replication or min(3, max(1, self._brokers))
 
     def _topic_configs(self) -> dict[str, str]:
         configs = {}
-        if self._opts.get("flush_messages") is not None:
-            configs["flush.messages"] = str(self._opts["flush_messages"])
-        if self._opts.get("flush_ms") is not None:
-            configs["flush.ms"] = str(self._opts["flush_ms"])
+        if self._opts.flush_messages is not None:
+            configs["flush.messages"] = str(self._opts.flush_messages)
+        if self._opts.flush_ms is not None:
+            configs["flush.ms"] = str(self._opts.flush_ms)
         return configs
 
     async def create_topic(self, name: str, partitions: int, subscriptions: list[str]) -> None:
@@ -229,7 +268,7 @@ class KafkaDriver(Driver):
                         raise DriverError(f"cannot create topic {topic} ({partitions} partitions, "
                                           f"replication {replication}) on {self._where()}: "
                                           f"{for_code(code).__name__} {message}".rstrip())
-                if not self._opts.get("topic"):
+                if not self._opts.topic:
                     self._created.add(topic)  # a topic the user named outlives the run
             await self._wait_leaders(topic, partitions)
             await self._start_groups_at_end(topic, partitions,
@@ -254,7 +293,7 @@ class KafkaDriver(Driver):
             raise DriverError(f"topic {topic} exists with {have_p} partitions and replication "
                               f"{have_r}, but the run needs {partitions} partitions and replication "
                               f"{replication}: choose another topic= or match its shape")
-        if not self._opts.get("reuse_topic"):
+        if not self._opts.reuse_topic:
             raise DriverError(f"topic {topic} already exists on {self._where()}; add reuse_topic "
                               "to run on it, or choose another topic=")
 
@@ -293,10 +332,8 @@ class KafkaDriver(Driver):
         try:
             producer = AIOKafkaProducer(
                 bootstrap_servers=self._bootstrap, client_id=f"streambench-producer-{index}",
-                acks="all" if opts["acks"] == "all" else int(opts["acks"]),
-                linger_ms=int(opts["linger_ms"]), max_batch_size=int(opts["batch_size"]),
-                compression_type=None if opts["compression"] == "none" else opts["compression"],
-                enable_idempotence=bool(opts["idempotence"]),
+                acks=opts.acks, linger_ms=opts.linger_ms, max_batch_size=opts.batch_size,
+                compression_type=opts.compression, enable_idempotence=opts.idempotence,
                 request_timeout_ms=REQUEST_TIMEOUT_MS,
             )
         except (ValueError, RuntimeError) as exc:
@@ -315,9 +352,9 @@ class KafkaDriver(Driver):
         opts = self._opts
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self._bootstrap, group_id=group, client_id=f"streambench-consumer-{index}",
-            enable_auto_commit=True, auto_commit_interval_ms=int(opts["commit_interval_ms"]),
-            auto_offset_reset="earliest", fetch_min_bytes=int(opts["fetch_min_bytes"]),
-            fetch_max_wait_ms=int(opts["fetch_max_wait_ms"]), heartbeat_interval_ms=1000,
+            enable_auto_commit=True, auto_commit_interval_ms=opts.commit_interval_ms,
+            auto_offset_reset="earliest", fetch_min_bytes=opts.fetch_min_bytes,
+            fetch_max_wait_ms=opts.fetch_max_wait_ms, heartbeat_interval_ms=1000,
             request_timeout_ms=REQUEST_TIMEOUT_MS,
         )
         assignments = _Assignments()
