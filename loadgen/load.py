@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -34,6 +35,8 @@ PAYLOAD_POOL_BYTES = 64 * 1024 * 1024
 PACED_BATCH_LIMIT = 2000
 MAX_RATE_BATCH = 256
 MAX_RATE_BATCH_BYTES = 1 << 20  # large messages go in smaller batches at maximum rate
+# paced slots due within this long after the next one go out with it, when the last is due
+PACING_WINDOW_NS = 400_000
 
 Publish = Callable[[BusItem], None]
 
@@ -129,11 +132,13 @@ class TargetLoad:
         self._producer_numbers: list[int] = []  # each producer's number over all processes
         self.consumers: list[Consumer] = []
         self.collectors: list[Collector] = []
-        self._producer_tasks: list[asyncio.Task[None]] = []
         self._consumer_tasks: list[asyncio.Task[None]] = []
-        self._sends: set[asyncio.Task[None]] = set()
-        self._schedules: list[Schedule] = []
+        self._pacers: list[_Pacer] = []
+        self._rate = workload.rate  # aggregate msg/s over every process; 0 = maximum rate
+        self._producers_paused = False
         self._stop_consuming = False
+        self._consuming = asyncio.Event()  # cleared while the user has the consumers stopped
+        self._consuming.set()
         self._pub = Histogram()
         self._delay = Histogram()
         self._e2e = Histogram()
@@ -232,90 +237,112 @@ class TargetLoad:
 
     # ---- load ---------------------------------------------------------------------------
 
+    def _producer_count(self) -> int:
+        return len(self.topics) * self.workload.producers  # over every process of the target
+
     def start_load(self, t0_mono: int, t0_wall: int, end_mono: int) -> None:
         self._interval_start = t0_mono
         self._watch.start()
         for c in self.consumers:
             self._consumer_tasks.append(asyncio.create_task(self._consume(c)))
-        n = len(self.topics) * self.workload.producers  # over every process of the target
-        per_rate = self.workload.rate / n
+        n = self._producer_count()
+        per_rate = self._rate / n
         payloads = _payload_pool(self.workload.message_size)
         for i, p in zip(self._producer_numbers, self.producers, strict=True):
             # stagger producers across one slot so their sends interleave evenly
-            phase = int(1e9 / per_rate * i / n) if per_rate > 0 else 0
-            sched = Schedule(per_rate, t0_mono, t0_wall, end_mono, phase_ns=phase)
-            self._schedules.append(sched)
-            self._producer_tasks.append(asyncio.create_task(self._produce(p, sched, payloads)))
+            sched = Schedule(per_rate, t0_mono, t0_wall, end_mono, stagger=i / n)
+            if self._producers_paused:
+                sched.pause(t0_mono)
+            pacer = _Pacer(self, p, sched, payloads)
+            self._pacers.append(pacer)
+            pacer.start()
 
     def stop_producing_at(self, end_mono: int) -> None:
-        for s in self._schedules:
-            s.stop_at(end_mono)
+        for p in self._pacers:
+            p.sched.stop_at(end_mono)
+            p.wake()
 
-    async def _produce(self, producer: Producer, sched: Schedule, payloads: list[bytes]) -> None:
-        sem = asyncio.Semaphore(producer.max_in_flight)
-        key_of = _key_source(self.workload.key_distributor)
-        size = self.workload.message_size
-        pool = len(payloads)
-        limit = (PACED_BATCH_LIMIT if sched.rate > 0 else
-                 max(1, min(MAX_RATE_BATCH, MAX_RATE_BATCH_BYTES // size)))
-        n = 0
-        while True:
-            await sem.acquire()
-            while True:
-                mono = time.monotonic_ns()
-                if sched.finished(mono):
-                    sem.release()
-                    await self._wait_sends()
-                    return
-                due = sched.due(mono, limit)
-                if due:
-                    break
-                await asyncio.sleep(sched.seconds_until_next(mono))
-            send_wall = time.time_ns()
-            if key_of is None:
-                batch = [OutMessage(payloads[(n + i) % pool], None, t) for i, t in enumerate(due)]
-            else:
-                batch = [OutMessage(payloads[(n + i) % pool], key_of(n + i), t)
-                         for i, t in enumerate(due)]
-            n += len(batch)
-            delays = [send_wall - t for t in due]
-            self._delay.record_many(delays)
-            if self._record_raw:
-                self._raw["delay"].extend(delays)
-            task = asyncio.create_task(self._send(producer, batch, send_wall, size, sem))
-            self._sends.add(task)
-            task.add_done_callback(self._sends.discard)
-
-    async def _send(self, producer: Producer, batch: list[OutMessage], send_wall: int, size: int,
-                    sem: asyncio.Semaphore) -> None:
-        try:
-            await producer.send_batch(batch)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.errors += len(batch)
-            self.totals.send_errors += len(batch)
-            if self.totals.send_errors == len(batch):  # the first failure is worth an event
+    def _sent(self, k: int, send_wall: int, error: BaseException | None) -> None:
+        """A batch of k messages handed over at send_wall was acknowledged, or failed."""
+        if error is not None:
+            self.errors += k
+            self.totals.send_errors += k
+            if self.totals.send_errors == k:  # the first failure is worth an event
                 self._publish(RunEvent(time.time_ns(), self.label, "send-error",
-                                       f"{type(exc).__name__}: {exc}"))
+                                       f"{type(error).__name__}: {error}"))
             return
-        finally:
-            sem.release()
         latency = time.time_ns() - send_wall
-        k = len(batch)
         self._pub.record_n(latency, k)
         if self._record_raw:
             self._raw["publish"].extend([latency] * k)
         self.produced += k
-        self.produced_bytes += k * size
+        self.produced_bytes += k * self.workload.message_size
         self.totals.produced += k
 
-    async def _wait_sends(self) -> None:
-        while self._sends:
-            await asyncio.gather(*list(self._sends), return_exceptions=True)
+    # ---- live changes -------------------------------------------------------------------
+
+    def _event(self, kind: str, detail: str) -> None:
+        # every process of a target makes the same change: the first one records it
+        if self.primary:
+            self._publish(RunEvent(time.time_ns(), self.label, kind, detail))
+
+    def set_rate(self, rate: float) -> tuple[float, float]:
+        """Change the target's aggregate rate (msg/s over every producer of every process; 0 =
+        maximum rate) now; this process's producers take their share, as at the start. Each
+        schedule is re-anchored at the change: no slot dropped or bunched, intended times
+        exact. Returns (old, new)."""
+        old, rate = self._rate, max(0.0, float(rate))
+        at = time.monotonic_ns()
+        per_rate = rate / self._producer_count()
+        for p in self._pacers:
+            p.sched.set_rate(per_rate, at)
+            p.wake()
+        self._rate = rate
+        self._event("rate", f"{_rate_text(old)} → {_rate_text(rate)}")
+        return old, rate
+
+    def pause_producers(self) -> None:
+        """Producers send nothing from now on (slots already due still go out) until
+        resume_producers()."""
+        if self._producers_paused:
+            return
+        self._producers_paused = True
+        at = time.monotonic_ns()
+        for p in self._pacers:
+            p.sched.pause(at)
+            p.wake()
+        self._event("producers-paused", "running → paused")
+
+    def resume_producers(self) -> None:
+        """Producers go on from now at the rate in force, without the paused interval's slots."""
+        if not self._producers_paused:
+            return
+        self._producers_paused = False
+        at = time.monotonic_ns()
+        for p in self._pacers:
+            p.sched.resume(at)
+            p.wake()
+        self._event("producers-resumed", "paused → running")
+
+    def pause_consumers(self) -> None:
+        """Consumers stop asking for messages once their current receive is done (what it
+        returns is counted): a backlog builds on the broker."""
+        if not self._consuming.is_set():
+            return
+        self._consuming.clear()
+        self._event("consumers-paused", "running → paused")
+
+    def resume_consumers(self) -> None:
+        if self._consuming.is_set():
+            return
+        self._consuming.set()
+        self._event("consumers-resumed", "paused → running")
 
     async def _consume(self, consumer: Consumer) -> None:
         while not self._stop_consuming:
+            if not self._consuming.is_set():
+                await self._consuming.wait()  # stopped by the user: a backlog builds
+                continue
             try:
                 batch = await consumer.receive()
             except asyncio.CancelledError:
@@ -344,9 +371,8 @@ class TargetLoad:
                 self.totals.duplicates += len(batch.ids) - (len(self._seen) - before)
 
     async def stop_producers(self) -> None:
-        for s in self._schedules:
-            s.stop_at(time.monotonic_ns())
-        await asyncio.gather(*self._producer_tasks, return_exceptions=True)
+        self.stop_producing_at(time.monotonic_ns())
+        await asyncio.gather(*(p.finished for p in self._pacers), return_exceptions=True)
 
     # ---- ticks --------------------------------------------------------------------------
 
@@ -378,7 +404,7 @@ class TargetLoad:
         raw = {k: np.asarray(v, dtype=np.int64) for k, v in self._raw.items()}
         for v in self._raw.values():
             v.clear()
-        health = self._watch.reading(loaded=bool(self._producer_tasks or self._consumer_tasks))
+        health = self._watch.reading(loaded=bool(self._pacers or self._consumer_tasks))
         self._note_saturation(health.saturated)
         # everything above is cut at one instant; the telemetry answers from the brokers follow
         reading = await self._sample()
@@ -386,7 +412,7 @@ class TargetLoad:
             target=self.label, seq=seq, time_ns=time_ns, interval_s=interval_s, phase=phase,
             elapsed_s=elapsed_s, produced=produced, produced_bytes=produced_bytes,
             consumed=consumed, consumed_bytes=consumed_bytes, send_errors=errors,
-            target_rate=self.workload.rate, publish_latency=pub, publish_delay=delay,
+            target_rate=self._rate, publish_latency=pub, publish_delay=delay,
             e2e_latency=e2e, lag=reading.lag,
             resources=Resources(
                 cpu_percent=_nan_if_none(reading.cpu_percent),
@@ -423,9 +449,9 @@ class TargetLoad:
     async def close(self) -> None:
         """Stop everything this target started; never raises."""
         self._stop_consuming = True
-        for s in self._schedules:
-            s.stop_at(0)
-        tasks = self._producer_tasks + self._consumer_tasks + list(self._sends)
+        for p in self._pacers:
+            p.cancel()
+        tasks = self._consumer_tasks + [t for p in self._pacers for t in p.tasks]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -445,3 +471,114 @@ class TargetLoad:
         if self.stack is not None:
             with contextlib.suppress(Exception):
                 await self.stack.down()
+
+
+def _rate_text(rate: float) -> str:
+    return "max" if rate <= 0 else f"{rate:,.6g} msg/s"
+
+
+class _Pacer:
+    """One producer on its schedule, driven by event-loop callbacks instead of a task: a timer
+    for the next slot (or for the last of those due within PACING_WINDOW_NS after it, so that
+    they go out together, each at or after its own time), and the acknowledgements, which
+    free room for the next batch when max_in_flight batches are out. A batch goes to the
+    producer's submit() when it has one, else to a task awaiting send_batch()."""
+
+    def __init__(self, load: TargetLoad, producer: Producer, sched: Schedule,
+                 payloads: list[bytes]) -> None:
+        self._load = load
+        self.producer = producer
+        self.sched = sched
+        self._payloads = payloads
+        self._key_of = _key_source(load.workload.key_distributor)
+        size = load.workload.message_size
+        self._max_batch = max(1, min(MAX_RATE_BATCH, MAX_RATE_BATCH_BYTES // size))
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_flight = 0
+        self._n = 0  # messages handed over so far: picks payloads and keys
+        self.tasks: set[asyncio.Task[None]] = set()  # send_batch() of producers without submit()
+        # done once the schedule is finished and every batch has been answered
+        self.finished: asyncio.Future[None] = self._loop.create_future()
+
+    def start(self) -> None:
+        self._fire()
+
+    def wake(self) -> None:
+        """The schedule changed: look at it now, not at the time the old one gave."""
+        if self.finished.done():
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._fire()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+    def _fire(self) -> None:
+        self._timer = None
+        sched = self.sched
+        limit_max = self.producer.max_in_flight
+        now = time.monotonic_ns()
+        while self._in_flight < limit_max:
+            if sched.finished(now):
+                if not self._in_flight and not self.finished.done():
+                    self.finished.set_result(None)
+                return
+            due = sched.due(now, PACED_BATCH_LIMIT if sched.rate > 0 else self._max_batch)
+            if not due:
+                wake = sched.next_mono_ns(PACING_WINDOW_NS)
+                if wake is None or wake > sched.end_mono_ns:
+                    wake = sched.end_mono_ns  # nothing due before the end: finish then
+                self._timer = self._loop.call_at(wake / 1e9, self._fire)
+                return
+            self._hand_over(due)
+            now = time.monotonic_ns()
+        # max_in_flight batches are out: the next acknowledgement fires again
+
+    def _hand_over(self, due: list[int]) -> None:
+        load = self._load
+        payloads, n, key_of = self._payloads, self._n, self._key_of
+        pool = len(payloads)
+        if key_of is None:
+            batch = [OutMessage(payloads[(n + i) % pool], None, t) for i, t in enumerate(due)]
+        else:
+            batch = [OutMessage(payloads[(n + i) % pool], key_of(n + i), t)
+                     for i, t in enumerate(due)]
+        k = len(batch)
+        self._n = n + k
+        self._in_flight += 1
+        send_wall = time.time_ns()
+        if self.producer.submits:
+            try:
+                self.producer.submit(batch, partial(self._acked, k, send_wall))
+            except Exception as exc:
+                self._loop.call_soon(self._acked, k, send_wall, exc)
+        else:
+            task = self._loop.create_task(self._send(batch, send_wall))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        delays = [send_wall - t for t in due]
+        load._delay.record_many(delays)
+        if load._record_raw:
+            load._raw["delay"].extend(delays)
+
+    async def _send(self, batch: list[OutMessage], send_wall: int) -> None:
+        error: BaseException | None = None
+        try:
+            await self.producer.send_batch(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = exc
+        self._acked(len(batch), send_wall, error)
+
+    def _acked(self, k: int, send_wall: int, error: BaseException | None) -> None:
+        self._in_flight -= 1
+        self._load._sent(k, send_wall, error)
+        if self._timer is None and not self.finished.done():
+            self._fire()

@@ -4,7 +4,7 @@ driver SPI: connect, create a topic, make producers and consumers, close."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
@@ -34,13 +34,25 @@ class ReceivedBatch:
         return len(self.intended_ns)
 
 
+Acknowledged = Callable[[BaseException | None], None]
+
+
 class Producer(ABC):
     # batches this producer may have awaiting acknowledgement at once
     max_in_flight: int = 1
+    # True when submit() hands batches over without a task of their own
+    submits: bool = False
 
     @abstractmethod
     async def send_batch(self, batch: Sequence[OutMessage]) -> None:
         """Send the messages in order; return when the broker acknowledged all of them."""
+
+    def submit(self, batch: Sequence[OutMessage], done: Acknowledged) -> None:
+        """Hand the messages to the client now, in order, without awaiting anything: `done(None)`
+        once the broker acknowledged all of them, `done(error)` when they failed, called from
+        the event loop and never before submit() returns (a batch refused outright may raise).
+        Only producers with `submits`; the load awaits send_batch() in a task for the others."""
+        raise NotImplementedError
 
     @abstractmethod
     async def close(self) -> None: ...

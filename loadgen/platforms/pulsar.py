@@ -33,7 +33,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import _pulsar
@@ -62,7 +62,14 @@ from compose.pulsar import (
 )
 from compose.stack import Stack, StackDescription
 from loadgen.errors import DriverError, TargetError
-from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
+from loadgen.platforms.base import (
+    Acknowledged,
+    Consumer,
+    Driver,
+    OutMessage,
+    Producer,
+    ReceivedBatch,
+)
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import Platform, parse_port
 from loadgen.target import OptionSpec, Target, parse_bool, parse_positive_int
@@ -108,15 +115,24 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+def _failure(results: list[Any]) -> DriverError | None:
+    """What the client's results for a chunk's tracked messages say went wrong, if anything."""
+    failed = [r for r in results if r != _OK]
+    return DriverError(f"messages not acknowledged: {failed[0].name}") if failed else None
+
+
 class PulsarProducer(Producer):
-    """One streambench producer: a Pulsar producer per partition of the topic."""
+    """One streambench producer: a Pulsar producer per partition of the topic. Batches are
+    handed to the client's callback API directly (submit), without a task each."""
 
     max_in_flight = MAX_IN_FLIGHT
+    submits = True
 
     def __init__(self, handles: list[pulsar_asyncio.Producer], numbered: bool, run_length: int,
                  window_ms: int) -> None:
         self._handles = handles
         self._raws: list[_pulsar.Producer] = [h._producer for h in handles]
+        self._tasks: set[asyncio.Task[None]] = set()  # batches of several chunks
         self._numbered = numbered
         self._sent = 0
         # round robin: stay on a partition for up to run_length messages within one window
@@ -156,21 +172,48 @@ class PulsarProducer(Producer):
             await self._send_chunk(batch[start:end])
             start = end
 
-    async def _send_chunk(self, chunk: Sequence[OutMessage]) -> None:
+    def submit(self, batch: Sequence[OutMessage], done: Acknowledged) -> None:
+        if len(batch) > 1 and sum(len(m.payload) for m in batch) > CHUNK_BYTES:
+            # several chunks, handed over one after another: a task of their own
+            task = asyncio.get_running_loop().create_task(self._send_reporting(batch, done))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        self._start_chunk(batch, lambda results: done(_failure(results)))
+
+    async def _send_reporting(self, batch: Sequence[OutMessage], done: Acknowledged) -> None:
+        error: BaseException | None = None
+        try:
+            await self.send_batch(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = exc
+        done(error)
+
+    def _start_chunk(self, chunk: Sequence[OutMessage], finished: Callable[[list[Any]], None]) -> None:
+        """Hand one chunk to the client: `finished(results)` runs once on the event loop when
+        every partition's last message of it is answered. Raises DriverError when the client
+        refuses a message outright (and `finished` is then never called)."""
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
         results: list[Any] = []
         parts = self._route(chunk)
         last = {p: i for i, p in enumerate(parts)}
         tracked = set(last.values())
         need = len(tracked)
+        over = [False]  # finished() called, or the chunk refused
+
+        def complete() -> None:
+            if not over[0]:
+                over[0] = True
+                finished(results)
 
         def acked(result: Any, _message_id: Any) -> None:
             # on the client's I/O thread (or inline, for a send that fails at once); append is
-            # atomic, and the future is settled once whichever thread sees the count complete
+            # atomic, and the loop is woken by whichever thread sees the count complete
             results.append(result)
             if len(results) >= need:
-                _wake(loop, _settle, done)
+                _wake(loop, complete)
 
         raws = self._raws
         numbered = self._numbered
@@ -186,13 +229,24 @@ class PulsarProducer(Producer):
                     builder.partition_key(m.key.decode("latin-1"))
                 raws[parts[i]].send_async(builder.build(), acked if i in tracked else None)
         except Exception as exc:  # the client refused a message outright
+            over[0] = True
             raise DriverError(f"send failed: {exc}") from None
-        await done
-        failed = [r for r in results if r != _OK]
-        if failed:
-            raise DriverError(f"messages not acknowledged: {failed[0].name}")
+
+    async def _send_chunk(self, chunk: Sequence[OutMessage]) -> None:
+        done: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+
+        def finished(results: list[Any]) -> None:
+            if not done.done():
+                done.set_result(results)
+
+        self._start_chunk(chunk, finished)
+        error = _failure(await done)
+        if error is not None:
+            raise error
 
     async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
         for handle in self._handles:
             await handle.close()
 

@@ -6,10 +6,12 @@ Each entry has two fields: `t`, the intended send time in ns, and `p`, the paylo
 
 from __future__ import annotations
 
+import contextlib
 import time
 import zlib
 from collections.abc import Sequence
 from operator import itemgetter
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
@@ -21,7 +23,14 @@ from compose.docker_stacks import RedisDockerStack
 from compose.redis import RedisExternalStack, RedisLocalStack, connect_failure, parse_address
 from compose.stack import Stack, StackDescription
 from loadgen.errors import DriverError
-from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
+from loadgen.platforms.base import (
+    Acknowledged,
+    Consumer,
+    Driver,
+    OutMessage,
+    Producer,
+    ReceivedBatch,
+)
 from loadgen.platforms.resp import RespConnection, RespError, encode
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
@@ -31,6 +40,23 @@ READ_COUNT = 1000
 BLOCK_MS = 100
 
 _first, _second, _fourth = itemgetter(0), itemgetter(1), itemgetter(3)
+
+
+ATOMIC_BATCH = 64
+_MULTI = encode(["MULTI"])
+_EXEC = encode(["EXEC"])
+
+
+def _first_error(replies: list[Any]) -> RespError | None:
+    """The first error reply, also inside an EXEC's array of replies."""
+    for r in replies:
+        if isinstance(r, RespError):
+            return r
+        if isinstance(r, list):
+            for inner in r:
+                if isinstance(inner, RespError):
+                    return inner
+    return None
 
 
 def stream_names(topic: str, partitions: int) -> list[str]:
@@ -43,10 +69,18 @@ def _connection(host: str, port: int) -> aioredis.Redis:
 
 
 class RedisProducer(Producer):
-    """One connection; a batch goes out as one pipeline of XADDs (one round trip)."""
+    """One connection; a batch goes out as one pipeline of XADDs (one write, one round trip),
+    its replies dispatched by the connection as they arrive (no task per batch).
+
+    The server serves a reader blocked on a stream after each command that adds to it: a
+    pipeline of XADDs would wake a blocked XREADGROUP for its first entry and leave the rest to
+    the next read. A batch of up to ATOMIC_BATCH entries (what a paced producer hands over)
+    therefore goes in MULTI / EXEC, after which a blocked reader gets all of it at once; larger
+    ones (maximum rate, catching up) stay plain pipelines, whose readers are seldom blocked."""
 
     # batches pipelined on the one connection; replies return in order, so entries stay ordered
     max_in_flight = 4
+    submits = True
 
     def __init__(self, conn: RespConnection, streams: list[str], maxlen: int) -> None:
         self._conn = conn
@@ -67,17 +101,28 @@ class RedisProducer(Producer):
             return self._next
         return zlib.crc32(key) % len(self._heads)
 
-    async def send_batch(self, batch: Sequence[OutMessage]) -> None:
+    def _encode(self, batch: Sequence[OutMessage]) -> tuple[bytes, int]:
+        """The batch's commands and how many replies they get."""
         parts = []
         heads = self._heads
         for m in batch:
             t = b"%d" % m.intended_ns
             parts.append(b"%s$%d\r\n%s\r\n$1\r\np\r\n$%d\r\n%s\r\n" % (
                 heads[self._partition(m.key)], len(t), t, len(m.payload), m.payload))
-        replies = await self._conn.pipeline(b"".join(parts), len(batch))
-        for r in replies:
-            if isinstance(r, RespError):
-                raise r
+        if 1 < len(batch) <= ATOMIC_BATCH:  # +OK, +QUEUED per XADD, the XADD replies in one array
+            return _MULTI + b"".join(parts) + _EXEC, len(batch) + 2
+        return b"".join(parts), len(batch)
+
+    async def send_batch(self, batch: Sequence[OutMessage]) -> None:
+        error = _first_error(await self._conn.pipeline(*self._encode(batch)))
+        if error is not None:
+            raise error
+
+    def submit(self, batch: Sequence[OutMessage], done: Acknowledged) -> None:
+        def replied(result: list[Any] | BaseException) -> None:
+            done(result if isinstance(result, BaseException) else _first_error(result))
+
+        self._conn.submit(*self._encode(batch), replied)
 
     async def close(self) -> None:
         await self._conn.close()
@@ -85,8 +130,11 @@ class RedisProducer(Producer):
 
 class RedisConsumer(Consumer):
     """XREADGROUP ... BLOCK on the server (no polling), up to READ_COUNT entries per stream per
-    read. A batch's XACK goes out as soon as the batch is decoded; its reply is read with the
-    next XREADGROUP's, so acknowledging costs no round trip of its own."""
+    read. A batch's XACK goes out in the same write as the next XREADGROUP, right behind it:
+    the server runs it once that read is answered and sends both replies together, so
+    acknowledging costs neither a round trip nor a wake-up of its own. Until then the entries
+    are pending (read, not yet acknowledged), as with any consumer that acknowledges after
+    processing; close() sends what is still owed."""
 
     def __init__(self, conn: RespConnection, streams: list[str], group: str, name: str,
                  track_ids: bool) -> None:
@@ -98,9 +146,13 @@ class RedisConsumer(Consumer):
                            for s in streams}
         self._read = encode(["XREADGROUP", "GROUP", group, name, "COUNT", READ_COUNT, "BLOCK",
                              BLOCK_MS, "STREAMS", *streams, *([">"] * len(streams))])
+        self._acks = b""  # XACKs of the latest batch, sent with the next read
+        self._ack_count = 0
 
     async def receive(self) -> ReceivedBatch | None:
-        (reply,) = await self._conn.pipeline(self._read, 1)
+        owed, n_owed = self._acks, self._ack_count
+        self._acks, self._ack_count = b"", 0
+        (reply,) = await self._conn.pipeline(self._read, 1, owed, n_owed)
         receive_ns = time.time_ns()
         if isinstance(reply, RespError):
             raise reply
@@ -123,10 +175,14 @@ class RedisConsumer(Consumer):
                 ids.extend((part, e.decode()) for e in entry_ids)
             acks.append(b"*%d\r\n%s%s" % (len(entry_ids) + 3, self._ack_heads[stream], b"".join(
                 [b"$%d\r\n%s\r\n" % (len(e), e) for e in entry_ids])))
-        self._conn.send(b"".join(acks), len(acks))
+        self._acks, self._ack_count = b"".join(acks), len(acks)
         return ReceivedBatch(receive_ns, intended, size, ids)
 
     async def close(self) -> None:
+        if self._ack_count:
+            with contextlib.suppress(OSError, RespError):
+                self._conn.send(self._acks, self._ack_count)
+            self._acks, self._ack_count = b"", 0
         await self._conn.close()
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -59,7 +61,7 @@ INCOMPLETE: Any = _Incomplete()
 
 
 class Reader(Protocol):
-    def feed(self, data: bytes, /) -> None: ...
+    def feed(self, data: bytes | bytearray | memoryview, /) -> None: ...
 
     def gets(self) -> Any:
         """The next whole reply, or INCOMPLETE."""
@@ -93,7 +95,7 @@ class PythonReader:
         """Bytes fed and not consumed yet (elements of a partial reply are consumed)."""
         return self._avail
 
-    def feed(self, data: bytes, /) -> None:
+    def feed(self, data: bytes | bytearray | memoryview, /) -> None:
         if data:
             self._chunks.append(bytes(data))
             self._avail += len(data)
@@ -258,55 +260,196 @@ def make_reader(kind: str | None = None) -> Reader:
     return reader
 
 
-class RespConnection:
-    """One connection; requests are sent and answered in order (pipelined). Several pipelines
-    may be outstanding at once."""
+Replies = list[Any]
+ReplySink = Callable[["Replies | BaseException"], None]
+Answer = asyncio.Future[tuple[Replies, "RespError | None"]]  # pipeline(): replies, a send() error
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
+_READ_BUFFER_BYTES = 256 * 1024
+
+
+class _ReadBuffer(threading.local):
+    """One receive buffer per thread: every connection's bytes are handed to its reply reader
+    (which keeps what it needs) as soon as they are read, so connections can share it."""
+
+    def __init__(self) -> None:
+        self.view = memoryview(bytearray(_READ_BUFFER_BYTES))
+
+
+_READ_BUFFER = _ReadBuffer()
+
+
+class _Pending:
+    """Replies owed to one write, in order: `sink` receives them all at once (a future for
+    pipeline(), a callback for submit(), None for send())."""
+
+    __slots__ = ("count", "replies", "sink")
+
+    def __init__(self, count: int, sink: Answer | ReplySink | None) -> None:
+        self.count = count
+        self.replies: Replies = []
+        self.sink = sink
+
+
+class RespConnection(asyncio.BufferedProtocol):
+    """One connection; requests are sent and answered in order (pipelined). Several requests
+    may be outstanding at once; replies are read straight into a shared buffer and dispatched
+    as they complete, without a task or a stream in between.
+
+    Three ways to send already-encoded commands: pipeline() awaits their replies, submit()
+    hands them to a callback from the event loop, send() does not wait at all (an error reply
+    to it is raised by the next pipeline()). Commands passed to send() are written together
+    with the next write, or at the latest one event-loop iteration later."""
+
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
         self._parser = make_reader()
-        # replies come back in request order: whoever wrote first reads first (Lock is FIFO)
-        self._read_lock = asyncio.Lock()
-        self._owed = 0  # replies to send() commands, read by the next pipeline()
+        self._feed = self._parser.feed
+        self._gets = self._parser.gets
+        self._pending: deque[_Pending] = deque()
+        self._unsent: list[bytes] = []  # send() payloads waiting for the next write
+        self._flush_soon: asyncio.Handle | None = None
+        self._send_error: RespError | None = None  # the first error reply to a send() command
+        self._closed: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lost: asyncio.Future[None] | None = None
 
     @classmethod
     async def open(cls, host: str, port: int, timeout_s: float = 5.0) -> RespConnection:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, limit=1 << 20), timeout_s)
-        return cls(reader, writer)
+        loop = asyncio.get_running_loop()
+        _, conn = await asyncio.wait_for(loop.create_connection(cls, host, port), timeout_s)
+        return conn
 
-    async def _read_replies(self, n: int) -> list[Any]:
-        out: list[Any] = []
-        gets = self._parser.gets
-        while len(out) < n:
-            reply = gets()
-            if reply is INCOMPLETE:
-                data = await self._reader.read(1 << 20)
-                if not data:
-                    raise RespConnectionClosed("the server closed the connection")
-                self._parser.feed(data)
-                continue
-            out.append(reply)
-        return out
+    # ---- protocol callbacks ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._loop = asyncio.get_running_loop()
+        self._lost = self._loop.create_future()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return _READ_BUFFER.view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._feed(_READ_BUFFER.view[:nbytes])
+        gets, pending = self._gets, self._pending
+        try:
+            while pending:
+                head = pending[0]
+                while len(head.replies) < head.count:
+                    reply = gets()
+                    if reply is INCOMPLETE:
+                        return
+                    head.replies.append(reply)
+                pending.popleft()
+                self._deliver(head)
+            if gets() is not INCOMPLETE:
+                raise RespProtocolError("a reply nothing asked for")
+        except RespProtocolError as exc:
+            self._fail(exc)
+            assert self._transport is not None
+            self._transport.close()
+
+    def eof_received(self) -> bool:
+        self._fail(RespConnectionClosed("the server closed the connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(RespConnectionClosed(f"connection lost: {exc}" if exc else
+                                        "the server closed the connection"))
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+
+    # ---- requests -------------------------------------------------------------------------
+
+    def _deliver(self, done: _Pending) -> None:
+        sink = done.sink
+        if sink is None:
+            if self._send_error is None:
+                for r in done.replies:
+                    if isinstance(r, RespError):
+                        self._send_error = r
+                        break
+        elif isinstance(sink, asyncio.Future):
+            # errors of send() commands written before this pipeline are its to raise
+            error, self._send_error = self._send_error, None
+            if not sink.done():
+                sink.set_result((done.replies, error))
+        else:
+            self._call(sink, done.replies)
+
+    @staticmethod
+    def _call(sink: ReplySink, result: Replies | BaseException) -> None:
+        try:
+            sink(result)
+        except Exception as exc:  # a callback's bug must not take the connection down
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "exception in a RESP reply callback", "exception": exc})
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._closed is None:
+            self._closed = exc
+        pending, self._pending = self._pending, deque()
+        for p in pending:
+            if isinstance(p.sink, asyncio.Future):
+                if not p.sink.done():
+                    p.sink.set_exception(exc)
+            elif p.sink is not None:
+                self._call(p.sink, exc)
+
+    def _write(self, payload: bytes, pending: _Pending, then: bytes = b"", then_n: int = 0) -> None:
+        if self._closed is not None:
+            raise self._closed
+        assert self._transport is not None
+        if self._unsent or then:
+            self._unsent.append(payload)
+            payload = b"".join(self._unsent)
+            self._unsent.clear()
+        self._pending.append(pending)
+        if then:
+            payload += then
+            self._pending.append(_Pending(then_n, None))
+        if payload:
+            self._transport.write(payload)
+        elif pending.count == 0 and len(self._pending) == 1:
+            self._pending.popleft()
+            self._deliver(pending)
+
+    def _flush(self) -> None:
+        self._flush_soon = None
+        if self._unsent and self._closed is None and self._transport is not None:
+            payload = b"".join(self._unsent)
+            self._unsent.clear()
+            self._transport.write(payload)
 
     def send(self, payload: bytes, n: int) -> None:
         """Send `n` already-encoded commands without waiting for their replies: the next
-        pipeline() reads them ahead of its own and raises the first error reply among them."""
-        self._writer.write(payload)
-        self._owed += n
+        pipeline() raises the first error reply among them."""
+        if self._closed is not None:
+            raise self._closed
+        self._unsent.append(payload)
+        self._pending.append(_Pending(n, None))
+        if self._flush_soon is None:
+            assert self._loop is not None
+            self._flush_soon = self._loop.call_soon(self._flush)
 
-    async def pipeline(self, payload: bytes, n: int) -> list[Any]:
-        """Send `n` already-encoded commands and return their `n` replies (errors as RespError)."""
-        owed, self._owed = self._owed, 0
-        self._writer.write(payload)
-        async with self._read_lock:
-            replies = await self._read_replies(owed + n)
-        if owed:
-            for r in replies[:owed]:
-                if isinstance(r, RespError):
-                    raise r
-            del replies[:owed]
+    def submit(self, payload: bytes, n: int, done: ReplySink) -> None:
+        """Send `n` already-encoded commands now; `done` gets their `n` replies (errors as
+        RespError) or the exception that lost them, from the event loop, never before submit()
+        returns. Raises at once when the connection is closed."""
+        self._write(payload, _Pending(n, done))
+
+    async def pipeline(self, payload: bytes, n: int, then: bytes = b"", then_n: int = 0) -> list[Any]:
+        """Send `n` already-encoded commands and return their `n` replies (errors as RespError).
+        `then`: `then_n` commands written right behind them in the same write, answered like
+        send()'s (the server may run them only once these are answered, as after a blocking
+        read)."""
+        assert self._loop is not None
+        future: Answer = self._loop.create_future()
+        self._write(payload, _Pending(n, future), then, then_n)
+        replies, error = await future
+        if error is not None:
+            raise error
         return replies
 
     async def call(self, *args: Arg) -> object:
@@ -317,9 +460,14 @@ class RespConnection:
 
     async def close(self, timeout_s: float = 5.0) -> None:
         """Close, once the commands sent with send() have been answered (or `timeout_s`)."""
-        if self._owed:
+        if self._pending and self._closed is None:
             with contextlib.suppress(OSError, RespError, TimeoutError):
                 await asyncio.wait_for(self.pipeline(b"", 0), timeout_s)
-        self._writer.close()
-        with contextlib.suppress(ConnectionError, OSError):
-            await self._writer.wait_closed()
+        if self._flush_soon is not None:
+            self._flush_soon.cancel()
+            self._flush_soon = None
+        if self._transport is not None:
+            self._transport.close()
+        if self._lost is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._lost), timeout_s)

@@ -12,7 +12,9 @@ a 2 s warm-up) and prints per rate, beside the goal figures:
 - redis-server CPU over the same interval (% of one core);
 - end-to-end latency p50 / p99 (receive − intended send time) and publish delay p50 / p99
   (actual − intended send time);
-- e2e p50 / raw XADD round trip p50.
+- e2e p50 / raw XADD round trip p50, and / the same through streambench's client; also the raw
+  round trip when one XADD goes out per millisecond (both processes wake from idle each time,
+  as in a paced run at 1,000 msg/s).
 
 CPU figures on a shared machine depend on what else runs: the load average is printed beside
 each run; `--repeat` runs each rate several times. `--profile RATE` instead runs one target's
@@ -42,7 +44,7 @@ import psutil
 from analysis.sink import ParquetSink
 from compose.process import free_port, start_process, stop_process
 from loadgen.histogram import HistogramSnapshot
-from loadgen.pacing import run_precise
+from loadgen.pacing import run_precise, tune_process
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
 from loadgen.target import unique_labels
@@ -74,14 +76,19 @@ def worker_cpu_s() -> float:
     return total
 
 
-def raw_rtt_ns(port: int, size: int, count: int) -> list[int]:
-    """Round trips of XADD one at a time on a blocking socket (the floor any client has)."""
+def raw_rtt_ns(port: int, size: int, count: int, every_s: float = 0.0) -> list[int]:
+    """Round trips of XADD one at a time on a blocking socket (the floor any client has);
+    with `every_s`, one every so often, sleeping in between (as a paced run's sends are)."""
     payload = os.urandom(size)
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     out = []
+    next_at = time.monotonic()
     try:
         for _ in range(count + 1000):
+            if every_s:
+                next_at += every_s
+                time.sleep(max(0.0, next_at - time.monotonic()))
             t = b"%d" % time.time_ns()
             cmd = (b"*7\r\n$4\r\nXADD\r\n$8\r\nrtt-test\r\n$1\r\n*\r\n$1\r\nt\r\n$%d\r\n%s\r\n"
                    b"$1\r\np\r\n$%d\r\n%s\r\n" % (len(t), t, size, payload))
@@ -192,7 +199,7 @@ def profile(port: int, rate: float, size: int, seconds: float, top: int) -> None
         await load.start(lambda line: None)
         mono, wall = now_ns()
         end = mono + int((seconds + 1) * 1e9)
-        profiler = cProfile.Profile()
+        profiler = cProfile.Profile(time.process_time)  # CPU time, not waiting
         cpu0 = time.process_time()
         profiler.enable()
         load.start_load(mono, wall, end)
@@ -249,6 +256,9 @@ def main() -> int:
         rtt_p50 = statistics.median(rtt) / 1e3
         client = client_rtt_ns(port, args.size, args.rtt_count)
         client_p50 = statistics.median(client) / 1e3
+        tune_process()  # the timer slack the worker has, for the paced loop's sleeps
+        paced = raw_rtt_ns(port, args.size, args.rtt_count // 4, every_s=0.001)
+        paced_p50 = statistics.median(paced) / 1e3
         rtt_load = load_average()
         subprocess.run(["redis-cli", "-p", str(port), "DEL", "rtt-test"], capture_output=True)
         for _ in range(args.repeat):
@@ -269,6 +279,9 @@ def main() -> int:
           f"(load {rtt_load})")
     print(f"client XADD round trip (streambench's RESP client on its event loop, one at a time): "
           f"p50 {client_p50:.1f} µs, p99 {sorted(client)[int(len(client) * 0.99)] / 1e3:.1f} µs")
+    print(f"raw XADD round trip one per ms (blocking socket, sleeping in between, {len(paced):,} "
+          f"calls): p50 {paced_p50:.1f} µs, p99 {sorted(paced)[int(len(paced) * 0.99)] / 1e3:.1f} µs "
+          "(both processes wake from idle for each)")
     columns = [f"{r:,.0f}/s #{i + 1}" for i, (r, _, _) in enumerate(results)]
     print(f"{'':<32}" + "".join(f"{c:>16}" for c in columns) + "   goal")
     rows = [
@@ -285,6 +298,7 @@ def main() -> int:
         ("publish delay p99 µs", "delay_p99_us", ".1f", lambda r: f"≤ {GOAL_DELAY_P99_US:.0f} µs"),
         ("raw XADD RTT p50 µs", "rtt", ".1f", lambda r: ""),
         ("client XADD RTT p50 µs", "client", ".1f", lambda r: ""),
+        ("raw XADD RTT 1/ms p50 µs", "paced", ".1f", lambda r: ""),
         ("e2e p50 / raw RTT p50", "ratio", ".2f", lambda r: ""),
         ("e2e p50 / client RTT p50", "client_ratio", ".2f",
          lambda r: f"≤ {GOAL_RATIO:.0f} (at 1,000/s)"),
@@ -298,6 +312,8 @@ def main() -> int:
                 cells.append(fmt(rtt_p50, spec))
             elif key == "client":
                 cells.append(fmt(client_p50, spec))
+            elif key == "paced":
+                cells.append(fmt(paced_p50, spec))
             elif key == "ratio":
                 cells.append(fmt(figures["e2e_p50_us"] / rtt_p50, spec))
             elif key == "client_ratio":

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from loadgen.platforms import resp
-from loadgen.platforms.redis_streams import RedisConsumer
+from loadgen.platforms.base import OutMessage
+from loadgen.platforms.redis_streams import ATOMIC_BATCH, RedisConsumer, RedisProducer
 from loadgen.platforms.resp import (
     INCOMPLETE,
     PythonReader,
@@ -426,7 +427,7 @@ class FakeServer:
 async def test_pipeline_send_and_close(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(resp.READER_ENV, kind)
     fake = FakeServer([b"+PONG\r\n", b":3\r\n", b"*2\r\n$1\r\na\r\n$-1\r\n", b":1\r\n",
-                       b"-ERR no\r\n", b":2\r\n", b":9\r\n", b":10\r\n"])
+                       b"-ERR no\r\n", b":2\r\n", b":9\r\n", b":10\r\n", b":1\r\n", b":11\r\n"])
     conn = await RespConnection.open("127.0.0.1", await fake.start())
     try:
         assert await conn.call("PING") == b"PONG"
@@ -439,10 +440,52 @@ async def test_pipeline_send_and_close(kind: str, monkeypatch: pytest.MonkeyPatc
         with pytest.raises(RespError, match="ERR no"):
             await conn.pipeline(encode(["INCR", "n"]), 1)
         assert await conn.call("INCR", "n") == 9
+        # commands written right behind a pipeline's are answered after it, like send()'s
+        assert await conn.pipeline(encode(["INCR", "n"]), 1, encode(["INCR", "m"]), 1) == [10]
         conn.send(encode(["INCR", "n"]), 1)
-        await conn.close()  # waits for the reply owed to send()
+        await conn.close()  # waits for the replies owed to `then` and send()
         assert fake.replies == []
     finally:
+        await fake.stop()
+
+
+async def test_submit_hands_replies_to_a_callback_in_order() -> None:
+    fake = FakeServer([b":1\r\n", b":2\r\n", b"-ERR x\r\n", b":4\r\n", b":5\r\n"])
+    conn = await RespConnection.open("127.0.0.1", await fake.start())
+    got: list[Any] = []
+    try:
+        conn.submit(encode(["INCR", "a"]) + encode(["INCR", "a"]), 2, got.append)
+        assert got == []  # never before submit() returns
+
+        def broken(result: Any) -> None:
+            raise RuntimeError("a bug in a callback")
+
+        conn.submit(encode(["INCR", "b"]), 1, broken)
+        # a callback's exception goes to the loop's handler; the connection stays in step
+        assert await conn.call("INCR", "c") == 4
+        conn.submit(encode(["INCR", "d"]), 1, got.append)
+        await conn.close()
+        assert got == [[1, 2], [5]]
+    finally:
+        await fake.stop()
+
+
+async def test_submitted_commands_fail_when_the_connection_is_lost() -> None:
+    fake = FakeServer([b":1\r\n"])  # answers one command, then hangs up
+    conn = await RespConnection.open("127.0.0.1", await fake.start())
+    got: list[Any] = []
+    try:
+        conn.submit(encode(["INCR", "a"]), 1, got.append)
+        conn.submit(encode(["INCR", "a"]), 1, got.append)
+        for _ in range(100):
+            if len(got) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert got[0] == [1] and isinstance(got[1], resp.RespConnectionClosed)
+        with pytest.raises(resp.RespConnectionClosed):
+            conn.submit(encode(["INCR", "a"]), 1, got.append)
+    finally:
+        await conn.close()
         await fake.stop()
 
 
@@ -465,10 +508,12 @@ class RecordingConnection:
     def __init__(self, replies: list[Any]) -> None:
         self.replies = replies
         self.piped: list[bytes] = []
+        self.behind: list[tuple[bytes, int]] = []  # what each pipeline wrote right behind
         self.sent: list[tuple[bytes, int]] = []
 
-    async def pipeline(self, payload: bytes, n: int) -> list[Any]:
+    async def pipeline(self, payload: bytes, n: int, then: bytes = b"", then_n: int = 0) -> list[Any]:
         self.piped.append(payload)
+        self.behind.append((then, then_n))
         return [self.replies.pop(0) for _ in range(n)]
 
     def send(self, payload: bytes, n: int) -> None:
@@ -502,14 +547,28 @@ async def test_consumer_decodes_a_batch_and_acknowledges_it(track: bool) -> None
     assert commands(conn.piped[0]) == [[b"XREADGROUP", b"GROUP", b"group-a", b"consumer-0",
                                         b"COUNT", b"1000", b"BLOCK", b"100", b"STREAMS",
                                         b"t-0", b"t-1", b">", b">"]]
-    [(acks, n)] = conn.sent
+    assert conn.behind == [(b"", 0)] and conn.sent == []
+    # the server's BLOCK ran out: nothing came. The batch's XACKs went right behind this read
+    assert await consumer.receive() is None
+    acks, n = conn.behind[1]
     assert n == 2
     assert commands(acks) == [
         [b"XACK", b"t-0", b"group-a", b"1700000000000-0", b"1700000000000-1", b"1700000000000-2"],
         [b"XACK", b"t-1", b"group-a", b"1700000000000-0", b"1700000000000-1"]]
-    # the server's BLOCK ran out: nothing came
-    assert await consumer.receive() is None
-    assert len(conn.sent) == 1
+    assert commands(conn.piped[1]) == commands(conn.piped[0])
+    # nothing more is owed
+    await consumer.close()
+    assert conn.sent == []
+
+
+async def test_consumer_sends_the_acknowledgements_it_owes_when_closed() -> None:
+    conn = RecordingConnection([xreadgroup({"t-0": 2}, size=10)])
+    consumer = RedisConsumer(conn, ["t-0"], "g", "c", False)  # type: ignore[arg-type]
+    assert await consumer.receive() is not None
+    await consumer.close()
+    [(acks, n)] = conn.sent
+    assert n == 1
+    assert commands(acks) == [[b"XACK", b"t-0", b"g", b"1700000000000-0", b"1700000000000-1"]]
 
 
 async def test_consumer_raises_an_error_reply() -> None:
@@ -517,3 +576,78 @@ async def test_consumer_raises_an_error_reply() -> None:
     consumer = RedisConsumer(conn, ["t-0"], "g", "c", False)  # type: ignore[arg-type]
     with pytest.raises(RespError, match="NOGROUP"):
         await consumer.receive()
+
+
+# ---- the producer's batches -------------------------------------------------------------------
+
+class SubmitConnection:
+    """Stands in for RespConnection under a producer: answers each submit() with canned replies
+    from the event loop."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers = answers
+        self.writes: list[tuple[bytes, int]] = []
+
+    def submit(self, payload: bytes, n: int, done: Any) -> None:
+        self.writes.append((payload, n))
+        asyncio.get_running_loop().call_soon(done, self.answers.pop(0))
+
+    async def pipeline(self, payload: bytes, n: int) -> list[Any]:
+        self.writes.append((payload, n))
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+
+async def submitted(producer: RedisProducer, batch: list[OutMessage]) -> BaseException | None:
+    done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+    producer.submit(batch, done.set_result)
+    assert not done.done()  # never before submit() returns
+    return await done
+
+
+def messages(n: int) -> list[OutMessage]:
+    return [OutMessage(b"x" * 5, None, 1_700_000_000_000_000_000 + i) for i in range(n)]
+
+
+async def test_producer_sends_a_group_atomically_and_a_single_message_plainly() -> None:
+    conn = SubmitConnection([[b"1-0"], [b"OK", b"QUEUED", b"QUEUED", b"QUEUED",
+                                        [b"1-1", b"1-2", b"1-3"]]])
+    producer = RedisProducer(conn, ["s-0"], maxlen=0)  # type: ignore[arg-type]
+    assert await submitted(producer, messages(1)) is None
+    assert await submitted(producer, messages(3)) is None
+    (one, n1), (group, n3) = conn.writes
+    assert n1 == 1 and commands(one) == [
+        [b"XADD", b"s-0", b"*", b"t", b"1700000000000000000", b"p", b"xxxxx"]]
+    # MULTI / EXEC: a reader blocked on the stream is served the whole group at once
+    assert n3 == 5
+    assert [c[0] for c in commands(group)] == [b"MULTI", b"XADD", b"XADD", b"XADD", b"EXEC"]
+    assert [c[4] for c in commands(group)[1:4]] == [b"17000000000000000%02d" % i for i in range(3)]
+
+
+async def test_producer_sends_large_batches_as_plain_pipelines() -> None:
+    n = ATOMIC_BATCH + 1
+    conn = SubmitConnection([[b"1-0"] * n])
+    producer = RedisProducer(conn, ["s-0", "s-1"], maxlen=1000)  # type: ignore[arg-type]
+    assert await submitted(producer, messages(n)) is None
+    [(payload, count)] = conn.writes
+    assert count == n
+    sent = commands(payload)
+    assert {c[0] for c in sent} == {b"XADD"}
+    assert sent[0][:5] == [b"XADD", b"s-1", b"MAXLEN", b"~", b"1000"]  # partitions take turns
+    assert sent[1][1] == b"s-0"
+
+
+@pytest.mark.parametrize("answer", [
+    [b"OK", b"QUEUED", b"QUEUED", [b"1-1", RespError("WRONGTYPE Operation against a key")]],
+    [b"OK", b"QUEUED", RespError("ERR bad"), RespError("EXECABORT Transaction discarded")],
+    resp.RespConnectionClosed("the server closed the connection"),
+])
+async def test_producer_reports_the_first_failure(answer: Any) -> None:
+    conn = SubmitConnection([answer, answer])
+    producer = RedisProducer(conn, ["s-0"], maxlen=0)  # type: ignore[arg-type]
+    error = await submitted(producer, messages(2))
+    assert isinstance(error, (RespError, resp.RespConnectionClosed))
+    with pytest.raises((RespError, resp.RespConnectionClosed)):
+        await producer.send_batch(messages(2))

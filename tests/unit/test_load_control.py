@@ -1,0 +1,205 @@
+"""Live changes of a target's load (rate, producers and consumers paused and resumed) on
+TargetLoad, with in-memory producers and consumers: no broker, real timers."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from loadgen.load import TargetLoad
+from loadgen.pacing import now_ns
+from loadgen.platforms import resolve_target
+from loadgen.platforms.base import Acknowledged, Consumer, OutMessage, Producer, ReceivedBatch
+from loadgen.tick import BusItem, RunEvent
+from loadgen.workload import Workload
+
+MS = 1_000_000
+
+
+class MemoryProducer(Producer):
+    """Keeps what it is handed; the broker answers after `ack_s`."""
+
+    max_in_flight = 4
+
+    def __init__(self, submits: bool, ack_s: float = 0.0002) -> None:
+        self.submits = submits
+        self.ack_s = ack_s
+        self.sent: list[int] = []  # intended wall times, in the order handed over
+        self.handed: list[int] = []  # monotonic time of each hand-over
+
+    def _take(self, batch: Sequence[OutMessage]) -> None:
+        self.sent += [m.intended_ns for m in batch]
+        self.handed.append(time.monotonic_ns())
+
+    async def send_batch(self, batch: Sequence[OutMessage]) -> None:
+        self._take(batch)
+        await asyncio.sleep(self.ack_s)
+
+    def submit(self, batch: Sequence[OutMessage], done: Acknowledged) -> None:
+        self._take(batch)
+        asyncio.get_running_loop().call_later(self.ack_s, done, None)
+
+    async def close(self) -> None:
+        pass
+
+
+class MemoryConsumer(Consumer):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def receive(self) -> ReceivedBatch | None:
+        self.calls += 1
+        await asyncio.sleep(0.005)
+        return ReceivedBatch(time.time_ns(), [time.time_ns() - MS], 100)
+
+    async def close(self) -> None:
+        pass
+
+
+def make_load(rate: float, producers: int = 1, share: tuple[int, int] = (0, 1),
+              submits: bool = True, consumers: int = 0) -> tuple[TargetLoad, list[BusItem]]:
+    published: list[BusItem] = []
+    target = resolve_target("redis:runtime=local")
+    workload = Workload(name="control", rate=rate, producers=producers, consumers=max(1, consumers))
+    load = TargetLoad(0, target.label, target, workload, "test", False, False, published.append,
+                      share=share)
+    for i in range(producers):
+        if i % share[1] == share[0]:
+            load.producers.append(MemoryProducer(submits))
+            load._producer_numbers.append(i)
+    load.consumers = [MemoryConsumer() for _ in range(consumers)]
+    return load, published
+
+
+def events(published: list[BusItem]) -> list[tuple[str, str]]:
+    return [(e.kind, e.detail) for e in published if isinstance(e, RunEvent)]
+
+
+async def run_for(load: TargetLoad, seconds: float) -> int:
+    mono, wall = now_ns()
+    load.start_load(mono, wall, mono + int(seconds * 1e9))
+    return wall - mono
+
+
+def sent(load: TargetLoad) -> list[int]:
+    return [t for p in load.producers for t in p.sent]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("submits", [True, False])
+async def test_a_rate_change_wakes_the_producer_at_once(submits: bool) -> None:
+    load, published = make_load(rate=0.5, submits=submits)
+    offset = await run_for(load, 30)
+    try:
+        await asyncio.sleep(0.05)
+        assert len(sent(load)) == 1  # slot 0; the next is 2 s away
+        before = time.monotonic_ns()
+        assert load.set_rate(1000) == (0.5, 1000.0)
+        await asyncio.sleep(0.2)
+        after = [t - offset for t in sent(load)[1:]]
+        # the producer did not sleep on until its old next slot: it follows the new rate now
+        assert 150 <= len(after) <= (time.monotonic_ns() - before) // MS + 1
+        assert before <= after[0] <= before + 2 * MS
+        assert all(b - a == MS for a, b in itertools.pairwise(after))
+        assert events(published) == [("rate", "0.5 msg/s → 1,000 msg/s")]
+    finally:
+        await load.close()
+
+
+async def test_pause_and_resume_producers() -> None:
+    load, published = make_load(rate=1000)
+    offset = await run_for(load, 30)
+    try:
+        await asyncio.sleep(0.1)
+        load.pause_producers()
+        load.pause_producers()  # already paused: nothing changes
+        paused_at = time.monotonic_ns()
+        await asyncio.sleep(0.01)
+        count = len(sent(load))
+        await asyncio.sleep(0.2)
+        assert len(sent(load)) == count  # nothing while paused
+        assert max(sent(load)) - offset < paused_at
+        load.resume_producers()
+        resumed_at = time.monotonic_ns()
+        await asyncio.sleep(0.1)
+        new = [t - offset for t in sent(load)[count:]]
+        # no burst of the paused interval's slots: all come after the resume, 1 ms apart
+        assert 70 <= len(new) <= (time.monotonic_ns() - resumed_at) // MS + 2
+        assert resumed_at - MS <= new[0] <= resumed_at + 2 * MS
+        assert all(b - a == MS for a, b in itertools.pairwise(new))
+        assert events(published) == [("producers-paused", "running → paused"),
+                                     ("producers-resumed", "paused → running")]
+    finally:
+        await load.close()
+
+
+async def test_paused_producers_finish_at_the_end() -> None:
+    load, _ = make_load(rate=100)
+    await run_for(load, 0.3)
+    load.pause_producers()
+    started = time.monotonic()
+    await asyncio.wait_for(load.stop_producers(), 2)
+    assert time.monotonic() - started < 0.1  # stopping wakes a paused producer too
+    await load.close()
+
+
+async def test_each_process_takes_its_share_of_a_new_rate() -> None:
+    # 4 producers over 2 processes: this one runs producers 1 and 3
+    load, published = make_load(rate=400, producers=4, share=(1, 2))
+    offset = await run_for(load, 30)
+    try:
+        assert load.set_rate(4000) == (400.0, 4000.0)
+        changed = time.monotonic_ns()
+        await asyncio.sleep(0.3)
+        for p in load.producers:
+            times = [t - offset for t in p.sent if t - offset > changed + 2 * MS]  # type: ignore[attr-defined]
+            # each producer's share: 4,000 / 4 = 1,000 msg/s
+            assert all(b - a == MS for a, b in itertools.pairwise(times))
+        assert published == []  # the first process records the change, not this one
+    finally:
+        await load.close()
+
+
+async def test_switch_to_maximum_rate_and_back() -> None:
+    load, published = make_load(rate=100, submits=False)
+    offset = await run_for(load, 30)
+    try:
+        await asyncio.sleep(0.05)
+        slow = len(sent(load))
+        assert load.set_rate(0) == (100.0, 0.0)
+        await asyncio.sleep(0.1)
+        fast = len(sent(load)) - slow
+        assert fast > 1000  # as fast as acknowledgements allow
+        assert load.set_rate(500) == (0.0, 500.0)
+        changed = time.monotonic_ns()
+        await asyncio.sleep(0.1)
+        paced = [t - offset for t in sent(load) if t - offset > changed + MS]
+        assert 40 <= len(paced) <= (time.monotonic_ns() - changed) // (2 * MS) + 1
+        assert all(b - a == 2 * MS for a, b in itertools.pairwise(paced))
+        assert [d for _, d in events(published)] == ["100 msg/s → max", "max → 500 msg/s"]
+    finally:
+        await load.close()
+
+
+async def test_pause_and_resume_consumers() -> None:
+    load, published = make_load(rate=100, consumers=1)
+    await run_for(load, 30)
+    consumer = load.consumers[0]
+    assert isinstance(consumer, MemoryConsumer)
+    try:
+        await asyncio.sleep(0.05)
+        load.pause_consumers()
+        await asyncio.sleep(0.01)  # the receive under way finishes, and is counted
+        calls, consumed = consumer.calls, load.totals.consumed
+        await asyncio.sleep(0.1)
+        assert consumer.calls == calls and load.totals.consumed == consumed
+        load.resume_consumers()
+        await asyncio.sleep(0.05)
+        assert consumer.calls > calls and load.totals.consumed > consumed
+        assert events(published) == [("consumers-paused", "running → paused"),
+                                     ("consumers-resumed", "paused → running")]
+    finally:
+        await load.close()
