@@ -133,6 +133,13 @@ def spark_session(
     return spark, True
 
 
+def stop_active() -> None:
+    """Stop the session active in this thread, if any (one started ahead of a report)."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+
+
 def first_line(exc: BaseException) -> str:
     """The telling line of a Spark error: the Java exception's message when there is one,
     without the exception class name."""

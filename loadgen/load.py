@@ -17,11 +17,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from collectors.base import Collector, Reading
-from compose.docker import FAULTS
 from compose.stack import Stack, StackContext, StackDescription
 from loadgen.errors import StackError
 from loadgen.histogram import Histogram
+from loadgen.interventions import Intervention
 from loadgen.pacing import Schedule
+from loadgen.placement import place
 from loadgen.platforms import PLATFORMS
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer
 from loadgen.selfwatch import SelfWatch
@@ -93,6 +94,11 @@ class LoadHandle(Protocol):
 
     async def fault(self, action: str, broker: str) -> None: ...
 
+    async def control(self, item: Intervention) -> str:
+        """Change the load (rate, producers or consumers stopped or started); returns what
+        changed, as `old → new`."""
+        ...
+
     async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
         """Close the interval and return its Tick; raw samples, when recorded, are published
         on the bus before it returns."""
@@ -126,6 +132,7 @@ class TargetLoad:
         self._track_ids = track_ids
         self._publish = publish
         self.stack: Stack | None = None
+        self._stack_watch: asyncio.Task[None] | None = None
         self.desc: StackDescription | None = None
         self.driver: Driver | None = None
         self.producers: list[Producer] = []
@@ -159,9 +166,6 @@ class TargetLoad:
 
     # ---- set-up -------------------------------------------------------------------------
 
-    def _mine(self, number: int) -> bool:
-        return number % self.shares == self.share
-
     async def start(self, progress: Callable[[str], None]) -> None:
         """The first process: bring the stack up, create the topics, start the collectors,
         then its share of consumers and producers."""
@@ -171,6 +175,7 @@ class TargetLoad:
         progress(f"{self.label}: waiting for the broker to answer")
         await self.stack.ready(float(os.environ.get(READY_TIMEOUT_ENV) or READY_TIMEOUT_S), progress)
         self.desc = self.stack.describe()
+        self._stack_watch = asyncio.create_task(self.stack.watch())  # brokers that die
         self.driver = self.platform.make_driver(self.target, self.desc)
         await self.driver.connect()
         w = self.workload
@@ -194,18 +199,21 @@ class TargetLoad:
         await self._start_clients()
 
     async def _start_clients(self) -> None:
+        """This process's producers and consumers, as loadgen.placement deals them."""
         assert self.driver is not None
         w = self.workload
-        for t, topic in enumerate(self.topics):
-            for s, sub in enumerate(self.subscriptions):
-                for i in range(w.consumers):
-                    if self._mine((t * len(self.subscriptions) + s) * w.consumers + i):
-                        self.consumers.append(
-                            await self.driver.consumer(topic, sub, i, self._track_ids))
-            for i in range(w.producers):
-                if self._mine(t * w.producers + i):
-                    self.producers.append(await self.driver.producer(topic, i))
-                    self._producer_numbers.append(t * w.producers + i)
+        subs = len(self.subscriptions)
+        mine = place(len(self.topics) * w.producers, len(self.topics) * subs * w.consumers,
+                     self.shares)[self.share]
+        for number in mine.consumers:
+            t, rest = divmod(number, subs * w.consumers)
+            s, i = divmod(rest, w.consumers)
+            self.consumers.append(await self.driver.consumer(self.topics[t], self.subscriptions[s],
+                                                             i, self._track_ids))
+        for number in mine.producers:
+            t, i = divmod(number, w.producers)
+            self.producers.append(await self.driver.producer(self.topics[t], i))
+            self._producer_numbers.append(number)
 
     def describe(self) -> dict[str, Any]:
         desc = self.desc
@@ -225,12 +233,34 @@ class TargetLoad:
         }
 
     async def fault(self, action: str, broker: str) -> None:
-        """One of the docker stack's fault hooks (compose.docker.FAULTS) on one broker."""
-        hook = getattr(self.stack, action, None) if action in FAULTS else None
-        if hook is None:
-            raise StackError(f"{self.label}: cannot {action} a broker: fault injection needs the "
-                             f"docker runtime ({', '.join(FAULTS)})")
-        await hook(broker)
+        """One fault (compose.stack.FAULTS) on one of the stack's brokers; the stack records
+        it as an event."""
+        if self.stack is None:
+            raise StackError(f"{self.label}: no stack to {action} a broker of (not started here)")
+        await self.stack.fault(action, broker)
+
+    async def control(self, item: Intervention) -> str:
+        """Change this process's share of the load; returns what changed (old → new). The run
+        records it as one event for the target, whatever the number of processes."""
+        if item.action == "rate":
+            assert item.rate is not None
+            old, new = self.set_rate(item.rate)
+            return f"{_rate_text(old)} → {_rate_text(new)}"
+        if item.action == "producers":
+            was = "stopped" if self._producers_paused else "running"
+            if item.state == "stop":
+                self.pause_producers()
+            else:
+                self.resume_producers()
+            return f"{was} → {'stopped' if self._producers_paused else 'running'}"
+        if item.action == "consumers":
+            was = "running" if self._consuming.is_set() else "stopped"
+            if item.state == "stop":
+                self.pause_consumers()
+            else:
+                self.resume_consumers()
+            return f"{was} → {'running' if self._consuming.is_set() else 'stopped'}"
+        raise StackError(f"{self.label}: {item.describe()} is not a change of the load")
 
     def _stack_event(self, kind: str, detail: str) -> None:
         self._publish(RunEvent(time.time_ns(), self.label, kind, detail))
@@ -281,11 +311,6 @@ class TargetLoad:
 
     # ---- live changes -------------------------------------------------------------------
 
-    def _event(self, kind: str, detail: str) -> None:
-        # every process of a target makes the same change: the first one records it
-        if self.primary:
-            self._publish(RunEvent(time.time_ns(), self.label, kind, detail))
-
     def set_rate(self, rate: float) -> tuple[float, float]:
         """Change the target's aggregate rate (msg/s over every producer of every process; 0 =
         maximum rate) now; this process's producers take their share, as at the start. Each
@@ -298,7 +323,6 @@ class TargetLoad:
             p.sched.set_rate(per_rate, at)
             p.wake()
         self._rate = rate
-        self._event("rate", f"{_rate_text(old)} → {_rate_text(rate)}")
         return old, rate
 
     def pause_producers(self) -> None:
@@ -311,7 +335,6 @@ class TargetLoad:
         for p in self._pacers:
             p.sched.pause(at)
             p.wake()
-        self._event("producers-paused", "running → paused")
 
     def resume_producers(self) -> None:
         """Producers go on from now at the rate in force, without the paused interval's slots."""
@@ -322,7 +345,6 @@ class TargetLoad:
         for p in self._pacers:
             p.sched.resume(at)
             p.wake()
-        self._event("producers-resumed", "paused → running")
 
     def pause_consumers(self) -> None:
         """Consumers stop asking for messages once their current receive is done (what it
@@ -330,13 +352,11 @@ class TargetLoad:
         if not self._consuming.is_set():
             return
         self._consuming.clear()
-        self._event("consumers-paused", "running → paused")
 
     def resume_consumers(self) -> None:
         if self._consuming.is_set():
             return
         self._consuming.set()
-        self._event("consumers-resumed", "paused → running")
 
     async def _consume(self, consumer: Consumer) -> None:
         while not self._stop_consuming:
@@ -384,8 +404,9 @@ class TargetLoad:
             if isinstance(r, Reading):
                 reading = reading.merge(r)
             elif isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+                problem = str(r) or ("no answer within 0.9 s" if isinstance(r, TimeoutError) else "")
                 self._publish(RunEvent(time.time_ns(), self.label, "collector-error",
-                                       f"{c.name}: {type(r).__name__}: {r}"))
+                                       f"{c.name}: {type(r).__name__}: {problem}"))
         return reading
 
     async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
@@ -468,6 +489,9 @@ class TargetLoad:
                         await asyncio.wait_for(self.driver.delete_topic(topic), 10)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.driver.close(), 5)
+        if self._stack_watch is not None:
+            self._stack_watch.cancel()
+            await asyncio.gather(self._stack_watch, return_exceptions=True)
         if self.stack is not None:
             with contextlib.suppress(Exception):
                 await self.stack.down()

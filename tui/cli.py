@@ -244,11 +244,9 @@ def _start_spark(log: Path) -> None:
 
 def _stop_spark(log: Path) -> None:
     with contextlib.suppress(Exception):
-        from pyspark.sql import SparkSession
+        from analysis.session import stop_active
 
-        active = SparkSession.getActiveSession()
-        if active is not None:
-            active.stop()
+        stop_active()
     with contextlib.suppress(OSError):
         log.unlink()
 
