@@ -193,6 +193,7 @@ class Run:
         self.placement = place(w.topics * w.producers, w.topics * w.subscriptions * w.consumers,
                                processes)  # the same for every target
         self.broker_failures: list[str] = []
+        self._consumers_stopped: set[str] = set()  # targets whose consumers the user stopped
         self._down: dict[str, set[str]] = {t.label: set() for t in targets}
         self.subscribe(self._note_brokers)
 
@@ -365,6 +366,7 @@ class Run:
             if measure_end in crossed:
                 self._set_phase(Phase.DRAINING, "waiting for consumers to catch up")
                 await asyncio.gather(*(r.stop_producers() for r in self.runners))
+                await self._restart_consumers()
                 drain_deadline = loop.time() + self.workload.drain_timeout_s
             if drain_deadline is not None and k > measure_end:
                 done = [drained(r.totals, self.workload.subscriptions, t.lag)
@@ -433,8 +435,16 @@ class Run:
             elif item.action == "consumers":
                 if item.state == "start":
                     self._drain.resumed(runner.label, time.time_ns())
+                    self._consumers_stopped.discard(runner.label)
                 else:
                     self._drain.stopped(runner.label)
+                    self._consumers_stopped.add(runner.label)
+
+    async def _restart_consumers(self) -> None:
+        """The drain needs every consumer: those the user stopped start again."""
+        for label in sorted(self._consumers_stopped):
+            with contextlib.suppress(StreambenchError):
+                await self.intervene(Intervention("consumers", label, state="start"))
 
     async def _run_schedule(self, measure_start_mono: int) -> None:
         """The workload's schedule: each intervention at its time of the measuring phase."""

@@ -158,3 +158,17 @@ def test_a_broker_that_dies_unbidden_is_noticed(tmp_path: Path, no_leftover_redi
     assert len(err.splitlines()) < 200, err[-3000:]
     assert "broker failed during the run: redis: redis: killed by signal 9" in err
     assert run_json(run_dir)["broker_failures"]
+
+
+def test_consumers_left_stopped_start_again_for_the_drain(tmp_path: Path, no_leftover_redis) -> None:
+    run_dir = tmp_path / "run"
+    started = time.time()
+    res = run_cli(["run", "redis", "--headless", "--rate", "500", "--warmup", "1",
+                   "--duration", "5", "--out", str(run_dir), "--at", "2s:consumers=stop"],
+                  timeout_s=120)
+    assert res.returncode == 0, res.stderr
+    assert time.time() - started < 40  # not the 60 s drain timeout
+    consumers = [e["detail"] for e in _events(run_dir) if e["kind"] == "consumers"]
+    assert consumers == ["running → stopped", "stopped → running"]
+    totals = run_json(run_dir)["totals"][0]
+    assert totals["drained"] and totals["consumed"] == totals["produced"]
