@@ -169,7 +169,7 @@ class DashboardApp(App[DashboardResult]):
                 self.status.message = f"{event.kind}: {event.detail}"
                 self._show_status()
                 return
-            history.add_event(event.kind, event.detail)
+            history.add_event(event.kind, event.detail, event.time_ns)
             if not self.status.paused:
                 self._columns[event.target].show()
 

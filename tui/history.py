@@ -18,6 +18,9 @@ HISTORY_WINDOW_S = 300.0  # what the charts can show: the last five minutes
 RECENT_WINDOW_S = 10.0  # latency merged over the last ten seconds
 NS_PER_MS = 1e6
 EVENTS_KEPT = 20
+# events drawn as a marker on the charts: changes of the load and faults
+MARKED_KINDS = ("rate", "producers", "consumers")
+MARKED_PREFIX = "fault-"
 
 Reducer = Callable[[Sequence[float]], float]
 
@@ -102,6 +105,9 @@ class Series:
     def values(self) -> list[float]:
         return [v for _, v in self._points]
 
+    def times(self) -> list[float]:
+        return [t for t, _ in self._points]
+
     def __len__(self) -> int:
         return len(self._points)
 
@@ -137,6 +143,7 @@ class TargetHistory:
         self.send_errors_total = 0
         self.event_count = 0
         self.events: deque[TargetEvent] = deque(maxlen=EVENTS_KEPT)
+        self.marks: deque[float] = deque(maxlen=EVENTS_KEPT)  # times (s) of changes and faults
         self.recent_window_s = recent_s
         self._recent: deque[Tick] = deque()
 
@@ -156,11 +163,28 @@ class TargetHistory:
         self.e2e_recent = LatencySummary.of(
             HistogramSnapshot.merge([t.e2e_latency for t in self._recent]))
 
-    def add_event(self, kind: str, detail: str) -> None:
+    def add_event(self, kind: str, detail: str, time_ns: int | None = None) -> None:
         self.event_count += 1
         self.events.append(TargetEvent(kind, detail))
+        if time_ns is not None and (kind in MARKED_KINDS or kind.startswith(MARKED_PREFIX)):
+            self.marks.append(time_ns / 1e9)
 
     @property
     def recent_span_s(self) -> float:
         """Seconds the merged latency actually covers (less than the window at the start)."""
         return sum(t.interval_s for t in self._recent)
+
+
+def mark_columns(times: Sequence[float], marks: Sequence[float], width: int) -> set[int]:
+    """The chart columns (0 = left, `width` cells showing up to 2 × width points, newest at the
+    right edge, as area_chart draws them) where the points at or just after each mark fall."""
+    n = len(times)
+    slots = 2 * width
+    columns = set()
+    for m in marks:
+        if not times or m < times[0] - 1.0 or m > times[-1]:
+            continue
+        i = next((k for k, t in enumerate(times) if t >= m), n - 1)
+        slot = (slots - n) + i if n <= slots else i * slots // n
+        columns.add(min(width - 1, max(0, slot // 2)))
+    return columns

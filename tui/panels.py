@@ -19,7 +19,7 @@ from rich.text import Text
 from loadgen.tick import Phase
 from tui import formatting as fmt
 from tui.charts import area_chart
-from tui.history import METRICS, LatencySummary, TargetHistory, downsample
+from tui.history import METRICS, LatencySummary, TargetHistory, downsample, mark_columns
 
 ROLES = ("label", "value", "muted", "alert", "chart")
 BEHIND_RATIO = 0.95  # achieved / target rate below which a producer counts as behind
@@ -186,6 +186,9 @@ class ChartsPanel:
             if name == "produce_rate" and history.last is not None:
                 top = max(top, history.last.target_rate)  # so the chart reads against the target
             chart = area_chart(points, width, height, top)
+            marks = mark_columns(history.series[name].times(), history.marks, width)
+            if marks and chart:  # a change or fault: a tick mark on the chart's top row
+                chart[0] = "".join("┆" if c in marks else ch for c, ch in enumerate(chart[0]))
             scale = f"↑{fmt.short(top)}{metric.unit}" if top > 0 else ""
             captions = [metric.title, scale, *[""] * height][:height]
             for caption, row in zip(captions, chart, strict=True):
