@@ -1,0 +1,36 @@
+"""The report of a real steered run: a local redis-server driven at 1,000 msg/s, the rate
+raised to 2,000 at 4 s and the broker paused at 8 s for 2 s by --at flags. The report has a
+faults-and-changes table and one segment per stretch between changes, with the rates the run
+really had."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from analysis.report import build_report
+from tests.conftest import run_cli
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+
+def test_report_of_a_real_run_with_scheduled_changes(spark, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    res = run_cli(["run", "redis:runtime=local", "--headless", "--rate", "1000", "--warmup", "1",
+                   "--duration", "16", "--out", str(run_dir), "--at", "4s:rate=2000",
+                   "--at", "8s:pause=redis", "--at", "10s:resume=redis"], timeout_s=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = build_report([run_dir], out_dir=tmp_path / "report", formats="md")
+    text = report.read_text() if report.suffix == ".md" else (report.parent / "report.md").read_text()
+    faults = text[text.index("## Faults and changes"):]
+    faults = faults[:faults.index("\n## ", 4)]
+    assert re.search(r"\| *rate *\|[^\n]*1,000 msg/s → 2,000 msg/s", faults), faults
+    assert "fault-pause" in faults and "fault-resume" in faults
+    segments = text[text.index("## Segments between changes"):]
+    segments = segments[:segments.index("\n## ", 4)]
+    rows = [ln for ln in segments.splitlines() if re.match(r"\| *\d", ln)]
+    assert len(rows) >= 3, segments  # before the change, after it, the pause, after the resume
+    first, second = rows[0], rows[1]
+    assert "1,000" in first and "2,000" in second, segments
