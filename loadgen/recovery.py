@@ -98,7 +98,8 @@ class RecoveryWatch:
         if not self._healthy(rec, tick):
             rec.healthy_since_ns = None
             return None
-        start = tick.time_ns - int(tick.interval_s * 1e9)
+        # healthy from the start of this tick's interval, but never before the fault itself
+        start = max(tick.time_ns - int(tick.interval_s * 1e9), rec.last_ns or rec.first_ns)
         if rec.healthy_since_ns is None:
             rec.healthy_since_ns = start
         if (tick.time_ns - rec.healthy_since_ns) / 1e9 >= HEALTHY_SECONDS - 1e-6:

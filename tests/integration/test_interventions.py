@@ -119,8 +119,10 @@ def test_kill_and_start_one_of_three_kafka_brokers(tmp_path: Path) -> None:
               if e["kind"].startswith("fault-")]
     assert [k for k, _ in faults] == ["fault-kill", "fault-start"]
     assert abs(faults[0][1] - 15) <= 1 and 30 <= faults[1][1] <= 45  # start waits for the broker
+    # one recovery per fault, or one for both when the cluster was not healthy in between
     outcome = [e for e in events if e["kind"] in ("recovered", "not-recovered")]
-    assert len(outcome) == 1 and "kill kafka-2" in outcome[0]["detail"]
+    assert 1 <= len(outcome) <= 2 and "kill kafka-2" in outcome[0]["detail"]
+    assert all(" -" not in e["detail"].split(";")[0] for e in outcome)  # never before the fault
     totals = run_json(run_dir)["totals"][0]
     # every acknowledged message was consumed (a rebalance may deliver some twice)
     assert totals["consumed"] - totals["duplicates"] >= totals["produced"] > 20_000

@@ -108,7 +108,7 @@ def test_second_broker_port_taken(kafka_39, nothing_left_running):  # noqa: F811
 def test_broker_that_cannot_start(kafka_39, nothing_left_running):  # noqa: F811
     """A heap too small for the JVM: the broker exits and its log says why."""
     res = _cli(["run", "kafka:runtime=local,heap=1m", "--headless", "--duration", "1"])
-    _fails(res, "kafka:runtime=local,heap=1m: broker 1 exited (code 1) before Kafka was ready")
+    _fails(res, "kafka:runtime=local,heap=1m: broker-1 exited (code 1) before Kafka was ready")
     assert "heap" in res.stderr.splitlines()[-1].lower()
 
 

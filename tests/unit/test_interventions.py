@@ -180,3 +180,14 @@ def test_placement_deals_producers_then_consumers() -> None:
     assert auto_processes(2, 1, cores=2) == 1  # a 2-core host: one worker, the rest for brokers
     assert auto_processes(2, 1, cores=8) == 2
     assert auto_processes(10, 3, cores=8) == 2
+
+
+def test_recovery_is_never_counted_from_before_the_fault() -> None:
+    watch = RecoveryWatch(subscriptions=1)
+    watch.tick(_tick(0, 1000, 1000, 0))
+    watch.fault("kafka", "start kafka-2", 1_900_000_000)  # late in tick 1 (1.0–2.0 s)
+    done = None
+    for s in range(1, 8):
+        done = done or watch.tick(_tick(s, 1000, 1000, 0))
+    assert done is not None and done.recovered_ns == 1_900_000_000
+    assert "healthy again 0.0 s after start kafka-2" in done.detail()
