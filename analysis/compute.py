@@ -300,6 +300,21 @@ def _key(row: Any) -> Key:
     return (str(row["run_id"]), str(row["target"]))
 
 
+def _throughput(r: Any) -> Throughput:
+    """The throughput sums of one aggregated row (a target's measuring phase, a segment)."""
+    return Throughput(
+        ticks=int(r["ticks"]),
+        seconds=_num(r["interval_s"]),
+        produced=_int(r["produced"]),
+        produced_bytes=_int(r["produced_bytes"]),
+        consumed=_int(r["consumed"]),
+        consumed_bytes=_int(r["consumed_bytes"]),
+        net_rx_bytes=_int(r["net_rx_bytes"]),
+        net_tx_bytes=_int(r["net_tx_bytes"]),
+        target_rate=_num(r["target_rate"]),
+    )
+
+
 def _num(value: Any) -> float:
     return float("nan") if value is None else float(value)
 
@@ -402,17 +417,7 @@ def _totals(ticks: DataFrame) -> dict[Key, _Totals]:
                 _num(r[f"{kind}_hi"]),
             )
         out[_key(r)] = _Totals(
-            throughput=Throughput(
-                ticks=int(r["ticks"]),
-                seconds=_num(r["interval_s"]),
-                produced=_int(r["produced"]),
-                produced_bytes=_int(r["produced_bytes"]),
-                consumed=_int(r["consumed"]),
-                consumed_bytes=_int(r["consumed_bytes"]),
-                net_rx_bytes=_int(r["net_rx_bytes"]),
-                net_tx_bytes=_int(r["net_tx_bytes"]),
-                target_rate=_num(r["target_rate"]),
-            ),
+            throughput=_throughput(r),
             errors=(_int(r["errors_measuring"]), _int(r["errors_total"])),
             loadgen=(_num(r["loadgen_saturated_s"]), _num(r["loadgen_cpu"])),
             latency=latency,
@@ -789,17 +794,7 @@ def _segment_totals(measuring: DataFrame, starts: dict[Key, list[SegmentStart]]
             last_seq=int(r["last_seq"]),
             start_elapsed_s=_num(r["start_el"]),
             end_elapsed_s=_num(r["end_el"]),
-            throughput=Throughput(
-                ticks=int(r["ticks"]),
-                seconds=_num(r["interval_s"]),
-                produced=_int(r["produced"]),
-                produced_bytes=_int(r["produced_bytes"]),
-                consumed=_int(r["consumed"]),
-                consumed_bytes=_int(r["consumed_bytes"]),
-                net_rx_bytes=_int(r["net_rx_bytes"]),
-                net_tx_bytes=_int(r["net_tx_bytes"]),
-                target_rate=_num(r["target_rate"]),
-            ),
+            throughput=_throughput(r),
             rates=(_num(r["rate_lo"]), _num(r["rate_hi"])),
             errors=_int(r["errors"]),
             latency=latency,

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from redis_consume import worker_cpu_s  # the bench next to this one (scripts run from here)
 
 from analysis.sink import ParquetSink
 from compose.process import free_port, start_process, stop_process
@@ -59,21 +60,6 @@ GOAL_DELAY_P99_US = 1000.0
 
 def load_average() -> str:
     return f"{os.getloadavg()[0]:.2f}"
-
-
-def worker_cpu_s() -> float:
-    """CPU-seconds (user + system) of this process's load worker processes so far."""
-    total = 0.0
-    for child in psutil.Process().children(recursive=False):
-        try:
-            cmd = " ".join(child.cmdline())
-            if "multiprocessing" not in cmd or "resource_tracker" in cmd:
-                continue
-            t = child.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            continue
-    return total
 
 
 def raw_rtt_ns(port: int, size: int, count: int, every_s: float = 0.0) -> list[int]:
