@@ -15,6 +15,7 @@ import os
 import platform as host_platform
 import re
 import stat
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -169,6 +170,7 @@ class Run:
         self._recorder_factory = recorder
         self._recorder: Recorder | None = None
         self._prepared = False
+        self.finished = threading.Event()  # set once execute() has closed everything
         self.runners: list[TargetWorker] = [
             TargetWorker(i, t, workload, self.run_id, record_raw, track_ids, self.publish,
                          processes, log_dir(self.run_dir, i, t.label))
@@ -289,6 +291,7 @@ class Run:
             await asyncio.gather(*(r.close() for r in self.runners), return_exceptions=True)
             if self._recorder is not None:
                 self._recorder.close()
+            self.finished.set()  # brokers down, files closed (also after an error)
         self._set_phase(Phase.DONE, f"run files in {self.run_dir}")
         return summary
 

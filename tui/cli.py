@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ EXIT_INTERNAL = 1
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 EXIT_BROKER_FAILED = 3  # a broker died during the run without a fault asking for it
 MAX_PROCESSES = 64
+HANGUP_GRACE_S = 5.0  # after a hang-up and the run's end, how long the dashboard may take to exit
 EXIT_USER_STOP = SIGNAL_EXIT[signal.SIGINT]  # a run the user ended early, e.g. `q` in the dashboard
 
 MAIN_HELP = """\
@@ -273,6 +275,15 @@ _detached: list[int] = []  # the write end of the pipe that stands in for a lost
 _stdin_readers: list[Callable[[], None]] = []  # what stops the headless command reader
 
 
+def _exit_after_hangup(run: Any) -> None:
+    """After a hang-up the terminal library may wait forever on a terminal that is gone: once
+    the run has closed its files and brought its brokers down, exit 129 if the dashboard has
+    not ended by itself within a few seconds."""
+    run.finished.wait()
+    time.sleep(HANGUP_GRACE_S)
+    os._exit(SIGNAL_EXIT[signal.SIGHUP])
+
+
 def _detach_terminal() -> None:
     """The terminal is gone (SIGHUP): writes to it would fail and reads see end-of-file at once.
     Point standard output and error at /dev/null and standard input at a pipe nobody writes to,
@@ -455,6 +466,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         terminated.append(sig)
         if sig == signal.SIGHUP:
             _detach_terminal()  # the dashboard goes on drawing into /dev/null until the end
+            threading.Thread(target=_exit_after_hangup, args=(run,), daemon=True).start()
         run.request_stop()
 
     # Ctrl-C reaches the dashboard as a key in raw mode; SIGINT from elsewhere stops like it
