@@ -60,12 +60,12 @@ def test_fake_distribution_is_named_once(tmp_path: Path) -> None:
 
 def test_every_command_warns_at_start_up(tmp_path: Path) -> None:
     _fake_distribution(tmp_path)
-    res = _python("import sys\nfrom tui.cli import main\nsys.exit(main(['platforms']))", tmp_path)
+    res = _python("import sys\nfrom tui.cli import main\nsys.exit(main(['workloads']))", tmp_path)
     assert res.returncode == 0, res.stderr
     [warning] = res.stderr.splitlines()
     assert warning.startswith("streambench: warning: 'compose' is shadowed: ")
     assert warning.endswith("(see streambench doctor)")
-    assert "redis" in res.stdout  # the command itself ran
+    assert "simple-workload" in res.stdout  # the command itself ran
 
 
 def _sha256(path: Path) -> str:
