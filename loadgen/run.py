@@ -65,6 +65,15 @@ def path_name(text: str, limit: int = 100) -> str:
     return name or "_"
 
 
+def _unused(path: Path) -> Path:
+    """`path`, or `path-2`, `path-3` … when runs started in the same second took it."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
+
+
 def default_run_dir(workload: Workload, started: datetime, root: Path = Path("runs")) -> Path:
     """runs/<UTC time>-<workload name as a file name>; run.json keeps the name as written."""
     return root / f"{started.strftime('%Y%m%dT%H%M%SZ')}-{path_name(workload.name)}"
@@ -158,7 +167,7 @@ class Run:
         self.targets = targets
         self.started = datetime.now(UTC)
         self.run_id = run_id or self.started.strftime("%Y%m%dT%H%M%SZ")
-        self.run_dir = out_dir if out_dir is not None else default_run_dir(workload, self.started)
+        self.run_dir = out_dir if out_dir is not None else _unused(default_run_dir(workload, self.started))
         self.tick_s = tick_s
         self.phase = Phase.STARTING
         self.record_raw = record_raw
