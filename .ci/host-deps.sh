@@ -2,9 +2,9 @@
 # Installs the system packages a make target needs, when missing:
 #   demo  `make demo`: redis-server (its brokers run as local processes) and a Java 17 runtime
 #         (the PySpark report of `--report`)
-#   test  `make test` (the default): the demo's, plus redis-tools, Maven (assembles the Kafka and
-#         Pulsar jars from Maven Central), and for the docker runtime's tests docker.io,
-#         docker-compose and debootstrap (the test images are built offline from Debian's archive)
+#   test  `make test` (the default): the demo's, plus redis-tools, nats-server (NATS JetStream
+#         as a local process), Maven (assembles the Kafka and Pulsar jars from Maven Central),
+#         and for the docker runtime's tests docker.io, docker-compose and debootstrap (the test images are built offline from Debian's archive)
 # As root it installs them from Debian's archive; otherwise it says in one line what to install
 # and fails. Starting a Docker engine is .ci/docker-engine.sh's job (`make test` only).
 set -euo pipefail
@@ -36,6 +36,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 [ "$(java_major)" -ge 17 ] || missing+=(openjdk-17-jre-headless)
 if [ "$profile" = test ]; then
     command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
+    # Debian puts it in /usr/sbin, which is not on every user's PATH
+    command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
     command -v mvn >/dev/null 2>&1 || missing+=(maven)
     command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
     if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1; then
