@@ -135,10 +135,11 @@ def parse_schedule(entries: Any, src: str) -> tuple[Intervention, ...]:
 
 
 def check_schedule(interventions: tuple[Intervention, ...], labels: list[str],
-                   brokers: dict[str, dict[str, str]], duration_s: float) -> None:
+                   brokers: dict[str, dict[str, str]], duration_s: float,
+                   faults: dict[str, tuple[str, ...]] | None = None) -> None:
     """Every scheduled intervention names a known target or broker and falls inside the
     measuring phase; raises WorkloadError naming the first that does not. `brokers` maps each
-    target label to its brokers' names."""
+    target label to its brokers' names, `faults` to the faults its platform takes there."""
     for item in interventions:
         what = f"scheduled {item.describe()} at {item.at_s:g}s"
         if item.at_s is not None and item.at_s > duration_s:
@@ -146,7 +147,16 @@ def check_schedule(interventions: tuple[Intervention, ...], labels: list[str],
         if item.target is not None and item.target not in labels:
             raise WorkloadError(f"{what}: no target {item.target!r}; targets: {', '.join(labels)}")
         if item.broker is not None:
-            find_broker(item.broker, brokers, what)
+            label, _ = find_broker(item.broker, brokers, what)
+            if faults is not None:
+                check_fault(item.action, label, faults.get(label, ()), what)
+
+
+def check_fault(action: str, label: str, allowed: tuple[str, ...], what: str) -> None:
+    """WorkloadError unless the target's platform takes this fault on its runtime."""
+    if action not in allowed:
+        takes = f"it takes {', '.join(allowed)}" if allowed else "it takes no faults"
+        raise WorkloadError(f"{what}: {label}'s platform has no {action!r} fault here; {takes}")
 
 
 def find_broker(name: str, brokers: dict[str, dict[str, str]], what: str) -> tuple[str, str]:

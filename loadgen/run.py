@@ -28,6 +28,7 @@ from loadgen.interventions import (
     FAULT_ACTIONS,
     Intervention,
     broker_names,
+    check_fault,
     check_schedule,
     find_broker,
 )
@@ -195,7 +196,9 @@ class Run:
             own = PLATFORMS[t.platform].make_stack(t).brokers()
             names = broker_names(t.platform, own) if platforms.count(t.platform) == 1 else {}
             self.brokers[t.label] = {**names, **broker_names(t.label, own)}
-        check_schedule(workload.schedule, self.labels, self.brokers, workload.duration_s)
+        # the faults each target's platform takes on its runtime
+        self.faults = {t.label: PLATFORMS[t.platform].fault_actions(t.runtime) for t in targets}
+        check_schedule(workload.schedule, self.labels, self.brokers, workload.duration_s, self.faults)
         self.rates = {t.label: workload.rate for t in targets}  # each target's rate now
         self._recovery = RecoveryWatch(workload.subscriptions)
         self._drain = DrainWatch()
@@ -434,6 +437,7 @@ class Run:
         if item.action in FAULT_ACTIONS:
             assert item.broker is not None
             label, own = find_broker(item.broker, self.brokers, item.describe())
+            check_fault(item.action, label, self.faults[label], item.describe())
             (runner,) = self._runners_for(label)
             await runner.fault(item.action, own)  # the stack records the fault as an event
             self._recovery.fault(label, f"{item.action} {item.broker}", time.time_ns())

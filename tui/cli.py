@@ -519,11 +519,17 @@ def _cmd_stacks(args: argparse.Namespace) -> int:
 
 
 def _cmd_platforms() -> int:
-    from loadgen.platforms import PLATFORMS
+    from loadgen.platforms import LOAD_WARNINGS, PLATFORMS
 
+    for warning in LOAD_WARNINGS:
+        sys.stderr.write(f"warning: {warning}\n")
     for p in PLATFORMS.values():
         print(f"{p.name}: {p.summary}")
+        print(f"  from: {p.origin}")
         print(f"  runtimes: {', '.join(p.runtimes)} (external: {p.name}@{p.address_example})")
+        faults = [f"{r}: {', '.join(p.fault_actions(r))}" for r in p.runtimes if p.fault_actions(r)]
+        if faults:
+            print(f"  faults: {'; '.join(faults)}")
         for name, opt in p.options.items():
             values = f" [{'|'.join(opt.choices)}]" if opt.choices else ""
             default = "" if opt.default is None else f" (default {opt.default!r})"
@@ -573,6 +579,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("streambench: interrupted\n")
         return SIGNAL_EXIT[signal.SIGINT]
+    except BrokenPipeError:
+        # the reader of our output went away (`streambench platforms | head`): stop quietly, as
+        # the shell's own tools do, and keep the interpreter from complaining at exit
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as exc:
         if os.environ.get("STREAMBENCH_DEBUG"):
             raise

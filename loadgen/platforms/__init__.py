@@ -1,28 +1,55 @@
-"""The platforms streambench can drive. Each driver module declares its platforms in a
-`PLATFORMS` list (options, stack, driver, collectors); adding a platform means adding its
-module to `_MODULES`."""
+"""The platforms streambench can drive, found through Python entry points in the group
+`streambench.platforms`. Each entry point names a module attribute holding a list of
+`Platform` records (options, runtimes and stack, driver, collectors, faults). streambench's own
+platforms register that way in its pyproject.toml, exactly as a separate package would in its
+own: adding a platform edits no module here."""
 
 from __future__ import annotations
 
-import importlib
+import sys
+from dataclasses import replace
+from importlib import metadata
 
 from loadgen.errors import TargetError
 from loadgen.platforms.runtime import place
 from loadgen.platforms.spec import Platform
 from loadgen.target import OptionSpec, Target, parse_target
 
-_MODULES = (
-    "loadgen.platforms.redis_streams",
-    "loadgen.platforms.kafka",
-    "loadgen.platforms.pulsar",
-)
+GROUP = "streambench.platforms"
+# warnings met while loading: a plugin that fails to import or declares a taken name
+LOAD_WARNINGS: list[str] = []
+
+
+def _origin(ep: metadata.EntryPoint) -> str:
+    dist = ep.dist
+    where = f"{dist.name} {dist.version}" if dist is not None else "unknown distribution"
+    return f"{where} ({ep.name} = {ep.value})"
 
 
 def _load() -> dict[str, Platform]:
     found: dict[str, Platform] = {}
-    for name in _MODULES:
-        for platform in importlib.import_module(name).PLATFORMS:
-            found[platform.name] = platform
+    # streambench's own entry points first, so a plugin cannot shadow a bundled name
+    points = sorted(metadata.entry_points(group=GROUP),
+                    key=lambda ep: (ep.dist is None or ep.dist.name != "streambench", ep.name))
+    for ep in points:
+        try:
+            declared = ep.load()
+            platforms = list(declared)
+            if not all(isinstance(p, Platform) for p in platforms):
+                raise TypeError("it is not a list of loadgen.platforms.spec.Platform")
+        except Exception as exc:  # a broken plugin is named, not fatal
+            LOAD_WARNINGS.append(f"platform plugin {ep.name} = {ep.value} not loaded: "
+                                 f"{type(exc).__name__}: {exc}")
+            continue
+        for platform in platforms:
+            if platform.name in found:
+                LOAD_WARNINGS.append(f"platform {platform.name!r} of {_origin(ep)} ignored: "
+                                     f"the name is taken by {found[platform.name].origin}")
+                continue
+            found[platform.name] = replace(platform, origin=_origin(ep))
+    if not found:
+        sys.stderr.write("streambench: no platforms registered; is streambench installed "
+                         "(pip install -e . in its checkout)?\n")
     return found
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from collectors.base import Collector
-from compose.stack import Stack, StackDescription
+from compose.stack import FAULTS, Stack, StackDescription
 from loadgen.platforms.base import Driver
 from loadgen.target import OptionSpec, Target
 
@@ -23,6 +23,16 @@ class Platform:
     make_collectors: Callable[[Target, StackDescription, str, int, list[str]], list[Collector]]
     # how the external runtime's @ADDRESS looks for this platform
     address_example: str = "HOST:PORT"
+    # the faults (compose.stack.FAULTS) its brokers take, per runtime; None: every fault on every
+    # runtime streambench starts itself, none on an existing cluster
+    faults: dict[str, tuple[str, ...]] | None = None
+    # where it comes from: "<distribution> <version> (<entry point>)", set by the registry
+    origin: str = ""
+
+    def fault_actions(self, runtime: str) -> tuple[str, ...]:
+        if self.faults is not None:
+            return self.faults.get(runtime, ())
+        return () if runtime == "external" else FAULTS
 
 
 def parse_port(text: str) -> int:
