@@ -3,9 +3,10 @@
 #   demo  `make demo`: redis-server (its brokers run as local processes) and a Java 17 runtime
 #         (the PySpark report of `--report`)
 #   test  `make test` (the default): the demo's, plus redis-tools, nats-server (NATS JetStream
-#         as a local process), Maven (assembles the Kafka and Pulsar jars from Maven Central),
-#         and for the docker runtime's tests docker.io, docker-compose and debootstrap (the test
-#         images are built offline from Debian's archive)
+#         as a local process), rabbitmq-server (RabbitMQ Streams as a local process), Maven
+#         (assembles the Kafka and Pulsar jars from Maven Central), and for the docker runtime's
+#         tests docker.io, docker-compose and debootstrap (the test images are built offline from
+#         Debian's archive)
 # As root it installs them from Debian's archive; otherwise it says in one line what to install
 # and fails. Starting a Docker engine is .ci/docker-engine.sh's job (`make test` only).
 set -euo pipefail
@@ -39,6 +40,8 @@ if [ "$profile" = test ]; then
     command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
     # Debian puts it in /usr/sbin, which is not on every user's PATH
     command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
+    [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || command -v rabbitmq-server >/dev/null 2>&1 \
+        || missing+=(rabbitmq-server)
     command -v mvn >/dev/null 2>&1 || missing+=(maven)
     command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
     if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1; then
@@ -61,4 +64,13 @@ apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # the package may start a system-wide redis on 6379; streambench starts its own on free ports
 if [[ " ${missing[*]} " == *" redis-server "* ]] && command -v service >/dev/null 2>&1; then
     service redis-server stop >/dev/null 2>&1 || true
+fi
+# the package may start a system-wide RabbitMQ (and its epmd) on 5672/4369; streambench starts
+# its own node, with an epmd of its own, on free loopback ports
+if [[ " ${missing[*]} " == *" rabbitmq-server "* ]]; then
+    if [ -d /run/systemd/system ]; then
+        systemctl disable --now rabbitmq-server.service epmd.socket epmd.service >/dev/null 2>&1 || true
+    elif pgrep -u rabbitmq -x beam.smp >/dev/null 2>&1 && command -v service >/dev/null 2>&1; then
+        service rabbitmq-server stop >/dev/null 2>&1 || true
+    fi
 fi
