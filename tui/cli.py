@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from loadgen.errors import StreambenchError, WorkloadError
 from tui.doctor import REPORT_INSTALL, REPORT_MODULES, doctor, missing_report_modules, quick_shadows
+from tui.endsummary import EndSummary, render
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
@@ -389,7 +390,10 @@ def _read_commands(run: Any) -> Callable[[], None]:
     return stop
 
 
-def _print_summary(summary: Any) -> None:
+def _print_summary(summary: Any, end: EndSummary) -> None:
+    table = render(summary, end)
+    if table:
+        print(table)
     if summary.stopped_early:
         sys.stderr.write(f"stopped early: {summary.measured_ticks} s measured\n")
     for failure in summary.broker_failures:
@@ -435,10 +439,12 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                     processes=args.processes, argv=["streambench", *argv])
     run = Run(**run_args, recorder=ParquetSink)
     run.prepare()
+    end = EndSummary(run.labels)
+    run.subscribe(end)
 
     if args.headless:
         summary, sig = run_precise(_headless(run))
-        _print_summary(summary)
+        _print_summary(summary, end)
         if args.report and summary.measured_ticks:
             print(f"report: {_report([summary.run_dir], None, None)}")
         if sig:
@@ -482,7 +488,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise result
     if result is None:
         raise StreambenchError("the dashboard ended before the run finished")
-    _print_summary(result)
+    _print_summary(result, end)
     report_path = getattr(app, "report_path", None)
     if report_path:
         print(f"report: {report_path}")
