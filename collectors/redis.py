@@ -5,6 +5,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from collectors.base import Collector, CounterDeltas, Reading
+from loadgen.security import PLAINTEXT, ClientSecurity
 from loadgen.tick import LagSnapshot
 
 _LAG_SOURCE = "XINFO GROUPS lag+pending"
@@ -15,9 +16,11 @@ class RedisTelemetry(Collector):
 
     name = "redis"
 
-    def __init__(self, host: str, port: int, streams: list[str], groups: list[str]) -> None:
+    def __init__(self, host: str, port: int, streams: list[str], groups: list[str],
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self._conn = aioredis.Redis(host=host, port=port, single_connection_client=True,
-                                    socket_timeout=2.0, decode_responses=True)
+                                    socket_timeout=2.0, decode_responses=True,
+                                    **security.redis_kwargs())
         self._streams = streams
         self._groups = set(groups)
         self._deltas = CounterDeltas()

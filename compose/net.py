@@ -10,6 +10,8 @@ import socket
 from collections.abc import Iterator
 from enum import Enum
 
+from loadgen.security import auth_failure, tls_failure
+
 _MAX_LINKS = 32  # exceptions looked at per failure (chains are short; cycles are possible)
 
 
@@ -95,10 +97,19 @@ def is_refused(exc: BaseException) -> bool:
     return classify(exc) is Failure.REFUSED
 
 
-def connect_failure(exc: BaseException) -> str:
-    """A short reason for a failed connection, without the client library's noise: the kind of
-    failure when the chain tells it, else the first sentence of the message."""
+def connect_failure(exc: BaseException, tls: bool | None = None) -> str:
+    """A short reason for a failed connection, without the client library's noise: a refused
+    TLS handshake or refused credentials, else the kind of failure when the chain tells it,
+    else the first sentence of the message. `tls`: whether the client spoke TLS, when known,
+    for the hint a TLS/plaintext mismatch needs (it shows as a time-out or a reset)."""
+    why = tls_failure(exc) or auth_failure(exc)
+    if why is not None:
+        return why
     failure = classify(exc)
+    if failure is Failure.TIMED_OUT and tls:
+        return f"{failure.value} (TLS is on: does the port take TLS connections?)"
+    if failure is Failure.RESET and tls is False:
+        return f"{failure.value} (a port that takes TLS only? add tls or ca=PATH to the target)"
     if failure is not None:
         return failure.value
     text = (str(exc).strip().splitlines() or [""])[0]

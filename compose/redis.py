@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from compose.net import connect_failure
@@ -26,6 +28,7 @@ from compose.process import (
 )
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
+from loadgen.security import PLAINTEXT, ClientSecurity
 from loadgen.target import Target
 
 DATA_PREFIX = "streambench-redis-"
@@ -42,10 +45,14 @@ def parse_address(address: str, default_port: int = 6379) -> tuple[str, int]:
     return host or "127.0.0.1", int(port_text)
 
 
-async def ping(host: str, port: int, timeout_s: float) -> str:
+async def ping(host: str, port: int, timeout_s: float,
+               security: ClientSecurity = PLAINTEXT) -> str:
     """Version of the redis server at host:port; raises OSError/RedisError when unreachable."""
+    # one attempt: redis-py's default retries would wait out a TLS handshake with a plaintext
+    # port several times over
     conn = aioredis.Redis(host=host, port=port, socket_connect_timeout=timeout_s,
-                          socket_timeout=timeout_s, decode_responses=True)
+                          socket_timeout=timeout_s, decode_responses=True,
+                          retry=Retry(NoBackoff(), 0), **security.redis_kwargs())
     try:
         await conn.ping()
         info = await conn.info("server")
@@ -195,6 +202,7 @@ class RedisExternalStack(Stack):
         assert target.address is not None
         self._label = label
         self._host, self._port = parse_address(target.address)
+        self._security = ClientSecurity.of(target)
         self._version = ""
 
     async def up(self, progress: Progress) -> None:
@@ -202,9 +210,10 @@ class RedisExternalStack(Stack):
 
     async def ready(self, timeout_s: float, progress: Progress) -> None:
         try:
-            self._version = await asyncio.wait_for(ping(self._host, self._port, 5.0), timeout_s)
+            self._version = await asyncio.wait_for(ping(self._host, self._port, 5.0, self._security),
+                                                   timeout_s)
         except (OSError, RedisError, TimeoutError) as exc:
-            reason = connect_failure(exc)
+            reason = connect_failure(exc, tls=self._security.tls is not None)
             raise StackError(f"{self._label}: cannot reach redis at {self._host}:{self._port}: "
                              f"{reason}") from None
         check_version(self._version, f"{self._host}:{self._port}")

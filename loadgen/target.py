@@ -21,6 +21,9 @@ class OptionSpec:
     parse: Callable[[str], Any] = str  # raises ValueError on a bad value
     choices: tuple[str, ...] = ()
     flag: bool = False  # `redis:aof` alone means aof=true
+    # non-empty: the option is refused with this line, which never repeats the TARGET (e.g. a
+    # password on the command line)
+    refuse: str = ""
 
 
 def parse_bool(text: str) -> bool:
@@ -68,6 +71,11 @@ def parse_target(spec: str, platforms: dict[str, dict[str, OptionSpec]]) -> Targ
         if not address:
             raise TargetError(f"target {spec!r}: nothing after '@'; expected an address like 127.0.0.1:6379")
     name, _, opts_text = text.partition(":")
+    refused = {k: o.refuse for t in platforms.values() for k, o in t.items() if o.refuse}
+    for item in opts_text.split(","):
+        key = item.partition("=")[0].strip()
+        if key in refused:  # before any message that repeats the TARGET
+            raise TargetError(f"option {key} of {name}: {refused[key]}")
     if name not in platforms:
         close = difflib.get_close_matches(name, list(platforms), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
@@ -75,7 +83,7 @@ def parse_target(spec: str, platforms: dict[str, dict[str, OptionSpec]]) -> Targ
             f"unknown platform {name!r} in target {spec!r}{hint}; known: {', '.join(sorted(platforms))}"
         )
     table = platforms[name]
-    options = {key: opt.default for key, opt in table.items()}
+    options = {key: opt.default for key, opt in table.items() if not opt.refuse}
     explicit = set()
     for item in filter(None, (part.strip() for part in opts_text.split(","))):
         key, has_value, raw = item.partition("=")

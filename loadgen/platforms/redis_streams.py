@@ -34,6 +34,7 @@ from loadgen.platforms.base import (
 from loadgen.platforms.resp import RespConnection, RespError, encode
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
+from loadgen.security import PLAINTEXT, REDIS_SECURITY_OPTIONS, ClientSecurity
 from loadgen.target import OptionSpec, Target, parse_bool
 
 READ_COUNT = 1000
@@ -63,9 +64,10 @@ def stream_names(topic: str, partitions: int) -> list[str]:
     return [f"{topic}-{i}" for i in range(partitions)]
 
 
-def _connection(host: str, port: int) -> aioredis.Redis:
+def _connection(host: str, port: int, security: ClientSecurity) -> aioredis.Redis:
     return aioredis.Redis(host=host, port=port, single_connection_client=True,
-                          socket_connect_timeout=5.0, socket_timeout=30.0)
+                          socket_connect_timeout=5.0, socket_timeout=30.0,
+                          **security.redis_kwargs())
 
 
 class RedisProducer(Producer):
@@ -187,22 +189,24 @@ class RedisConsumer(Consumer):
 
 
 class RedisStreamsDriver(Driver):
-    def __init__(self, host: str, port: int, maxlen: int = 0) -> None:
+    def __init__(self, host: str, port: int, maxlen: int = 0,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self._host = host
         self._port = port
         self._maxlen = maxlen
+        self._security = security
         self._admin: aioredis.Redis | None = None
         self._version = ""
         self._partitions: dict[str, int] = {}
 
     async def connect(self) -> None:
-        self._admin = _connection(self._host, self._port)
+        self._admin = _connection(self._host, self._port, self._security)
         try:
             await self._admin.ping()
             info = await self._admin.info("server")
         except (OSError, RedisError) as exc:
             raise DriverError(f"cannot reach redis at {self._host}:{self._port}: "
-                              f"{connect_failure(exc)}") from None
+                              f"{connect_failure(exc, self._security.tls is not None)}") from None
         self._version = str(info.get("redis_version", b""))
 
     def version(self) -> str:
@@ -230,11 +234,13 @@ class RedisStreamsDriver(Driver):
 
     async def _open(self) -> RespConnection:
         try:
-            conn = await RespConnection.open(self._host, self._port)
+            conn = await RespConnection.open(self._host, self._port,
+                                             tls=self._security.ssl_context(),
+                                             auth=self._security.redis_auth())
             await conn.call("PING")
         except (OSError, RespError, TimeoutError) as exc:
             raise DriverError(f"cannot reach redis at {self._host}:{self._port}: "
-                              f"{connect_failure(exc)}") from None
+                              f"{connect_failure(exc, self._security.tls is not None)}") from None
         return conn
 
     async def producer(self, topic: str, index: int) -> Producer:
@@ -263,13 +269,15 @@ def _stack(target: Target) -> Stack:
 
 def _driver(target: Target, desc: StackDescription) -> Driver:
     host, port = parse_address(desc.endpoints["redis"])
-    return RedisStreamsDriver(host, port, maxlen=int(target.options.get("maxlen") or 0))
+    return RedisStreamsDriver(host, port, maxlen=int(target.options.get("maxlen") or 0),
+                              security=ClientSecurity.of(target))
 
 
 def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
                 subscriptions: list[str]) -> list[Collector]:
     host, port = parse_address(desc.endpoints["redis"])
-    found: list[Collector] = [RedisTelemetry(host, port, stream_names(topic, partitions), subscriptions)]
+    found: list[Collector] = [RedisTelemetry(host, port, stream_names(topic, partitions), subscriptions,
+                                             ClientSecurity.of(target))]
     found[:0] = resource_collectors(target, desc)
     return found
 
@@ -288,6 +296,7 @@ PLATFORMS = [
             "maxlen": OptionSpec("trim each stream to about this many entries (0 = never)",
                                  default=0, parse=parse_non_negative),
             **runtime_options(("docker", "local")),
+            **REDIS_SECURITY_OPTIONS,
         },
         runtimes=("docker", "local", "external"),
         make_stack=_stack,

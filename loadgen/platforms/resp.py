@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import ssl
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -314,9 +315,20 @@ class RespConnection(asyncio.BufferedProtocol):
         self._lost: asyncio.Future[None] | None = None
 
     @classmethod
-    async def open(cls, host: str, port: int, timeout_s: float = 5.0) -> RespConnection:
+    async def open(cls, host: str, port: int, timeout_s: float = 5.0,
+                   tls: ssl.SSLContext | None = None, auth: Sequence[Arg] = ()) -> RespConnection:
+        """Connect (over TLS with a context) and send `auth` (an AUTH command) first; an error
+        reply to it is raised as RespError and the connection closed."""
         loop = asyncio.get_running_loop()
-        _, conn = await asyncio.wait_for(loop.create_connection(cls, host, port), timeout_s)
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(cls, host, port, ssl=tls, server_hostname=host if tls else None),
+            timeout_s)
+        if auth:
+            try:
+                await asyncio.wait_for(conn.call(*auth), timeout_s)
+            except BaseException:
+                await conn.close(timeout_s)
+                raise
         return conn
 
     # ---- protocol callbacks ---------------------------------------------------------------

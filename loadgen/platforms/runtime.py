@@ -23,6 +23,7 @@ from compose.docker import engine_answers, image_present, parse_cpus, parse_memo
 from compose.docker_stacks import images_of
 from compose.stack import RUNTIME_NOTE
 from loadgen.errors import TargetError
+from loadgen.security import ClientSecurity
 from loadgen.target import OptionSpec, Target, parse_bool
 
 RUNTIME_ENV = "STREAMBENCH_RUNTIME"
@@ -86,6 +87,7 @@ def _images(names: list[str]) -> str:
 
 def place(target: Target, runtimes: tuple[str, ...], chosen: str | None = None) -> Target:
     """Fill in the runtime of a parsed target and check the options that depend on it."""
+    ClientSecurity.of(target)  # authentication and TLS: external only, files readable
     if "runtime" not in target.options:
         return target
     if target.address is not None:
