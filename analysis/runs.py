@@ -9,7 +9,6 @@ as long as each run's `min_reader_version` is one this reader meets (docs/run-fo
 from __future__ import annotations
 
 import glob
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -21,7 +20,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from analysis.schema import SCHEMA_VERSION, SCHEMAS
+from analysis.runmeta import read_run_meta
+from analysis.schema import SCHEMAS
 from loadgen.errors import ReportError
 
 _GLOB_CHARS = frozenset("*?[")
@@ -100,25 +100,7 @@ def expand_run_args(args: Sequence[Path | str]) -> list[Path]:
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
-    run_json = path / "run.json"
-    if not run_json.is_file():
-        raise ReportError(f"{path} is not a run directory (no run.json)")
-    try:
-        meta = json.loads(run_json.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise ReportError(f"{run_json} cannot be read: JSON nested too deeply") from None
-    except (OSError, ValueError) as exc:  # ValueError: bad JSON or UTF-8, a 5,000-digit number
-        raise ReportError(f"{run_json} cannot be read: {str(exc)[:200]}") from None
-    if not isinstance(meta, dict):
-        raise ReportError(f"{run_json} is not a run description (expected a JSON object)")
-    version = meta.get("schema_version")
-    needs = meta.get("min_reader_version", version)
-    if not isinstance(version, int) or not isinstance(needs, int) or needs > SCHEMA_VERSION:
-        raise ReportError(
-            f"{path} has run-file schema version {version!r} (readable from version "
-            f"{needs!r}); this streambench reads version {SCHEMA_VERSION}: upgrade streambench"
-        )
-    return meta
+    return read_run_meta(path, ReportError)
 
 
 def load_runs(run_dirs: Sequence[Path]) -> list[RunInfo]:

@@ -1,8 +1,10 @@
-"""Redis Streams telemetry: consumer-group lag from XINFO GROUPS, byte counters from INFO."""
+"""Redis Streams telemetry: consumer-group lag from XINFO GROUPS, entries added and read per
+stream (partition) from XINFO STREAM and XINFO GROUPS, byte counters from INFO."""
 
 from __future__ import annotations
 
 import redis.asyncio as aioredis
+from redis.client import NEVER_DECODE
 
 from collectors.base import Collector, CounterDeltas, Reading
 from loadgen.security import PLAINTEXT, ClientSecurity
@@ -27,6 +29,7 @@ class RedisTelemetry(Collector):
 
     async def start(self) -> None:
         await self._counters()
+        await self._streams_now()  # the per-partition counters count from here
 
     async def _counters(self) -> dict[str, float]:
         stats = await self._conn.info("stats")
@@ -39,26 +42,49 @@ class RedisTelemetry(Collector):
         }
 
     async def lag(self) -> LagSnapshot:
+        return (await self._streams_now())[0]
+
+    async def _streams_now(self) -> tuple[LagSnapshot, dict[str, float]]:
+        """The lag per stream (one stream is one partition) and, from Redis 7 on, the
+        per-partition counters: entries added to each stream and entries its groups read
+        (`partition.<n>.produced` / `.consumed`, messages in the interval)."""
         pipe = self._conn.pipeline(transaction=False)
         for stream in self._streams:
             pipe.xinfo_groups(stream)
+            # undecoded: the reply carries the first and last entries, whose payloads are bytes
+            pipe.execute_command("XINFO", "STREAM", stream, **{NEVER_DECODE: True})
         replies = await pipe.execute()
         per_partition: dict[int, int] = {}
-        for partition, groups in enumerate(replies):
+        counters: dict[str, float] = {}
+        for partition in range(len(self._streams)):
+            groups, info = replies[2 * partition], replies[2 * partition + 1]
             total = 0
+            read: float | None = 0.0
             for g in groups:
                 if g["name"] not in self._groups:
                     continue
                 # `lag` is None once unread entries were trimmed; pending alone is then a floor
                 total += int(g.get("lag") or 0) + int(g["pending"])
+                entries_read = g.get("entries-read")
+                if entries_read is None and g.get("last-delivered-id") == "0-0":
+                    entries_read = 0  # nothing delivered yet (Redis says unknown)
+                read = None if entries_read is None or read is None else read + float(entries_read)
             per_partition[partition] = total
-        return LagSnapshot(sum(per_partition.values()), per_partition, _LAG_SOURCE)
+            added = info.get(b"entries-added") if isinstance(info, dict) else None
+            if added is not None:  # Redis 7 and later
+                counters[f"partition.{partition}.produced"] = self._deltas.delta(
+                    f"added.{partition}", float(added))
+            if read is not None and groups:
+                counters[f"partition.{partition}.consumed"] = self._deltas.delta(
+                    f"read.{partition}", read)
+        return LagSnapshot(sum(per_partition.values()), per_partition, _LAG_SOURCE), counters
 
     async def sample(self) -> Reading:
         broker = await self._counters()
+        lag, per_partition = await self._streams_now()
         return Reading(
-            lag=await self.lag(),
-            broker=broker,
+            lag=lag,
+            broker={**broker, **per_partition},
             net_rx_bytes=int(broker["net_in_bytes"]),
             net_tx_bytes=int(broker["net_out_bytes"]),
         )

@@ -26,8 +26,9 @@ from loadgen.run import BusItem, Run, RunSummary
 from loadgen.tick import Phase, PhaseChange, RunEvent, Tick
 from loadgen.workload import Workload
 from tui.control import EventStrip, FaultScreen, RateScreen
-from tui.history import TargetHistory
-from tui.keys import BINDINGS, KEY_TABLE
+from tui.detail import DetailScreen
+from tui.history import ChartView, TargetHistory
+from tui.keys import BINDINGS, KEY_TABLE, Key
 from tui.widgets import HelpScreen, RunStatus, StatusBar, TargetColumn, TargetColumns
 
 AfterRun = Callable[[RunSummary], Awaitable[str | None]]
@@ -70,6 +71,7 @@ class DashboardApp(App[DashboardResult]):
     CSS_PATH = Path(__file__).with_name("streambench.tcss")  # also for subclasses elsewhere
     TITLE = "streambench"
     BINDINGS: ClassVar[list[BindingType]] = list(BINDINGS)
+    KEYS: ClassVar[tuple[Key, ...]] = KEY_TABLE  # what the help screen and the palette list
 
     def __init__(self, run: Run | None, labels: list[str], workload: Workload,
                  after_run: AfterRun | None = None, *,
@@ -79,11 +81,13 @@ class DashboardApp(App[DashboardResult]):
         self.after_run = after_run
         self.clock = clock  # wall clock in ns, for the length of the waiting phases
         self.histories = {label: TargetHistory(label) for label in labels}
+        self.view = ChartView(self.histories)
         self.status = RunStatus(workload)
         self.summary: RunSummary | None = None
         self.report_path: str | None = None
-        self._status_bar = StatusBar(self.status, clock, id="status")
-        self._columns = {label: TargetColumn(h) for label, h in self.histories.items()}
+        self.run_dir: Path | None = run.run_dir if run is not None else None  # for screenshots
+        self._status_bar = self._make_status_bar(clock)
+        self._columns = {label: TargetColumn(h, self.view) for label, h in self.histories.items()}
         self._events = EventStrip(id="events")
         self.labels = list(labels)
         self.selected = 0  # the column the control keys act on
@@ -91,6 +95,9 @@ class DashboardApp(App[DashboardResult]):
         self.producing = dict.fromkeys(labels, True)
         self.consuming = dict.fromkeys(labels, True)
         self.fixed_rate = {label: workload.rate for label in labels}  # for the max-rate toggle
+
+    def _make_status_bar(self, clock: Callable[[], int]) -> StatusBar:
+        return StatusBar(self.status, clock, id="status")
 
     # ---- layout -------------------------------------------------------------------------
 
@@ -140,38 +147,56 @@ class DashboardApp(App[DashboardResult]):
     # ---- bus messages -------------------------------------------------------------------
 
     def on_tick_received(self, message: TickReceived) -> None:
-        tick = message.tick
-        history = self.histories.get(tick.target)
-        if history is None:
-            return
         with self.batch_update():
-            history.add(tick)
-            self.status.elapsed_s = max(self.status.elapsed_s, tick.elapsed_s)
-            if not self.status.paused:
-                self._columns[tick.target].show()
+            if self._take_tick(message.tick) and not self.status.paused:
+                # the window ends at the latest tick: every column's x axis moves with it
+                self._repaint_columns()
             self._show_status()
 
     def on_phase_changed(self, message: PhaseChanged) -> None:
-        change = message.change
         with self.batch_update():
-            if change.phase is not self.status.phase or self.status.phase_since_ns is None:
-                self.status.phase_since_ns = change.time_ns
-            self.status.phase = change.phase
-            self.status.message = change.message
+            self._take_phase(message.change)
             self._show_status()
 
     def on_event_received(self, message: EventReceived) -> None:
-        event = message.event
         with self.batch_update():
-            self._events.add(event)
-            history = self.histories.get(event.target)
-            if history is None:  # a run-wide event
-                self.status.message = f"{event.kind}: {event.detail}"
-                self._show_status()
-                return
-            history.add_event(event.kind, event.detail, event.time_ns)
-            if not self.status.paused:
-                self._columns[event.target].show()
+            target = self._take_event(message.event)
+            self._events.refresh()
+            if target is not None and not self.status.paused:
+                self._columns[target].show()
+            self._show_status()
+
+    # the data side of the three messages, without repaint (a replay catching up uses these)
+
+    def _take_tick(self, tick: Tick, summarise: bool = True) -> bool:
+        history = self.histories.get(tick.target)
+        if history is None:
+            return False
+        history.add(tick, summarise=summarise)
+        self.status.elapsed_s = max(self.status.elapsed_s, tick.elapsed_s)
+        return True
+
+    def _take_phase(self, change: PhaseChange) -> None:
+        if change.phase is not self.status.phase or self.status.phase_since_ns is None:
+            self.status.phase_since_ns = change.time_ns
+        self.status.phase = change.phase
+        self.status.message = change.message
+
+    def _take_event(self, event: RunEvent) -> str | None:
+        """Keep the event; the target it belongs to, None for a run-wide event."""
+        self._events.add(event, repaint=False)
+        history = self.histories.get(event.target)
+        if history is None:  # a run-wide event
+            self.status.message = f"{event.kind}: {event.detail}"
+            return None
+        history.add_event(event.kind, event.detail, event.time_ns)
+        return event.target
+
+    def _repaint_columns(self) -> None:
+        for column in self._columns.values():
+            column.show()
+        if isinstance(self.screen, DetailScreen):
+            self.screen.show()
 
     # ---- actions (the key table in tui/keys.py names them) -------------------------------
 
@@ -193,24 +218,64 @@ class DashboardApp(App[DashboardResult]):
         self.status.paused = not self.status.paused
         with self.batch_update():
             if not self.status.paused:
-                for column in self._columns.values():
-                    column.show()
+                self._repaint_columns()
             self._show_status()
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             self.pop_screen()
         else:
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(self.KEYS))
 
-    def action_close_help(self) -> None:
-        if isinstance(self.screen, HelpScreen):
+    def action_close(self) -> None:
+        if isinstance(self.screen, HelpScreen | DetailScreen):
             self.pop_screen()
 
+    def action_detail(self) -> None:
+        if isinstance(self.screen, DetailScreen):
+            return
+        if isinstance(self.screen, HelpScreen):
+            self.pop_screen()
+        label = self.labels[self.selected]
+        self.push_screen(DetailScreen(self.histories[label], self.view, self.keys_hint()))
+
+    def keys_hint(self) -> str:
+        return "esc back · o sort · w window · x screenshot · ? help"
+
+    def action_sort(self) -> None:
+        if isinstance(self.screen, DetailScreen):
+            self.screen.next_sort()
+
+    def action_cycle_window(self) -> None:
+        self.view.cycle_window()
+        self.notify(f"chart window: {self.view.window_name()}", timeout=2)
+        self._repaint_columns()
+
+    def action_toggle_scale(self) -> None:
+        label = self.labels[self.selected]
+        self.view.toggle_own_scale(label)
+        own = label in self.view.own_scale
+        self.notify(f"{label}: {'its own y scale' if own else 'y scale shared with the others'}",
+                    timeout=2)
+        self._repaint_columns()
+
+    def action_save_screen(self) -> None:
+        """An SVG of the screen as it is, into the run directory; the path in the status line."""
+        directory = self.run_dir if self.run_dir is not None else Path.cwd()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        try:
+            path = self.save_screenshot(f"screenshot-{stamp}.svg", str(directory))
+        except OSError as exc:
+            self.notify(f"no screenshot: {exc.strerror or exc}", severity="error")
+            return
+        self.status.message = f"screenshot: {path}"
+        self.notify(f"screenshot: {path}", timeout=6)  # in full, where the status line is short
+        self._show_status()
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "close_help":
+        if action == "close":
             # escape is a priority key: let it through to other screens (the command palette)
-            return isinstance(self.screen, HelpScreen)
+            return isinstance(self.screen, HelpScreen | DetailScreen)
         # in a dialog its own keys (typing a rate) come first
         return not isinstance(self.screen, RateScreen | FaultScreen)
 
@@ -327,8 +392,8 @@ class DashboardApp(App[DashboardResult]):
         for command in super().get_system_commands(screen):
             if command.title not in _REPLACED_COMMANDS:
                 yield command
-        for key in KEY_TABLE:
-            if key.action != "close_help":
+        for key in self.KEYS:
+            if key.action != "close":
                 yield SystemCommand(key.label, key.help, partial(self.run_action, key.action))
 
     # ---- repaint ------------------------------------------------------------------------

@@ -65,6 +65,13 @@ p pauses the display, ? help. Ctrl-C and SIGTERM end the run like q.
 """
 
 
+REPLAY_HELP = """\
+Shows a recorded run in the dashboard from its files (no broker is started): space plays
+and pauses, 1/2/3 set 1×/10×/60×, ←/→ or [/] seek 10 s, Home/End, n jumps to the next
+event, ? lists every key. Runs killed mid-way and runs of older versions replay too.
+"""
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit code 2."""
 
@@ -177,6 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--all", action="store_true",
                        help="remove every streambench container, volume and network, also of "
                             "runs still going and volumes kept with --keep")
+
+    replay = sub.add_parser("replay", help="show a recorded run again in the dashboard",
+                            description=REPLAY_HELP,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    replay.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory")
+    replay.add_argument("--speed", type=float, choices=(1.0, 10.0, 60.0), default=1.0,
+                        metavar="1|10|60", help="playback speed (keys 1, 2, 3 change it)")
+    replay.add_argument("--paused", action="store_true", help="start paused at the beginning")
 
     sub.add_parser("platforms", help="list platforms and their TARGET options")
     sub.add_parser("workloads", help="list the bundled workloads")
@@ -499,6 +514,18 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return EXIT_BROKER_FAILED if result.broker_failures else 0
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from tui.recording import load_recording
+
+    recording = load_recording(args.run_dir)
+    if not (sys.stdout.isatty() and sys.stdin.isatty()):
+        raise StreambenchError("the dashboard needs a terminal")
+    from tui.replay import ReplayApp
+
+    ReplayApp(recording, speed=args.speed, playing=not args.paused).run()
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     started = time.monotonic()
     path = _report(list(args.runs), args.out, args.master, args.baseline, args.format)
@@ -571,6 +598,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_run(args, argv)
         if args.command == "report":
             return _cmd_report(args)
+        if args.command == "replay":
+            return _cmd_replay(args)
         if args.command == "stacks":
             return _cmd_stacks(args)
         if args.command == "platforms":

@@ -79,8 +79,13 @@ class EventStrip(Widget):
         super().__init__(id=id)
         self.events: deque[RunEvent] = deque(maxlen=8)
 
-    def add(self, event: RunEvent) -> None:
+    def add(self, event: RunEvent, repaint: bool = True) -> None:
         self.events.append(event)
+        if repaint:
+            self.refresh()
+
+    def clear(self) -> None:
+        self.events.clear()
         self.refresh()
 
     def render(self) -> Text:

@@ -6,6 +6,7 @@ tick arrives, so rendering (and a paused display catching up) only formats numbe
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -14,10 +15,14 @@ from dataclasses import dataclass
 from loadgen.histogram import HistogramSnapshot
 from loadgen.tick import Tick
 
-HISTORY_WINDOW_S = 300.0  # what the charts can show: the last five minutes
+HISTORY_WINDOW_S = 300.0  # the charts' default window: the last five minutes
+# the windows the window key cycles through; None is the whole run
+WINDOWS: tuple[float | None, ...] = (60.0, 300.0, None)
+MAX_POINTS = 200_000  # points kept per series: over two days of one-second ticks
+FINE_WINDOW_S = 300.0  # latency histograms kept per tick for this long, then per minute
 RECENT_WINDOW_S = 10.0  # latency merged over the last ten seconds
 NS_PER_MS = 1e6
-EVENTS_KEPT = 20
+EVENTS_KEPT = 200
 # events drawn as a marker on the charts: changes of the load and faults
 MARKED_KINDS = ("rate", "producers", "consumers")
 MARKED_PREFIX = "fault-"
@@ -56,7 +61,7 @@ def _lag(tick: Tick) -> float:
 
 
 METRICS: dict[str, Metric] = {
-    "produce_rate": Metric("msg/s", "/s", lambda t: t.produce_rate, mean_of),
+    "produce_rate": Metric("produce", "/s", lambda t: t.produce_rate, mean_of),
     "e2e_p99": Metric("e2e p99", "ms", _e2e_p99_ms, max_of),
     "lag": Metric("lag", "", _lag, max_of),
     "cpu": Metric("cpu", "%", lambda t: t.resources.cpu_percent, mean_of),
@@ -90,26 +95,47 @@ EMPTY_LATENCY = LatencySummary.of(HistogramSnapshot.empty())
 
 
 class Series:
-    """One metric's points (time in s, value) over a sliding time window."""
+    """One metric's points (time in s, value), kept for the whole run (up to MAX_POINTS);
+    `values()` and `times()` give the last `window_s` seconds."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
-        self._points: deque[tuple[float, float]] = deque()
+        self._times: list[float] = []
+        self._values: list[float] = []
 
     def add(self, time_s: float, value: float) -> None:
-        self._points.append((time_s, value))
-        horizon = time_s - self.window_s
-        while self._points and self._points[0][0] < horizon:
-            self._points.popleft()
+        self._times.append(time_s)
+        self._values.append(value)
+        if len(self._times) > MAX_POINTS:  # drop the oldest tenth at once, not one by one
+            del self._times[:MAX_POINTS // 10]
+            del self._values[:MAX_POINTS // 10]
+
+    def clear(self) -> None:
+        self._times.clear()
+        self._values.clear()
+
+    def between(self, start_s: float, end_s: float) -> tuple[list[float], list[float]]:
+        """The times and values of the points with start_s < time <= end_s."""
+        lo = bisect.bisect_right(self._times, start_s)
+        hi = bisect.bisect_right(self._times, end_s)
+        return self._times[lo:hi], self._values[lo:hi]
 
     def values(self) -> list[float]:
-        return [v for _, v in self._points]
+        if not self._times:
+            return []
+        return self.between(self._times[-1] - self.window_s - 1e-9, self._times[-1])[1]
 
     def times(self) -> list[float]:
-        return [t for t, _ in self._points]
+        if not self._times:
+            return []
+        return self.between(self._times[-1] - self.window_s - 1e-9, self._times[-1])[0]
+
+    @property
+    def first_time(self) -> float | None:
+        return self._times[0] if self._times else None
 
     def __len__(self) -> int:
-        return len(self._points)
+        return len(self.values())
 
 
 def downsample(values: Sequence[float], points: int, reduce: Reducer) -> list[float]:
@@ -122,10 +148,84 @@ def downsample(values: Sequence[float], points: int, reduce: Reducer) -> list[fl
     return [reduce(values[i * n // points:(i + 1) * n // points]) for i in range(points)]
 
 
+def time_slots(times: Sequence[float], values: Sequence[float], start_s: float, end_s: float,
+               slots: int, reduce: Reducer, hold_s: float = 2.0) -> list[float]:
+    """The points of (start_s, end_s] in `slots` equal slots of time, each slot's points folded
+    with `reduce`; a slot without a point of its own repeats the slot before it when that is
+    at most `hold_s` older (ticks sparser than the slots), else it is NaN (nothing known)."""
+    if slots <= 0 or end_s <= start_s:
+        return []
+    slot_s = (end_s - start_s) / slots
+    buckets: list[list[float]] = [[] for _ in range(slots)]
+    for t, v in zip(times, values, strict=True):
+        i = min(slots - 1, max(0, math.ceil((t - start_s) / slot_s) - 1))
+        buckets[i].append(v)
+    out: list[float] = []
+    last, last_i = math.nan, -slots
+    for i, bucket in enumerate(buckets):
+        if bucket:
+            last, last_i = reduce(bucket), i
+            out.append(last)
+        elif (i - last_i) * slot_s <= hold_s:
+            out.append(last)
+        else:
+            out.append(math.nan)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class TargetEvent:
     kind: str
     detail: str
+    time_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyPoint:
+    """One tick's (or, for older stretches, one minute's) latency histograms."""
+
+    time_s: float
+    e2e: HistogramSnapshot
+    publish: HistogramSnapshot
+
+
+class LatencyHistory:
+    """The e2e and publish histograms of the run, to merge over any window: per tick for the
+    last FINE_WINDOW_S seconds, merged per minute before that (memory stays small on long
+    runs; a whole-run window is exact, a window reaching back beyond the per-tick stretch
+    rounds its start to a minute)."""
+
+    def __init__(self) -> None:
+        self.fine: deque[LatencyPoint] = deque()
+        self.coarse: list[LatencyPoint] = []
+        self._folding: list[LatencyPoint] = []
+
+    def add(self, time_s: float, e2e: HistogramSnapshot, publish: HistogramSnapshot) -> None:
+        self.fine.append(LatencyPoint(time_s, e2e, publish))
+        while self.fine and self.fine[0].time_s < time_s - FINE_WINDOW_S:
+            old = self.fine.popleft()
+            if self._folding and int(old.time_s // 60) != int(self._folding[0].time_s // 60):
+                self._fold()
+            self._folding.append(old)
+
+    def _fold(self) -> None:
+        part = self._folding
+        self.coarse.append(LatencyPoint(part[-1].time_s,
+                                        HistogramSnapshot.merge([p.e2e for p in part]),
+                                        HistogramSnapshot.merge([p.publish for p in part])))
+        self._folding = []
+
+    def clear(self) -> None:
+        self.fine.clear()
+        self.coarse.clear()
+        self._folding = []
+
+    def merged(self, start_s: float | None) -> tuple[HistogramSnapshot, HistogramSnapshot]:
+        """(e2e, publish) merged over the points after start_s (None: all of them)."""
+        points = [p for p in (*self.coarse, *self._folding, *self.fine)
+                  if start_s is None or p.time_s > start_s]
+        return (HistogramSnapshot.merge([p.e2e for p in points]),
+                HistogramSnapshot.merge([p.publish for p in points]))
 
 
 class TargetHistory:
@@ -134,30 +234,52 @@ class TargetHistory:
     def __init__(self, label: str, window_s: float = HISTORY_WINDOW_S,
                  recent_s: float = RECENT_WINDOW_S) -> None:
         self.label = label
+        self.window_s = window_s
+        self.recent_window_s = recent_s
+        self.series = {name: Series(window_s) for name in METRICS}
+        self.latency = LatencyHistory()
+        self.events: deque[TargetEvent] = deque(maxlen=EVENTS_KEPT)
+        self.marks: deque[float] = deque(maxlen=EVENTS_KEPT)  # times (s) of changes and faults
+        self._recent: deque[Tick] = deque()
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget everything (a replay going back in time starts again from nothing)."""
         self.last: Tick | None = None
         self.ticks = 0
-        self.series = {name: Series(window_s) for name in METRICS}
+        for series in self.series.values():
+            series.clear()
+        self.latency.clear()
         self.e2e = EMPTY_LATENCY
         self.e2e_recent = EMPTY_LATENCY
         self.publish = EMPTY_LATENCY
         self.send_errors_total = 0
         self.event_count = 0
-        self.events: deque[TargetEvent] = deque(maxlen=EVENTS_KEPT)
-        self.marks: deque[float] = deque(maxlen=EVENTS_KEPT)  # times (s) of changes and faults
-        self.recent_window_s = recent_s
-        self._recent: deque[Tick] = deque()
+        self.events.clear()
+        self.marks.clear()
+        self._recent.clear()
 
-    def add(self, tick: Tick) -> None:
+    def add(self, tick: Tick, *, summarise: bool = True) -> None:
+        """Take a tick in. With summarise=False (a replay catching up) the latest-tick latency
+        summaries are left for `summarise()` to compute once at the end."""
         self.last = tick
         self.ticks += 1
         self.send_errors_total += tick.send_errors
         time_s = tick.time_ns / 1e9
         for name, metric in METRICS.items():
             self.series[name].add(time_s, metric.read(tick))
+        self.latency.add(time_s, tick.e2e_latency, tick.publish_latency)
         self._recent.append(tick)
         horizon = tick.time_ns - int(self.recent_window_s * 1e9)
         while self._recent and self._recent[0].time_ns <= horizon:
             self._recent.popleft()
+        if summarise:
+            self.summarise()
+
+    def summarise(self) -> None:
+        tick = self.last
+        if tick is None:
+            return
         self.e2e = LatencySummary.of(tick.e2e_latency)
         self.publish = LatencySummary.of(tick.publish_latency)
         self.e2e_recent = LatencySummary.of(
@@ -165,9 +287,14 @@ class TargetHistory:
 
     def add_event(self, kind: str, detail: str, time_ns: int | None = None) -> None:
         self.event_count += 1
-        self.events.append(TargetEvent(kind, detail))
+        self.events.append(TargetEvent(kind, detail, time_ns))
         if time_ns is not None and (kind in MARKED_KINDS or kind.startswith(MARKED_PREFIX)):
             self.marks.append(time_ns / 1e9)
+
+    @property
+    def recent_ticks(self) -> list[Tick]:
+        """The ticks of the last `recent_window_s` seconds, oldest first."""
+        return list(self._recent)
 
     @property
     def recent_span_s(self) -> float:
@@ -175,16 +302,89 @@ class TargetHistory:
         return sum(t.interval_s for t in self._recent)
 
 
-def mark_columns(times: Sequence[float], marks: Sequence[float], width: int) -> set[int]:
-    """The chart columns (0 = left, `width` cells showing up to 2 × width points, newest at the
-    right edge, as area_chart draws them) where the points at or just after each mark fall."""
-    n = len(times)
-    slots = 2 * width
+def mark_columns(marks: Sequence[float], start_s: float, end_s: float, width: int) -> set[int]:
+    """The chart columns (0 = left, `width` cells over the time span (start_s, end_s], two
+    time slots a cell, as time_slots and area_chart lay them out) where each mark falls."""
+    if width <= 0 or end_s <= start_s:
+        return set()
+    slot_s = (end_s - start_s) / (2 * width)
     columns = set()
     for m in marks:
-        if not times or m < times[0] - 1.0 or m > times[-1]:
+        if m <= start_s - slot_s or m > end_s:
             continue
-        i = next((k for k, t in enumerate(times) if t >= m), n - 1)
-        slot = (slots - n) + i if n <= slots else i * slots // n
-        columns.add(min(width - 1, max(0, slot // 2)))
+        slot = min(2 * width - 1, max(0, math.ceil((m - start_s) / slot_s) - 1))
+        columns.add(slot // 2)
     return columns
+
+
+@dataclass(frozen=True, slots=True)
+class ChartScale:
+    """What one chart shows: its series' lowest and highest value in the window, the top of
+    its y axis, and whether that top is shared with the other columns."""
+
+    low: float
+    high: float
+    top: float
+    shared: bool
+
+
+class ChartView:
+    """The charts' common settings: the time window (shared by every column, so their x axes
+    line up) and, per metric, one y scale for all columns unless a column asked for its own."""
+
+    def __init__(self, histories: dict[str, TargetHistory], window_index: int = 1) -> None:
+        self.histories = histories
+        self.window_index = window_index
+        self.own_scale: set[str] = set()  # labels of the columns with a y scale of their own
+
+    @property
+    def window_s(self) -> float | None:
+        return WINDOWS[self.window_index]
+
+    def cycle_window(self) -> None:
+        self.window_index = (self.window_index + 1) % len(WINDOWS)
+
+    def window_name(self) -> str:
+        w = self.window_s
+        return "whole run" if w is None else f"{w / 60:g} min"
+
+    def toggle_own_scale(self, label: str) -> None:
+        self.own_scale ^= {label}
+
+    def span(self) -> tuple[float, float]:
+        """(start, end) in s of the window the charts show: it ends at the latest tick."""
+        lasts = [h.last.time_ns / 1e9 for h in self.histories.values() if h.last is not None]
+        if not lasts:
+            return 0.0, self.window_s or 60.0
+        end = max(lasts)
+        if self.window_s is not None:
+            return end - self.window_s, end
+        firsts = [f for h in self.histories.values()
+                  if (f := h.series["produce_rate"].first_time) is not None]
+        start = min(firsts) - 1.0  # the first tick covers the second before it
+        return start, max(end, start + 1.0)
+
+    def _range(self, history: TargetHistory, metric: str, start: float, end: float
+               ) -> tuple[float, float]:
+        finite = [v for v in history.series[metric].between(start, end)[1] if math.isfinite(v)]
+        if not finite:
+            return math.nan, math.nan
+        return min(finite), max(finite)
+
+    def _top(self, history: TargetHistory, metric: str, start: float, end: float) -> float:
+        high = self._range(history, metric, start, end)[1]
+        if metric == "produce_rate" and history.last is not None:
+            # the chart reads against the target rate
+            high = max(high, history.last.target_rate) if math.isfinite(high) else high
+        return high
+
+    def scale(self, label: str, metric: str) -> ChartScale:
+        start, end = self.span()
+        history = self.histories[label]
+        low, high = self._range(history, metric, start, end)
+        own = label in self.own_scale or len(self.histories) < 2
+        sharing = ([history] if own else
+                   [h for lab, h in self.histories.items() if lab not in self.own_scale])
+        tops = [self._top(h, metric, start, end) for h in sharing]
+        top = max((v for v in tops if math.isfinite(v)), default=math.nan)
+        return ChartScale(low, high, top if math.isfinite(top) else 0.0, not own)

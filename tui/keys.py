@@ -26,17 +26,33 @@ class Key:
                        key_display=self.shown[0], priority=True)
 
 
+# keys of the live dashboard and of a replay alike: how the charts and the detail show
+VIEW_KEYS: tuple[Key, ...] = (
+    Key(("enter",), ("enter",), "detail", "detail",
+        "Detail: partitions, brokers, latency, events.", footer=False),
+    Key(("w",), ("w",), "cycle_window", "window", "Chart window: 1 min, 5 min, whole run.",
+        footer=False),
+    Key(("y",), ("y",), "toggle_scale", "y scale",
+        "Selected column: shared y scale ↔ its own.", footer=False),
+    Key(("o",), ("o",), "sort", "sort", "Detail: sort partitions by the next column.",
+        footer=False),
+    Key(("x",), ("x",), "save_screen", "screenshot",
+        "Save the screen as SVG in the run directory.", footer=False),
+)
+
 # One line of help each: the help screen lists them all at 80×24 (the README has the details).
 KEY_TABLE: tuple[Key, ...] = (
     Key(("q", "ctrl+c", "ctrl+q"), ("q", "ctrl+c", "ctrl+q"), "stop", "stop",
         "End the run; again skips the drain; then quit."),
     Key(("p",), ("p",), "toggle_pause", "pause", "Freeze the columns (collection goes on)."),
     Key(("question_mark",), ("?",), "help", "help", "Show or close this help."),
-    Key(("escape",), ("esc",), "close_help", "close help", "Close this help.", footer=False),
+    Key(("escape",), ("esc",), "close", "back", "Close this help or the detail.",
+        footer=False),
     Key(("left", "shift+tab"), ("←", "shift+tab"), "select(-1)", "previous target",
         "Select the target to the left.", footer=False),
     Key(("right", "tab"), ("→", "tab"), "select(1)", "next target",
         "Select the target to the right.", footer=False),
+    *VIEW_KEYS,
     Key(("a",), ("a",), "toggle_scope", "all/one",
         "Keys act on the selected target, or on all.", footer=False),
     Key(("plus",), ("+",), "scale_rate(1.25)", "rate ×1.25",
@@ -55,3 +71,30 @@ KEY_TABLE: tuple[Key, ...] = (
 )
 
 BINDINGS: list[Binding] = [key.binding() for key in KEY_TABLE]
+
+# A recorded run shown again (`streambench replay`): the same view keys, the time keys of a
+# player instead of the run's controls.
+REPLAY_KEY_TABLE: tuple[Key, ...] = (
+    Key(("q", "ctrl+c", "ctrl+q"), ("q", "ctrl+c", "ctrl+q"), "stop", "quit", "Quit the replay."),
+    Key(("space", "p"), ("space", "p"), "toggle_play", "play/pause", "Play or pause."),
+    Key(("left", "left_square_bracket"), ("←", "["), "seek(-10)", "-10 s", "Back 10 seconds.",
+        footer=False),
+    Key(("right", "right_square_bracket"), ("→", "]"), "seek(10)", "+10 s",
+        "Forward 10 seconds.", footer=False),
+    Key(("home",), ("home",), "seek_start", "start", "To the start of the run.", footer=False),
+    Key(("end",), ("end",), "seek_end", "end", "To the end of the run.", footer=False),
+    Key(("n",), ("n",), "next_event", "next event", "Jump to the next event of the run."),
+    Key(("1",), ("1",), "speed(1)", "1×", "Play at real time.", footer=False),
+    Key(("2",), ("2",), "speed(10)", "10×", "Play 10 times faster.", footer=False),
+    Key(("3",), ("3",), "speed(60)", "60×", "Play 60 times faster (a minute a second)."),
+    Key(("shift+tab",), ("shift+tab",), "select(-1)", "previous target",
+        "Select the target to the left.", footer=False),
+    Key(("tab",), ("tab",), "select(1)", "next target", "Select the target to the right.",
+        footer=False),
+    Key(("question_mark",), ("?",), "help", "help", "Show or close this help."),
+    Key(("escape",), ("esc",), "close", "back", "Close this help or the detail.",
+        footer=False),
+    *VIEW_KEYS,
+)
+
+REPLAY_BINDINGS: list[Binding] = [key.binding() for key in REPLAY_KEY_TABLE]

@@ -19,7 +19,15 @@ from rich.text import Text
 from loadgen.tick import Phase
 from tui import formatting as fmt
 from tui.charts import area_chart
-from tui.history import METRICS, LatencySummary, TargetHistory, downsample, mark_columns
+from tui.history import (
+    METRICS,
+    ChartScale,
+    ChartView,
+    LatencySummary,
+    TargetHistory,
+    mark_columns,
+    time_slots,
+)
 
 ROLES = ("label", "value", "muted", "alert", "chart")
 BEHIND_RATIO = 0.95  # achieved / target rate below which a producer counts as behind
@@ -33,6 +41,7 @@ class RenderContext:
     width: int
     height: int = 0  # the rows given to the panel; only panels that stretch look at it
     styles: Mapping[str, Style] = field(default_factory=dict)
+    view: ChartView | None = None  # the charts' window and scales (None: this target alone)
 
     def style(self, role: str) -> Style:
         return self.styles.get(role, Style.null())
@@ -168,32 +177,55 @@ class ResourcesPanel:
 
 
 class ChartsPanel:
-    """Braille charts of the charted metrics over the history window, sharing out the rows
-    the panel is given (at least one each)."""
+    """Braille charts of the charted metrics over the chart window, sharing out the rows the
+    panel is given. Each chart has a caption line (what the series is, its lowest and highest
+    value in the window, the top of its y axis and whether the columns share it) above its
+    rows; the last row is the x axis: the time span the charts cover, which every column
+    shares."""
 
     name = "charts"
     CHARTED = ("produce_rate", "e2e_p99", "lag", "cpu")
 
     def render(self, history: TargetHistory, ctx: RenderContext) -> Text:
-        width = max(0, ctx.width - LABEL_WIDTH)
-        share, spare = divmod(ctx.height, len(self.CHARTED))
+        view = ctx.view if ctx.view is not None else ChartView({history.label: history})
+        width = max(0, ctx.width)
+        start, end = view.span()
+        axis = ctx.height > 2 * len(self.CHARTED)  # else the column's bottom border shows it
+        share, spare = divmod(max(0, ctx.height - axis), len(self.CHARTED))
         rows = []
         for i, name in enumerate(self.CHARTED):
-            height = max(1, share + (1 if i < spare else 0))
+            height = max(1, share + (1 if i < spare else 0) - 1)
             metric = METRICS[name]
-            points = downsample(history.series[name].values(), 2 * width, metric.reduce)
-            top = max((v for v in points if fmt.known(v)), default=0.0)
-            if name == "produce_rate" and history.last is not None:
-                top = max(top, history.last.target_rate)  # so the chart reads against the target
-            chart = area_chart(points, width, height, top)
-            marks = mark_columns(history.series[name].times(), history.marks, width)
+            scale = view.scale(history.label, name)
+            times, values = history.series[name].between(start - 2.0, end)
+            points = time_slots(times, values, start, end, 2 * width, metric.reduce)
+            chart = area_chart(points, width, height, scale.top)
+            marks = mark_columns(history.marks, start, end, width)
             if marks and chart:  # a change or fault: a tick mark on the chart's top row
                 chart[0] = "".join("┆" if c in marks else ch for c, ch in enumerate(chart[0]))
-            scale = f"↑{fmt.short(top)}{metric.unit}" if top > 0 else ""
-            captions = [metric.title, scale, *[""] * height][:height]
-            for caption, row in zip(captions, chart, strict=True):
-                rows.append(line(ctx, label(caption), (row, "chart")))
+            rows.append(self._caption(ctx, metric.title, metric.unit, scale))
+            rows.extend(line(ctx, (row, "chart")) for row in chart)
+        if axis:
+            rows.append(line(ctx, (axis_text(view, width), "muted")))
         return lines(rows)
+
+    @staticmethod
+    def _caption(ctx: RenderContext, title: str, unit: str, scale: ChartScale) -> Text:
+        span = f"{fmt.short(scale.low)}–{fmt.short(scale.high)}{unit}"
+        axis = f"↑{fmt.short(scale.top)} {'all' if scale.shared else 'own'}"
+        gap = max(2, ctx.width - LABEL_WIDTH - len(span) - len(axis))
+        return line(ctx, (title.ljust(LABEL_WIDTH), "label"), (span, "value"),
+                    (" " * gap + axis, "muted"))
+
+
+def axis_text(view: ChartView, width: int) -> str:
+    """The charts' x axis: how far back the window reaches, its name, and "now"."""
+    start, end = view.span()
+    left, middle, right = f"-{fmt.duration(end - start)}", f" {view.window_name()} ", "now"
+    gap = width - len(left) - len(right) - len(middle)
+    if gap < 2:
+        return f"x axis {left} → {right} ({view.window_name()})"
+    return left + "╶" * (gap // 2) + middle + "╶" * (gap - gap // 2) + right
 
 
 class EventsPanel:

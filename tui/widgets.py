@@ -4,14 +4,14 @@ the help screen generated from the key table."""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult, RenderResult
-from textual.containers import HorizontalScroll, Vertical
+from textual.containers import HorizontalScroll, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Static
@@ -19,9 +19,9 @@ from textual.widgets import Static
 from loadgen.tick import Phase
 from loadgen.workload import Workload
 from tui import formatting as fmt
-from tui.history import TargetHistory
-from tui.keys import KEY_TABLE
-from tui.panels import COLUMN, PANELS, ROLES, RenderContext
+from tui.history import ChartView, TargetHistory
+from tui.keys import KEY_TABLE, Key
+from tui.panels import COLUMN, PANELS, ROLES, RenderContext, axis_text
 
 LOAD_PHASES = (Phase.WARMUP, Phase.MEASURING)
 # phases whose length is unknown in advance: the status bar counts their time from the clock
@@ -103,14 +103,15 @@ class PanelView(Widget):
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {f"panel--{role}" for role in ROLES}
 
-    def __init__(self, panel_name: str, history: TargetHistory) -> None:
+    def __init__(self, panel_name: str, history: TargetHistory, view: ChartView | None = None) -> None:
         super().__init__(classes=f"-{panel_name}")
         self.panel = PANELS[panel_name]
         self.history = history
+        self.view = view
 
     def render(self) -> RenderResult:
         styles = {role: self.get_component_rich_style(f"panel--{role}") for role in ROLES}
-        ctx = RenderContext(self.content_size.width, self.content_size.height, styles)
+        ctx = RenderContext(self.content_size.width, self.content_size.height, styles, self.view)
         try:
             return self.panel.render(self.history, ctx)
         except Exception as exc:  # a broken panel must not take the dashboard down
@@ -138,26 +139,29 @@ class TargetColumns(HorizontalScroll, can_focus=False):
 class TargetColumn(Vertical):
     """All panels of one target, top to bottom, under the target's label."""
 
-    def __init__(self, history: TargetHistory) -> None:
+    def __init__(self, history: TargetHistory, view: ChartView | None = None) -> None:
         super().__init__()
         self.history = history
+        self.view = view
         self.border_title = history.label
 
     def compose(self) -> ComposeResult:
         for name in COLUMN:
-            yield PanelView(name, self.history)
+            yield PanelView(name, self.history, self.view)
 
     def show(self) -> None:
         for view in self.query(PanelView):
             view.refresh()
+        if self.view is not None:  # the charts' x axis, also where the panel has no row for it
+            self.border_subtitle = axis_text(self.view, 0)
 
 
-def help_table() -> Table:
+def help_table(keys: Sequence[Key] = KEY_TABLE) -> Table:
     """The help screen's body, generated from the key table."""
     table = Table.grid(padding=(0, 2))
     table.add_column(no_wrap=True, style="bold")
     table.add_column()
-    for key in KEY_TABLE:
+    for key in keys:
         table.add_row(", ".join(key.shown), key.help)
     return table
 
@@ -165,7 +169,11 @@ def help_table() -> Table:
 class HelpScreen(ModalScreen[None]):
     """The key table, over the dashboard (which keeps collecting underneath)."""
 
+    def __init__(self, keys: Sequence[Key] = KEY_TABLE) -> None:
+        super().__init__()
+        self.keys = keys
+
     def compose(self) -> ComposeResult:
-        help_box = Static(help_table(), id="help")
-        help_box.border_title = "keys"
-        yield help_box
+        with VerticalScroll(id="help") as help_box:  # ↑/↓ scroll it on a short terminal
+            help_box.border_title = "keys"
+            yield Static(help_table(self.keys))

@@ -3,8 +3,20 @@ real latency histograms built from deterministic values."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from analysis.sink import ParquetSink
 from loadgen.histogram import Histogram, HistogramSnapshot
-from loadgen.tick import LagSnapshot, LoadgenHealth, Phase, PhaseChange, Resources, RunEvent, Tick
+from loadgen.tick import (
+    LagSnapshot,
+    LoadgenHealth,
+    Phase,
+    PhaseChange,
+    Resources,
+    RunEvent,
+    RunMeta,
+    Tick,
+)
 from loadgen.workload import Workload
 
 T0_NS = 1_800_000_000_000_000_000  # fixed wall clock of the first tick
@@ -48,12 +60,17 @@ def recorded_tick(label: str, seq: int) -> Tick:
         publish_latency=histogram([200 + (i * 13) % 500 for i in range(100)] + [1500 + slow * 20]),
         publish_delay=histogram([5 + i % 20 for i in range(100)]),
         e2e_latency=histogram(latency_values(seq, slow)),
-        lag=LagSnapshot(total=(seq * 37) % 120 + (200 if aof else 0), per_partition={}),
+        lag=LagSnapshot(total=(seq * 37) % 120 + (200 if aof else 0),
+                        per_partition={0: (seq * 37) % 120, 1: 200 if aof else 0}),
         resources=Resources(cpu_percent=18.0 + (seq % 7) * 2.5 + (15.0 if aof else 0.0),
                             memory_bytes=(40 + seq) * 1_000_000),
         produced_total=produced * (seq + 1),
         consumed_total=consumed * (seq + 1),
         loadgen=LoadgenHealth(cpu_percent=11.0 + (seq % 3), loop_lag_ms=0.2),
+        broker={"partition.0.produced": float(produced - produced // 2),
+                "partition.1.produced": float(produced // 2),
+                "partition.0.consumed": float(consumed - consumed // 2),
+                "partition.1.consumed": float(consumed // 2)},
     )
 
 
@@ -71,3 +88,20 @@ def recorded_items() -> list[Tick | PhaseChange | RunEvent]:
             items.append(RunEvent(T0_NS + 26 * 1_000_000_000, "redis:aof", "send-error",
                                   "ConnectionError: Connection reset by peer"))
     return items
+
+
+def write_recorded_run(run_dir: Path, ended: bool = True) -> Path:
+    """The recorded items written as a run directory by the Parquet sink, with a run.json."""
+    sink = ParquetSink(run_dir, "recorded", background=False)
+    for item in recorded_items():
+        sink(item)
+        if isinstance(item, Tick) and item.target == LABELS[-1] and item.seq == 20:
+            # a change, so the charts carry a mark
+            sink(RunEvent(item.time_ns, "redis", "rate", "5,000 msg/s → 5,000 msg/s"))
+    meta = {"run_id": "recorded", "workload": WORKLOAD.to_omb(),
+            "targets": [{"label": label} for label in LABELS]}
+    if ended:
+        meta |= {"ended": "2027-01-15T08:00:31+00:00", "stopped_early": False}
+    sink(RunMeta(meta))
+    sink.close()
+    return run_dir

@@ -38,7 +38,7 @@ async def test_bindings_and_footer_come_from_the_key_table() -> None:
         assert declared == {name: key.action for key in KEY_TABLE for name in key.keys}
         active = {name: binding.action for name, (_, binding, _, _) in app.active_bindings.items()}
         for key in KEY_TABLE:
-            if key.action != "close_help":  # only active while the help is shown
+            if key.action != "close":  # only active while the help or the detail is shown
                 assert all(active.get(name) == key.action for name in key.keys), key
         footer = screen_lines(app)[-1]
         for key in KEY_TABLE:

@@ -7,15 +7,15 @@ from tui.history import TargetHistory, mark_columns
 from tui.panels import PANELS, RenderContext
 
 
-def test_mark_columns_follow_the_charts_layout() -> None:
-    times = [float(t) for t in range(10)]
-    # 10 points in 20 slots: right-aligned, point i in slot 10 + i, two slots a column
-    assert mark_columns(times, [0.0], 10) == {5}
-    assert mark_columns(times, [9.0], 10) == {9}
-    assert mark_columns(times, [4.5], 10) == {7}  # the first point at or after the mark
-    assert mark_columns(times, [42.0, -5.0], 10) == set()  # outside the window
-    many = [float(t) for t in range(100)]  # downsampled: 100 points into 20 slots
-    assert mark_columns(many, [50.0], 10) == {5}
+def test_mark_columns_follow_the_time_axis() -> None:
+    # 10 cells over (0, 20]: two slots of 1 s a cell, slot k covers (k, k + 1]
+    assert mark_columns([0.5], 0.0, 20.0, 10) == {0}
+    assert mark_columns([2.5], 0.0, 20.0, 10) == {1}
+    assert mark_columns([20.0], 0.0, 20.0, 10) == {9}  # "now" is the right edge
+    assert mark_columns([19.5, 4.0], 0.0, 20.0, 10) == {9, 1}
+    assert mark_columns([42.0, -5.0], 0.0, 20.0, 10) == set()  # outside the window
+    # a five-minute window on 10 cells: 15 s a slot
+    assert mark_columns([150.0], 0.0, 300.0, 10) == {4}
 
 
 def test_a_fault_is_marked_on_every_chart() -> None:

@@ -1,51 +1,85 @@
-"""The dashboard at 80×24 drawn from fixed recorded data, compared with a committed SVG.
+"""The screens drawn from fixed recorded data, compared with committed SVG snapshots
+(pytest-textual-snapshot): the live dashboard, a replay and the detail screen, at 80×24 and
+120×40.
 
-Regenerate after an intended change with UPDATE_SNAPSHOTS=1 and review the new file."""
+After an intended change: `pytest tests/tui/test_snapshot.py --snapshot-update`, then review
+the new files under __snapshots__/ (a failing run writes an HTML report of the differences)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from tests.tui.recorded import LABELS, T0_NS, TICKS, WORKLOAD, recorded_items
+import pytest
+from textual.pilot import Pilot
+
+from tests.tui.recorded import LABELS, T0_NS, TICKS, WORKLOAD, recorded_items, write_recorded_run
 from tests.tui.screen import wait_until
 from tui.app import DashboardApp, bus_message
+from tui.detail import DetailScreen
+from tui.recording import load_recording
+from tui.replay import ReplayApp
 
-SNAPSHOTS = Path(__file__).parent / "snapshots"
+SIZES = [(80, 24), (120, 40)]
 
 
-async def render_recorded(size: tuple[int, int]) -> str:
+def live_app() -> DashboardApp:
     # the clock only matters for the waiting phases; pinned so any phase renders the same
-    app = DashboardApp(None, LABELS, WORKLOAD, clock=lambda: T0_NS + (TICKS + 1) * 1_000_000_000)
-    async with app.run_test(size=size) as pilot:
-        for item in recorded_items():
-            message = bus_message(item)
-            assert message is not None
-            app.post_message(message)
-        await wait_until(pilot, lambda: all(h.ticks == TICKS for h in app.histories.values()),
-                         "the recorded ticks")
-        await pilot.wait_for_scheduled_animations()
-        return app.export_screenshot(title="streambench")
+    return DashboardApp(None, LABELS, WORKLOAD, clock=lambda: T0_NS + (TICKS + 1) * 1_000_000_000)
 
 
-def check_snapshot(name: str, svg: str, tmp_path: Path) -> None:
-    path = SNAPSHOTS / name
-    if os.environ.get("UPDATE_SNAPSHOTS") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(svg, encoding="utf-8")
-        return
-    if not path.exists():
-        raise AssertionError(f"no snapshot {path}; create it with UPDATE_SNAPSHOTS=1 and review it")
-    if path.read_text(encoding="utf-8") != svg:
-        actual = tmp_path / name
-        actual.write_text(svg, encoding="utf-8")
-        raise AssertionError(f"the dashboard differs from {path}; the new rendering is {actual}. "
-                             "If the change is intended, rerun with UPDATE_SNAPSHOTS=1")
+async def feed_recorded(app: DashboardApp, pilot: Pilot) -> None:
+    for item in recorded_items():
+        message = bus_message(item)
+        assert message is not None
+        app.post_message(message)
+    await wait_until(pilot, lambda: all(h.ticks == TICKS for h in app.histories.values()),
+                     "the recorded ticks")
+    await pilot.wait_for_scheduled_animations()
 
 
-async def test_dashboard_80x24_matches_snapshot(tmp_path: Path) -> None:
-    check_snapshot("dashboard_80x24.svg", await render_recorded((80, 24)), tmp_path)
+@pytest.fixture(scope="module")
+def recorded_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_recorded_run(tmp_path_factory.mktemp("snap") / "run")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_dashboard(snap_compare, size: tuple[int, int]) -> None:
+    app = live_app()
+
+    async def before(pilot: Pilot) -> None:
+        await feed_recorded(app, pilot)
+
+    assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_replay_at_the_rate_change(snap_compare, recorded_dir: Path, size: tuple[int, int]) -> None:
+    app = ReplayApp(load_recording(recorded_dir), playing=False)
+
+    async def before(pilot: Pilot) -> None:
+        app.seek_to(T0_NS + 24 * 1_000_000_000)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_detail_screen(snap_compare, recorded_dir: Path, size: tuple[int, int]) -> None:
+    app = ReplayApp(load_recording(recorded_dir), playing=False)
+
+    async def before(pilot: Pilot) -> None:
+        await pilot.press("end", "tab", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the detail")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=before)
 
 
 async def test_rendering_is_deterministic() -> None:
-    assert await render_recorded((80, 24)) == await render_recorded((80, 24))
+    async def render() -> str:
+        app = live_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await feed_recorded(app, pilot)
+            return app.export_screenshot(title="streambench")
+
+    assert await render() == await render()

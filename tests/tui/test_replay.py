@@ -1,0 +1,182 @@
+"""`streambench replay` on the fixed recorded run written by the Parquet sink: the recording
+reads back as the ticks that were written, the player keys move through it, the charts share
+one y scale, the detail screen and the screenshot key work, bad run directories are refused."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from loadgen.tick import Tick
+from tests.conftest import run_cli
+from tests.tui.recorded import LABELS, T0_NS, TICKS, recorded_tick, write_recorded_run
+from tests.tui.screen import screen_lines, wait_until
+from tui.detail import DetailScreen, partition_rows, sort_rows
+from tui.history import WINDOWS
+from tui.recording import load_recording
+from tui.replay import ReplayApp
+
+
+@pytest.fixture(scope="module")
+def recorded_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_recorded_run(tmp_path_factory.mktemp("replay") / "run")
+
+
+def test_the_recording_reads_back_the_ticks_that_were_written(recorded_dir: Path) -> None:
+    rec = load_recording(recorded_dir)
+    assert rec.labels == LABELS and rec.complete and not rec.notes
+    ticks = [i for i in rec.items if isinstance(i, Tick)]
+    assert len(ticks) == TICKS * len(LABELS)
+    assert rec.times == sorted(rec.times)
+    read = next(t for t in ticks if t.target == "redis:aof" and t.seq == 25)
+    written = recorded_tick("redis:aof", 25)
+    assert (read.time_ns, read.produced, read.send_errors) == (written.time_ns, written.produced, 3)
+    # the histograms come back bucket for bucket
+    assert read.e2e_latency.total == written.e2e_latency.total
+    assert read.e2e_latency.percentile(99) == written.e2e_latency.percentile(99)
+    assert read.lag is not None and read.lag.per_partition == written.lag.per_partition
+    assert read.broker["partition.1.produced"] == written.produced // 2
+    assert read.loadgen.cpu_percent == written.loadgen.cpu_percent
+
+
+async def test_player_keys_move_through_the_run(recorded_dir: Path) -> None:
+    app = ReplayApp(load_recording(recorded_dir), playing=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.histories["redis"].ticks == 0  # paused at the start
+        await pilot.press("end")
+        assert all(h.ticks == TICKS for h in app.histories.values())
+        assert app.histories["redis:aof"].send_errors_total == 3
+        assert app.histories["redis"].marks  # the rate change is marked on the charts
+        await pilot.press("home", "right")  # 10 s after the first item (3 s before the ticks)
+        first_tick_s = (T0_NS + 1_000_000_000 - app.recording.start_ns) / 1e9
+        expected = int(10.0 - first_tick_s) + 1
+        assert app.histories["redis"].ticks == expected
+        await pilot.press("left_square_bracket")  # back again: rebuilt from the start
+        assert app.histories["redis"].ticks == 0
+        await pilot.press("n", "n", "n")  # phase changes: warm-up, measuring, then the rate
+        await pilot.pause()
+        assert app.position_ns == T0_NS + 21 * 1_000_000_000  # the rate change after seq 20
+        assert app.histories["redis"].ticks == 21
+        text = "\n".join(screen_lines(app))
+        assert "replay 0:24 / 0:33 · paused 1×" in text
+        assert "q quit" in screen_lines(app)[-1]
+
+
+async def test_playing_at_60x_reaches_the_end_and_stops(recorded_dir: Path) -> None:
+    app = ReplayApp(load_recording(recorded_dir), playing=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("3", "space")
+        assert app.playing and app.speed == 60
+        await wait_until(pilot, lambda: not app.playing, "the end of the run", 10)
+        assert app.position_ns == app.recording.end_ns
+        assert all(h.ticks == TICKS for h in app.histories.values())
+
+
+async def test_side_by_side_charts_share_one_scale_until_a_column_takes_its_own(
+        recorded_dir: Path) -> None:
+    app = ReplayApp(load_recording(recorded_dir), playing=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("end")
+        lag = {label: app.view.scale(label, "lag") for label in LABELS}
+        # redis:aof's lag is 200 above redis's: one top for both
+        assert lag["redis"].top == lag["redis:aof"].top == lag["redis:aof"].high
+        assert lag["redis"].high < lag["redis"].top and lag["redis"].shared
+        captions = [ln for ln in screen_lines(app) if "lag  " in ln and "↑" in ln]
+        assert captions and all(ln.count(" all ") == 2 for ln in captions)
+        await pilot.press("y")  # the selected column (redis) takes its own scale
+        own = app.view.scale("redis", "lag")
+        assert not own.shared and own.top == own.high == lag["redis"].high
+        assert app.view.scale("redis:aof", "lag").top == lag["redis:aof"].top
+        await pilot.pause()
+        assert any(" own" in ln for ln in screen_lines(app) if "lag  " in ln)
+        assert app.view.window_s == 300.0
+        await pilot.press("w")
+        assert app.view.window_s == WINDOWS[2] is None  # whole run
+        start, end = app.view.span()
+        assert end - start == pytest.approx(TICKS)  # 30 one-second ticks
+        assert any("-0:30" in ln and "whole run" in ln for ln in screen_lines(app))
+
+
+async def test_detail_screen_lists_partitions_brokers_latency_and_events(recorded_dir: Path) -> None:
+    app = ReplayApp(load_recording(recorded_dir), playing=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("end", "tab", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the detail")
+        assert app.screen.history.label == "redis:aof"
+        text = "\n".join(screen_lines(app))
+        assert "redis:aof · detail" in text
+        assert "lag ▼" in text  # sorted by lag first
+        assert "e2e" in text and "p99.99" in text and "send-error" in text
+        await pilot.press("o")
+        assert app.screen.sort == "partition"
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, DetailScreen), "the columns")
+
+
+def test_partition_rates_add_up_to_the_targets_rate() -> None:
+    ticks = [recorded_tick("redis:aof", seq) for seq in range(20, 30)]
+    rows = partition_rows(ticks)
+    assert [r.partition for r in rows] == [0, 1]
+    seconds = sum(t.interval_s for t in ticks)
+    assert math.isclose(sum(r.produce for r in rows), sum(t.produced for t in ticks) / seconds)
+    assert math.isclose(sum(r.consume for r in rows), sum(t.consumed for t in ticks) / seconds)
+    assert rows[1].lag == 200
+    assert [r.partition for r in sort_rows(rows, "lag")] == [1, 0]
+    assert [r.partition for r in sort_rows(rows, "produce")] == [0, 1]
+
+
+async def test_screenshot_key_writes_an_svg_into_the_run_directory(tmp_path: Path) -> None:
+    run_dir = write_recorded_run(tmp_path / "run")
+    app = ReplayApp(load_recording(run_dir), playing=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("end", "x")
+        await pilot.pause()
+        shots = list(run_dir.glob("screenshot-*.svg"))
+        assert len(shots) == 1 and shots[0].read_text().startswith("<svg")
+        assert app.status.message == f"screenshot: {shots[0]}"
+        assert "screenshot:" in screen_lines(app)[0]
+
+
+def _killed_copy(src: Path, dst: Path) -> Path:
+    """The run as a killed process leaves it: no end in run.json, a half-written file."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    doc = json.loads((dst / "run.json").read_text())
+    for key in ("ended", "stopped_early", "totals"):
+        doc.pop(key, None)
+    (dst / "run.json").write_text(json.dumps(doc))
+    (dst / "ticks" / ".part-00001.parquet.inprogress").write_bytes(b"PAR1 cut short")
+    return dst
+
+
+async def test_a_killed_run_replays_and_says_so(recorded_dir: Path, tmp_path: Path) -> None:
+    rec = load_recording(_killed_copy(recorded_dir, tmp_path / "killed"))
+    assert not rec.complete and "killed" in rec.notes[0]
+    app = ReplayApp(rec, playing=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("end")
+        await pilot.pause()
+        assert "KILLED" in screen_lines(app)[0]
+        assert app.histories["redis"].ticks == TICKS
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: None, "no such directory"),
+    (lambda d: d.mkdir(), "no run.json"),
+    (lambda d: (d.mkdir(), (d / "run.json").write_text("{")), "cannot be read"),
+    (lambda d: (d.mkdir(), (d / "run.json").write_text(
+        '{"schema_version": 9, "min_reader_version": 9}')), "upgrade streambench"),
+    (lambda d: (d.mkdir(), (d / "run.json").write_text('{"schema_version": 2}')), "has no ticks"),
+])
+def test_a_bad_run_directory_is_one_line_and_exit_2(tmp_path: Path, make, message: str) -> None:
+    run_dir = tmp_path / "run"
+    make(run_dir)
+    res = run_cli(["replay", str(run_dir)], timeout_s=60)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in res.stderr, res.stderr

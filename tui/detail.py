@@ -1,0 +1,188 @@
+"""The detail screen of one target (Enter on the selected column): per-partition rates and
+lag, per-broker CPU and memory, the latency percentiles over the chart window, and the
+target's events. Esc goes back; the figures follow the run (or the replay) as the columns do.
+
+Per-partition rates come from the broker counters `partition.<n>.produced` and
+`partition.<n>.consumed` (messages in the interval) and per-broker figures from
+`broker.<name>.cpu_percent` and `broker.<name>.memory_bytes`, where the platform's collectors
+report them (docs/run-format.md, broker table); a platform without them shows the lag alone
+and the stack's total.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Static
+
+from loadgen.histogram import HistogramSnapshot, percentiles
+from loadgen.tick import Tick
+from tui import formatting as fmt
+from tui.history import NS_PER_MS, ChartView, TargetHistory
+
+PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
+SORTS = ("partition", "produce", "consume", "lag")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    partition: int
+    produce: float  # msg/s over the recent ticks; NaN when the platform does not count it
+    consume: float
+    lag: float  # messages, at the latest tick; NaN when not measured
+
+
+def _counter_parts(name: str, prefix: str) -> tuple[str, str] | None:
+    """('0', 'produced') for 'partition.0.produced' with prefix 'partition'."""
+    head, _, rest = name.partition(".")
+    if head != prefix or "." not in rest:
+        return None
+    key, _, field = rest.rpartition(".")
+    return key, field
+
+
+def partition_rows(ticks: Iterable[Tick]) -> list[PartitionRow]:
+    """Per partition: produce and consume rates over `ticks`, lag at the last of them."""
+    sums: dict[int, dict[str, float]] = {}
+    seconds = 0.0
+    last: Tick | None = None
+    for tick in ticks:
+        last = tick
+        seconds += tick.interval_s
+        for name, value in tick.broker.items():
+            parts = _counter_parts(name, "partition")
+            if parts is None or not parts[0].isdigit():
+                continue
+            sums.setdefault(int(parts[0]), {})[parts[1]] = (
+                sums.get(int(parts[0]), {}).get(parts[1], 0.0) + value)
+    lags = dict(last.lag.per_partition) if last is not None and last.lag is not None else {}
+    rows = []
+    for p in sorted(set(sums) | set(lags)):
+        counted = sums.get(p, {})
+        produce, consume = (counted[key] / seconds if key in counted and seconds > 0 else math.nan
+                            for key in ("produced", "consumed"))
+        rows.append(PartitionRow(p, produce, consume, float(lags[p]) if p in lags else math.nan))
+    return rows
+
+
+def sort_rows(rows: list[PartitionRow], by: str) -> list[PartitionRow]:
+    """By partition number ascending; by a figure largest first (unknown figures last)."""
+    if by == "partition":
+        return sorted(rows, key=lambda r: r.partition)
+    value = {"produce": lambda r: r.produce, "consume": lambda r: r.consume,
+             "lag": lambda r: r.lag}[by]
+    return sorted(rows, key=lambda r: (not math.isfinite(value(r)),
+                                       -value(r) if math.isfinite(value(r)) else 0, r.partition))
+
+
+def broker_rows(tick: Tick | None) -> list[tuple[str, float, float]]:
+    """(broker, CPU %, memory bytes) per broker where the collectors report them one by one,
+    else one row for the whole stack."""
+    if tick is None:
+        return []
+    found: dict[str, dict[str, float]] = {}
+    for name, value in tick.broker.items():
+        parts = _counter_parts(name, "broker")
+        if parts is not None:
+            found.setdefault(parts[0], {})[parts[1]] = value
+    if found:
+        return [(name, figures.get("cpu_percent", math.nan), figures.get("memory_bytes", math.nan))
+                for name, figures in sorted(found.items())]
+    return [("all brokers", tick.resources.cpu_percent, float(tick.resources.memory_bytes or math.nan))]
+
+
+def latency_row(snap: HistogramSnapshot) -> list[str]:
+    if not snap.total:
+        return [fmt.MISSING] * (len(PERCENTILES) + 1) + ["0"]
+    values = [float(v) / NS_PER_MS for v in percentiles(snap, list(PERCENTILES))]
+    return [fmt.millis(v) for v in values] + [fmt.millis(snap.max / NS_PER_MS), fmt.count(snap.total)]
+
+
+def _grid(*headers: str) -> Table:
+    table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
+    return table
+
+
+class DetailScreen(Screen[None]):
+    """One target in detail; the app's keys still work (esc back, w window, x screenshot)."""
+
+    def __init__(self, history: TargetHistory, view: ChartView, hint: str) -> None:
+        super().__init__()
+        self.history = history
+        self.view = view
+        self.hint = hint
+        self.sort = "lag"
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="detail"):
+            yield Static(self.body(), id="detail-body")
+
+    def on_mount(self) -> None:
+        self.query_one("#detail", VerticalScroll).border_title = f"{self.history.label} · detail"
+
+    def next_sort(self) -> None:
+        self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
+        self.show()
+
+    def show(self) -> None:
+        if self.is_mounted:
+            self.query_one("#detail-body", Static).update(self.body())
+
+    def body(self) -> RenderableType:
+        history = self.history
+        start, end = self.view.span()
+        window = self.view.window_name()
+        head = Text.assemble(
+            (f"window {window}", "bold"), f" (-{fmt.duration(end - start)} … now) · ",
+            (self.hint, "dim"), no_wrap=True, overflow="ellipsis")
+
+        rows = sort_rows(partition_rows(history.recent_ticks), self.sort)
+        titles = {"partition": "partition", "produce": "produce/s", "consume": "consume/s",
+                  "lag": "lag"}
+        parts = _grid(*(title + ((" ▲" if name == "partition" else " ▼") if name == self.sort
+                                 else "") for name, title in titles.items()))
+        for r in rows:
+            parts.add_row(str(r.partition), fmt.count(r.produce), fmt.count(r.consume),
+                          fmt.count(r.lag))
+        if not rows:
+            parts.add_row("–", fmt.MISSING, fmt.MISSING, fmt.MISSING)
+
+        brokers = _grid("broker", "cpu", "memory")
+        for name, cpu, memory in broker_rows(history.last):
+            brokers.add_row(name, fmt.percent(cpu),
+                            f"{fmt.megabytes(memory)} MB" if fmt.known(memory) else fmt.MISSING)
+
+        e2e, publish = history.latency.merged(None if self.view.window_s is None else start)
+        latency = _grid("ms", *(f"p{p:g}" for p in PERCENTILES), "max", "samples")
+        latency.add_row("e2e", *latency_row(e2e))
+        latency.add_row("publish", *latency_row(publish))
+
+        events = _grid("time", "event")
+        events.columns[0].min_width = 8
+        events.columns[1].justify = "left"
+        for e in reversed(history.events):
+            when = (datetime.fromtimestamp(e.time_ns / 1e9).strftime("%H:%M:%S")
+                    if e.time_ns is not None else "")
+            events.add_row(when, Text(f"{e.kind}: {e.detail}", overflow="fold"))
+        if not history.events:
+            events.add_row("", Text("none", style="dim"))
+
+        recent = f"{history.recent_span_s or history.recent_window_s:.0f} s"
+        return Group(
+            head, Text(""),
+            Text(f"partitions (rates over the last {recent}; o sorts)", style="bold"), parts,
+            Text(""), Text("brokers", style="bold"), brokers,
+            Text(""), Text(f"latency over the window ({window})", style="bold"), latency,
+            Text(""), Text(f"events ({history.event_count}, newest first)", style="bold"), events,
+        )

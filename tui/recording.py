@@ -1,0 +1,235 @@
+"""A recorded run read back as the bus items the dashboard saw: ticks with their latency
+histograms, per-partition lag and broker counters, phase changes and events, in time order.
+
+Read with pyarrow (no Spark), by column name with this version's schemas (analysis.schema): a
+column an older run lacks reads as null, a column a newer run added is left out, as the report
+reads runs (docs/run-format.md). Only closed `part-NNNNN.parquet` files are read, so a run that
+was killed mid-way replays up to its last complete file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from analysis.runmeta import read_run_meta
+from analysis.schema import SCHEMA_VERSION, SCHEMAS
+from loadgen.errors import StreambenchError, WorkloadError
+from loadgen.histogram import HistogramSnapshot
+from loadgen.tick import LagSnapshot, LoadgenHealth, Phase, PhaseChange, Resources, RunEvent, Tick
+from loadgen.workload import Workload, parse_workload
+
+ReplayItem = Tick | PhaseChange | RunEvent
+_KINDS = {"e2e": "e2e_latency", "publish": "publish_latency", "delay": "publish_delay"}
+
+
+class RecordingError(StreambenchError):
+    """A directory that cannot be replayed: one line for the user."""
+
+
+@dataclass
+class Recording:
+    """One run directory, read whole: its items in time order and what marks it."""
+
+    run_dir: Path
+    meta: dict[str, Any]
+    labels: list[str]
+    workload: Workload
+    items: list[ReplayItem]
+    times: list[int]  # time_ns of each item, ascending
+    schema_version: int
+    complete: bool  # run.json records the run's end
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def start_ns(self) -> int:
+        return self.times[0]
+
+    @property
+    def end_ns(self) -> int:
+        return self.times[-1]
+
+    @property
+    def length_s(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+
+def _visible(table_dir: Path) -> list[str]:
+    if not table_dir.is_dir():
+        return []
+    return sorted(str(p) for p in table_dir.iterdir()
+                  if p.is_file() and p.suffix == ".parquet" and not p.name.startswith((".", "_")))
+
+
+def read_table(run_dir: Path, table: str) -> pa.Table:
+    """One table of a run with the reader's columns (all nullable); no files give no rows."""
+    schema = pa.schema([f.with_nullable(True) for f in SCHEMAS[table]])
+    files = _visible(run_dir / table)
+    if not files:
+        return schema.empty_table()
+    try:
+        return ds.dataset(files, schema=schema, format="parquet").to_table()
+    except (OSError, pa.ArrowException) as exc:
+        raise RecordingError(f"{run_dir / table} cannot be read: {str(exc)[:200]}") from None
+
+
+def read_meta(run_dir: Path) -> dict[str, Any]:
+    if not run_dir.is_dir():
+        raise RecordingError(f"{run_dir} is not a run directory (no such directory)")
+    return read_run_meta(run_dir, RecordingError)
+
+
+def _workload(meta: dict[str, Any]) -> Workload:
+    doc = meta.get("workload")
+    if isinstance(doc, dict):
+        try:
+            return parse_workload(doc, "run.json")
+        except WorkloadError:
+            name = doc.get("name")
+            return Workload(name=str(name) if name else "recorded")
+    return Workload(name="recorded")
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _histograms(run_dir: Path) -> dict[tuple[str, int, str], tuple[np.ndarray, np.ndarray]]:
+    """(target, seq, kind) → (bucket indexes, counts), from the latency table."""
+    table = read_table(run_dir, "latency").select(["target", "seq", "kind", "bucket", "count"])
+    if not table.num_rows:
+        return {}
+    targets = table["target"].to_numpy(zero_copy_only=False).astype(str)
+    kinds = table["kind"].to_numpy(zero_copy_only=False).astype(str)
+    seqs = table["seq"].to_numpy()
+    buckets = table["bucket"].to_numpy()
+    counts = table["count"].to_numpy()
+    order = np.lexsort((buckets, kinds, seqs, targets))
+    targets, kinds, seqs = targets[order], kinds[order], seqs[order]
+    buckets, counts = buckets[order], counts[order]
+    change = np.flatnonzero((targets[1:] != targets[:-1]) | (seqs[1:] != seqs[:-1])
+                            | (kinds[1:] != kinds[:-1])) + 1
+    starts = np.concatenate(([0], change))
+    ends = np.concatenate((change, [len(order)]))
+    return {(str(targets[s]), int(seqs[s]), str(kinds[s])): (buckets[s:e], counts[s:e])
+            for s, e in zip(starts, ends, strict=True)}
+
+
+def _per_tick(run_dir: Path, table: str, key: str, value: str) -> dict[tuple[str, int], dict[Any, Any]]:
+    rows = read_table(run_dir, table).select(["target", "seq", key, value]).to_pydict()
+    out: dict[tuple[str, int], dict[Any, Any]] = {}
+    for target, seq, k, v in zip(rows["target"], rows["seq"], rows[key], rows[value], strict=True):
+        out.setdefault((target, seq), {})[k] = v
+    return out
+
+
+def _micros(table: pa.Table) -> list[int]:
+    """The `time` column as integer microseconds since the epoch."""
+    return [int(v) for v in table["time"].cast(pa.int64()).to_pylist()]
+
+
+def _ticks(run_dir: Path) -> list[Tick]:
+    table = read_table(run_dir, "ticks")
+    times = _micros(table)
+    rows = table.to_pylist()
+    hists = _histograms(run_dir)
+    lags = _per_tick(run_dir, "lag", "partition", "lag")
+    sources = _per_tick(run_dir, "lag", "partition", "source")
+    counters = _per_tick(run_dir, "broker", "name", "value")
+    empty = np.zeros(0, np.int64)
+    ticks = []
+    for r, time_us in zip(rows, times, strict=True):
+        target, seq = r["target"], r["seq"]
+        snaps = {}
+        for kind, attr in _KINDS.items():
+            index, count = hists.get((target, seq, kind), (empty, empty))
+            snaps[attr] = HistogramSnapshot(np.asarray(index, np.int64), np.asarray(count, np.int64),
+                                            r[f"{kind}_min"] or 0, r[f"{kind}_max"] or 0,
+                                            r[f"{kind}_sum"] or 0)
+        lag = None
+        if r["lag_total"] is not None:
+            per_partition = {int(p): int(v) for p, v in lags.get((target, seq), {}).items()}
+            source = next(iter(sources.get((target, seq), {}).values()), "")
+            lag = LagSnapshot(int(r["lag_total"]), per_partition, source)
+        ticks.append(Tick(
+            target=target, seq=seq, time_ns=time_us * 1000,
+            interval_s=r["interval_s"] or 0.0, phase=Phase(r["phase"]),
+            elapsed_s=r["elapsed_s"] or 0.0,
+            produced=r["produced"] or 0, produced_bytes=r["produced_bytes"] or 0,
+            consumed=r["consumed"] or 0, consumed_bytes=r["consumed_bytes"] or 0,
+            send_errors=r["send_errors"] or 0, target_rate=r["target_rate"] or 0.0,
+            lag=lag,
+            resources=Resources(
+                cpu_percent=_nan(r["cpu_percent"]), memory_bytes=r["memory_bytes"] or 0,
+                disk_read_bytes=r["disk_read_bytes"] or 0,
+                disk_write_bytes=r["disk_write_bytes"] or 0,
+                net_rx_bytes=r["net_rx_bytes"] or 0, net_tx_bytes=r["net_tx_bytes"] or 0),
+            broker={str(k): float(v) for k, v in counters.get((target, seq), {}).items()},
+            produced_total=r["produced_total"] or 0, consumed_total=r["consumed_total"] or 0,
+            loadgen=LoadgenHealth(_nan(r["loadgen_cpu_percent"]), _nan(r["loadgen_loop_lag_ms"]),
+                                  r["loadgen_saturated"] or ""),
+            **snaps,
+        ))
+    return ticks
+
+
+def _events(run_dir: Path) -> list[PhaseChange | RunEvent]:
+    table = read_table(run_dir, "events")
+    out: list[PhaseChange | RunEvent] = []
+    for r, time_us in zip(table.to_pylist(), _micros(table), strict=True):
+        time_ns = time_us * 1000
+        if r["kind"] == "phase":
+            name, _, message = (r["detail"] or r["phase"] or "").partition(": ")
+            try:
+                out.append(PhaseChange(Phase(name), time_ns, message))
+            except ValueError:
+                out.append(RunEvent(time_ns, "", "phase", r["detail"] or ""))
+        else:
+            out.append(RunEvent(time_ns, r["target"] or "", r["kind"] or "", r["detail"] or ""))
+    return out
+
+
+def _labels(meta: dict[str, Any], ticks: list[Tick]) -> list[str]:
+    labels = []
+    for t in meta.get("targets") or []:
+        label = t.get("label") if isinstance(t, dict) else t
+        if label is not None:
+            labels.append(str(label))
+    for tick in ticks:  # a target run.json does not list still gets a column
+        if tick.target not in labels:
+            labels.append(tick.target)
+    return labels
+
+
+def load_recording(run_dir: Path) -> Recording:
+    """Read a run directory whole. Raises RecordingError (one line) when it cannot be replayed."""
+    run_dir = Path(run_dir)
+    meta = read_meta(run_dir)
+    ticks = _ticks(run_dir)
+    if not ticks:
+        raise RecordingError(f"{run_dir} has no ticks: the run stopped before its first "
+                             "second was written")
+    events = _events(run_dir)
+    # phase changes before ticks of the same instant; a stable sort keeps each table's order
+    items: list[ReplayItem] = sorted(
+        [*events, *ticks],
+        key=lambda item: (item.time_ns, 0 if isinstance(item, PhaseChange) else 1))
+    version = int(meta["schema_version"])
+    complete = "ended" in meta
+    notes = []
+    if not complete:
+        notes.append("killed mid-way: run.json records no end; replayed up to the last "
+                     "complete file")
+    if version < SCHEMA_VERSION:
+        notes.append(f"written by an older streambench (run files version {version})")
+    if meta.get("stopped_early"):
+        notes.append("stopped early")
+    return Recording(run_dir=run_dir, meta=meta, labels=_labels(meta, ticks),
+                     workload=_workload(meta), items=items, times=[i.time_ns for i in items],
+                     schema_version=version, complete=complete, notes=notes)
