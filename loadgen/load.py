@@ -205,6 +205,7 @@ class TargetLoad:
         subs = len(self.subscriptions)
         mine = place(len(self.topics) * w.producers, len(self.topics) * subs * w.consumers,
                      self.shares)[self.share]
+        self.driver.plan(w.consumers)
         for number in mine.consumers:
             t, rest = divmod(number, subs * w.consumers)
             s, i = divmod(rest, w.consumers)

@@ -84,6 +84,11 @@ class Driver(ABC):
         """Take a topic another load process of the same target created, without touching the
         broker: remember what producers and consumers need to know about it."""
 
+    def plan(self, consumers_per_subscription: int) -> None:
+        """How many consumers each subscription has over every load process, told before the
+        first consumer is made: a platform whose broker does not share a subscription's
+        partitions among its consumers deals them itself."""
+
     @abstractmethod
     async def producer(self, topic: str, index: int) -> Producer: ...
 
