@@ -23,7 +23,8 @@ SHAPES = (1, 3)  # the compose files hold 1- and 3-broker clusters
 KAFKA_IMAGE_ENV = "STREAMBENCH_IMAGE_KAFKA"
 # a compose file of each platform's docker runtime (the others of a platform run the same images)
 _FILES = {"redis": "redis.yml", "kafka": "kafka.yml", "kafka-zk": "kafka-zk.yml",
-          "redpanda": "redpanda.yml", "pulsar": "pulsar.yml"}
+          "redpanda": "redpanda.yml", "pulsar": "pulsar.yml",
+          "nats": "nats.yml"}
 
 
 def _kafka_image(target: Target) -> dict[str, str]:

@@ -1,0 +1,457 @@
+"""NATS JetStream driver (nats-py): a topic with N partitions is one stream whose subjects are
+`<stream>.0` … `<stream>.<N-1>`, a partition per subject; a subscription is one durable pull
+consumer with explicit acknowledgement, which every consumer of the subscription pulls from.
+
+Each message carries its intended send time in ns as the decimal ASCII value of header `t`; the
+payload is exactly `messageSize` bytes. A message counts as produced when the server's publish
+acknowledgement (the JetStream PubAck: stored in the stream) arrives; consumers pull in
+batches and acknowledge every message (+ACK) before the batch is counted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import re
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
+from nats.js.api import AckPolicy, DeliverPolicy, DiscardPolicy, StorageType
+from nats.js.errors import APIError, NotFoundError
+
+from collectors.base import Collector
+from collectors.nats import NatsTelemetry
+from collectors.resources import resource_collectors
+from compose.nats import (
+    MONITOR_ENDPOINT,
+    Callback,
+    ConnectFailed,
+    NatsDockerStack,
+    NatsExternalStack,
+    NatsLocalStack,
+)
+from compose.nats import open_connection as _open_connection
+from compose.stack import Stack, StackDescription
+from loadgen.errors import DriverError, StackError
+from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
+from loadgen.platforms.runtime import runtime_options
+from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
+from loadgen.target import OptionSpec, Target, parse_positive_int
+
+INTENDED_HEADER = "t"
+ACK_TIMEOUT_S = 30.0  # a batch with publish acknowledgements missing this long has failed
+RECEIVE_WAIT_S = 0.1
+PULL_EXPIRES_S = 1.0  # a pull request the server holds this long, then answers 408
+PULL_GRACE_S = 0.5  # a pull request unanswered this long after it expired is taken as lost
+API_TIMEOUT_S = 10.0
+_STATUS = "Status"
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def stream_name(topic: str) -> str:
+    """The stream behind one of the run's topics (stream names allow no `.`, `*`, `>`)."""
+    return _NAME_UNSAFE.sub("_", topic)
+
+
+def subjects(stream: str, partitions: int) -> list[str]:
+    return [f"{stream}.{p}" for p in range(partitions)]
+
+
+def _failure(exc: BaseException) -> str:
+    if isinstance(exc, APIError) and exc.description:
+        return f"{exc.description} (code {exc.err_code})"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class PublishRefused(Exception):
+    """The server answered a publish with an error instead of a PubAck."""
+
+
+@dataclass
+class _Awaited:
+    """A batch whose PubAcks are awaited."""
+
+    left: int
+    done: asyncio.Future[None]
+    timer: asyncio.TimerHandle
+
+
+class NatsProducer(Producer):
+    """One connection; a batch goes out as publishes with one reply subject of its own, and the
+    server's PubAck for each of its messages arrives on that subject (no request, future or
+    task per message). A batch is done when every PubAck came back; a refused message, a lost
+    connection or ACK_TIMEOUT_S without all of them fail it."""
+
+    max_in_flight = 8
+
+    def __init__(self, nc: NATS, partition_subjects: list[str]) -> None:
+        self._nc = nc
+        self._subjects = partition_subjects
+        self._inbox = nc.new_inbox()
+        self._awaited: dict[str, _Awaited] = {}
+        self._numbers = itertools.count()
+        self._next = 0
+        self._loop = asyncio.get_running_loop()
+
+    async def start(self) -> None:
+        await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_ack, pending_msgs_limit=-1,
+                                 pending_bytes_limit=-1)
+
+    def _partition(self, key: bytes | None) -> int:
+        if key is None:
+            self._next = (self._next + 1) % len(self._subjects)
+            return self._next
+        return zlib.crc32(key) % len(self._subjects)
+
+    def _finish(self, token: str, error: BaseException | None) -> None:
+        awaited = self._awaited.pop(token, None)
+        if awaited is None or awaited.done.done():
+            return
+        awaited.timer.cancel()
+        if error is None:
+            awaited.done.set_result(None)
+        else:
+            awaited.done.set_exception(error)
+
+    async def _on_ack(self, msg: Msg) -> None:
+        token = msg.subject[len(self._inbox) + 1:]
+        awaited = self._awaited.get(token)
+        if awaited is None:
+            return
+        status = msg.headers.get(_STATUS) if msg.headers else None
+        if status is not None:  # 503: no stream listens on the subject
+            self._finish(token, PublishRefused(f"no stream answered (status {status})"))
+            return
+        if b'"error"' in msg.data:
+            error = json.loads(msg.data).get("error") or {}
+            self._finish(token, PublishRefused(f"{error.get('description', 'refused')} "
+                                               f"(code {error.get('err_code', '?')})"))
+            return
+        awaited.left -= 1
+        if awaited.left == 0:
+            self._finish(token, None)
+
+    def fail_all(self, error: BaseException) -> None:
+        """Every awaited batch fails (the connection was lost: their PubAcks never come)."""
+        for token in list(self._awaited):
+            self._finish(token, error)
+
+    async def send_batch(self, batch: Sequence[OutMessage]) -> None:
+        token = str(next(self._numbers))
+        done: asyncio.Future[None] = self._loop.create_future()
+        timer = self._loop.call_later(
+            ACK_TIMEOUT_S, self._finish, token,
+            TimeoutError(f"no publish acknowledgement within {ACK_TIMEOUT_S:g} s"))
+        self._awaited[token] = _Awaited(len(batch), done, timer)
+        reply = f"{self._inbox}.{token}"
+        publish, subjects_ = self._nc.publish, self._subjects
+        try:
+            for m in batch:
+                await publish(subjects_[self._partition(m.key)], m.payload, reply=reply,
+                              headers={INTENDED_HEADER: str(m.intended_ns)})
+        except Exception as exc:
+            self._finish(token, exc)
+        await done
+
+    async def close(self) -> None:
+        self.fail_all(ConnectionError("producer closed"))
+        with contextlib.suppress(Exception):
+            await self._nc.close()
+
+
+class NatsConsumer(Consumer):
+    """Pulls from the subscription's durable consumer: one pull request at a time for up to
+    `fetch` messages, held by the server for up to PULL_EXPIRES_S, its messages delivered to
+    this consumer's inbox as they are stored. receive() returns what arrived (waiting up to
+    RECEIVE_WAIT_S for the first), after acknowledging each message."""
+
+    def __init__(self, nc: NATS, stream: str, durable: str, fetch: int, track_ids: bool) -> None:
+        self._nc = nc
+        self._stream = stream
+        self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self._fetch = fetch
+        self._track = track_ids
+        self._inbox = nc.new_inbox()
+        self._arrived: list[Msg] = []
+        self._wake = asyncio.Event()
+        self._open_until = 0.0  # monotonic time after which the open pull request is lost
+        self._left = 0  # messages the open pull request may still deliver
+        self._prefix = len(stream) + 1
+
+    async def start(self) -> None:
+        await self._nc.subscribe(self._inbox, cb=self._on_msg, pending_msgs_limit=-1,
+                                 pending_bytes_limit=-1)
+
+    def forget_request(self) -> None:
+        """The open pull request is gone (the connection was lost): pull again."""
+        self._open_until = 0.0
+
+    async def _on_msg(self, msg: Msg) -> None:
+        if msg.headers and _STATUS in msg.headers and not msg.reply:
+            # 408 request expired, 404 no messages, 409 e.g. too many waiting: the request
+            # is over; 100 is an idle heartbeat
+            if msg.headers[_STATUS] != "100":
+                self._open_until = 0.0
+                self._wake.set()  # receive() pulls again at once
+            return
+        self._arrived.append(msg)
+        self._left -= 1
+        if self._left <= 0:
+            self._open_until = 0.0
+        self._wake.set()
+
+    async def _pull(self) -> None:
+        if time.monotonic() < self._open_until:
+            return
+        self._left = self._fetch
+        self._open_until = time.monotonic() + PULL_EXPIRES_S + PULL_GRACE_S
+        request = b'{"batch":%d,"expires":%d}' % (self._fetch, int(PULL_EXPIRES_S * 1e9))
+        await self._nc.publish(self._next_subject, request, reply=self._inbox)
+
+    async def receive(self) -> ReceivedBatch | None:
+        await self._pull()
+        if not self._arrived:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), RECEIVE_WAIT_S)
+            if not self._arrived:
+                return None
+        receive_ns = time.time_ns()
+        msgs, self._arrived = self._arrived, []
+        intended: list[int] = []
+        size = 0
+        publish = self._nc.publish
+        for m in msgs:
+            try:
+                intended.append(int(m.headers[INTENDED_HEADER]))  # type: ignore[index]
+            except (TypeError, KeyError, ValueError):
+                raise DriverError(f"message {m.subject} in stream {self._stream} has no "
+                                  f"'{INTENDED_HEADER}' header: was it written by streambench?") from None
+            size += len(m.data)
+            await publish(m.reply, b"+ACK")
+        if not self._track:
+            return ReceivedBatch(receive_ns, intended, size)
+        ids = [(int(m.subject[self._prefix:]), _stream_sequence(m.reply)) for m in msgs]
+        return ReceivedBatch(receive_ns, intended, size, ids)
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._nc.close()
+
+
+def _stream_sequence(reply: str) -> str:
+    """The stream sequence of a delivered message, from its ack subject
+    `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>`
+    (servers with domains add `<domain>.<account hash>` after ACK and a token at the end)."""
+    tokens = reply.split(".")
+    return tokens[5] if len(tokens) == 9 else tokens[7]
+
+
+@dataclass(frozen=True)
+class NatsClientOptions:
+    """The stream, consumer and client settings of a NATS target, typed once from its options."""
+
+    storage: str  # file | memory
+    max_msgs: int  # 0: no limit
+    fetch: int
+    max_ack_pending: int
+    ack_wait_s: int
+
+    @classmethod
+    def of(cls, target: Target) -> NatsClientOptions:
+        o = target.options
+        return cls(str(o["storage"]), int(o["max_msgs"]), int(o["fetch"]),
+                   int(o["max_ack_pending"]), int(o["ack_wait"]))
+
+
+class NatsDriver(Driver):
+    def __init__(self, target: Target, endpoint: str) -> None:
+        self._target = target
+        self._endpoint = endpoint
+        self._opts = NatsClientOptions.of(target)
+        self._admin: NATS | None = None
+        self._version = ""
+        self._partitions: dict[str, int] = {}
+        self._created: set[str] = set()
+
+    async def _connect(self, name: str, disconnected: Callback | None = None,
+                       reconnected: Callback | None = None) -> NATS:
+        try:
+            return await _open_connection(self._endpoint, name, disconnected=disconnected,
+                                          reconnected=reconnected)
+        except ConnectFailed as exc:
+            raise DriverError(f"cannot reach NATS at {self._endpoint}: {exc}") from None
+
+    async def connect(self) -> None:
+        self._admin = await self._connect("streambench-admin")
+        self._version = str(self._admin.connected_server_version)
+        try:
+            await self._admin.jsm().account_info()
+        except (NatsError, TimeoutError) as exc:
+            raise DriverError(f"the NATS server at {self._endpoint} has no JetStream "
+                              f"({_failure(exc)}); start it with -js") from None
+
+    def version(self) -> str:
+        return self._version
+
+    def adopt_topic(self, name: str, partitions: int) -> None:
+        self._partitions[name] = partitions
+
+    async def create_topic(self, name: str, partitions: int, subscriptions: list[str]) -> None:
+        assert self._admin is not None
+        self.adopt_topic(name, partitions)
+        stream, opts = stream_name(name), self._opts
+        jsm = self._admin.jsm()
+        try:
+            await jsm.add_stream(name=stream, subjects=[f"{stream}.*"],
+                                 storage=StorageType(opts.storage), num_replicas=1,
+                                 max_msgs=opts.max_msgs or -1, discard=DiscardPolicy.OLD)
+        except (NatsError, TimeoutError) as exc:
+            raise DriverError(f"cannot create stream {stream} on NATS at {self._endpoint}: "
+                              f"{_failure(exc)}") from None
+        self._created.add(stream)
+        for sub in subscriptions:
+            try:
+                await jsm.add_consumer(stream, durable_name=sub, ack_policy=AckPolicy.EXPLICIT,
+                                       deliver_policy=DeliverPolicy.ALL, ack_wait=opts.ack_wait_s,
+                                       max_ack_pending=opts.max_ack_pending,
+                                       max_waiting=512, timeout=API_TIMEOUT_S)
+            except (NatsError, TimeoutError) as exc:
+                raise DriverError(f"cannot create consumer {sub} on stream {stream}: "
+                                  f"{_failure(exc)}") from None
+
+    async def delete_topic(self, name: str) -> None:
+        stream = stream_name(name)
+        if self._admin is not None and stream in self._created:
+            with contextlib.suppress(NotFoundError):
+                await self._admin.jsm().delete_stream(stream)
+            self._created.discard(stream)
+
+    async def producer(self, topic: str, index: int) -> Producer:
+        stream = stream_name(topic)
+        made: list[NatsProducer] = []
+
+        async def lost() -> None:  # the PubAcks awaited on the lost connection never come
+            for p in made:
+                p.fail_all(ConnectionError("connection to the NATS server lost"))
+
+        nc = await self._connect(f"streambench-producer-{index}", disconnected=lost)
+        producer = NatsProducer(nc, subjects(stream, self._partitions.get(topic, 1)))
+        made.append(producer)
+        await producer.start()
+        return producer
+
+    async def consumer(self, topic: str, subscription: str, index: int, track_ids: bool) -> Consumer:
+        stream = stream_name(topic)
+        made: list[NatsConsumer] = []
+
+        async def back() -> None:  # the pull request open on the lost connection is gone
+            for c in made:
+                c.forget_request()
+
+        nc = await self._connect(f"streambench-consumer-{index}", reconnected=back)
+        consumer = NatsConsumer(nc, stream, subscription, self._opts.fetch, track_ids)
+        made.append(consumer)
+        try:
+            await nc.jsm().consumer_info(stream, subscription, timeout=API_TIMEOUT_S)
+        except (NatsError, TimeoutError) as exc:
+            await nc.close()
+            raise DriverError(f"consumer {index} of {subscription} on stream {stream}: "
+                              f"{_failure(exc)}") from None
+        await consumer.start()
+        return consumer
+
+    async def close(self) -> None:
+        if self._admin is not None:
+            await self._admin.close()
+            self._admin = None
+
+
+# ---- platform -------------------------------------------------------------------------------
+
+LOCAL_ONLY = ("max_memory", "max_file")
+
+
+def _stack(target: Target) -> Stack:
+    misplaced = sorted(target.explicit & set(LOCAL_ONLY))
+    if target.runtime == "external":
+        if misplaced:
+            raise StackError(f"target {target.spec!r}: {', '.join(misplaced)} configure a server "
+                             "streambench starts; an @ADDRESS target uses an existing one")
+        return NatsExternalStack(target, target.label)
+    if target.runtime == "docker":
+        if misplaced:
+            raise StackError(f"target {target.spec!r}: {', '.join(misplaced)} apply to the local "
+                             "runtime; the container runs with the image's JetStream limits")
+        return NatsDockerStack(target, target.label)
+    if "monitor" in target.explicit:
+        raise StackError(f"target {target.spec!r}: monitor= names the monitoring endpoint of an "
+                         "existing server (nats:monitor=URL@HOST:PORT); streambench finds its own")
+    return NatsLocalStack(target, target.label)
+
+
+def _driver(target: Target, desc: StackDescription) -> Driver:
+    return NatsDriver(target, desc.endpoints["nats"])
+
+
+def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
+                subscriptions: list[str]) -> list[Collector]:
+    found: list[Collector] = [NatsTelemetry(desc.endpoints["nats"], stream_name(topic),
+                                            subscriptions, desc.endpoints.get(MONITOR_ENDPOINT))]
+    found[:0] = resource_collectors(target, desc)
+    return found
+
+
+def _parse_size(text: str) -> str:
+    if not re.fullmatch(r"\d+[KMGT]?B?", text.upper()):
+        raise ValueError("expected a size like 512M or 2G")
+    return text.upper()
+
+
+def _url(text: str) -> str:
+    if not re.fullmatch(r"https?://[^/\s]+", text):
+        raise ValueError("expected the monitoring endpoint's URL, e.g. http://127.0.0.1:8222")
+    return text
+
+
+OPTIONS: dict[str, Any] = {
+    "storage": OptionSpec("JetStream storage of the streams", default="file",
+                          choices=("file", "memory")),
+    "max_msgs": OptionSpec("keep at most this many messages per stream, the oldest dropped "
+                           "(0 = no limit)", default=0, parse=parse_non_negative),
+    "fetch": OptionSpec("messages a consumer asks for per pull request", default=1000,
+                        parse=parse_positive_int),
+    "max_ack_pending": OptionSpec("messages a subscription's consumer may have delivered and "
+                                  "not yet acknowledged", default=20000, parse=parse_positive_int),
+    "ack_wait": OptionSpec("seconds before an unacknowledged message is delivered again",
+                           default=30, parse=parse_positive_int),
+    "port": OptionSpec("loopback client port of the nats-server (default: a free one)",
+                       default=0, parse=parse_port),
+    "max_memory": OptionSpec("local: JetStream memory store limit of the server", default="1G",
+                             parse=_parse_size),
+    "max_file": OptionSpec("local: JetStream file store limit of the server", default="10G",
+                           parse=_parse_size),
+    "monitor": OptionSpec("@ADDRESS: the server's monitoring endpoint, for its counters (e.g. "
+                          "http://HOST:8222; default: none)", default=None, parse=_url),
+    **runtime_options(("docker", "local")),
+}
+
+PLATFORMS = [
+    Platform(
+        name="nats",
+        summary="NATS JetStream (nats-py): a stream per topic, a subject per partition, a durable "
+                "pull consumer per subscription",
+        options=OPTIONS,
+        runtimes=("docker", "local", "external"),
+        make_stack=_stack,
+        make_driver=_driver,
+        make_collectors=_collectors,
+    ),
+]
