@@ -48,6 +48,7 @@ if [ "$profile" = test ]; then
         missing+=(docker-compose)
     fi
     command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)  # certificates of the TLS tests
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then

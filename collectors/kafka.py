@@ -17,6 +17,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from collectors.base import Collector, Reading
+from loadgen.security import PLAINTEXT, ClientSecurity
 from loadgen.tick import LagSnapshot
 
 LIVE_SOURCE = "consumer highwater − position"
@@ -92,8 +93,10 @@ class KafkaLag(Collector):
 
     name = "kafka"
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, groups: list[str]) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int, groups: list[str],
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self._bootstrap = bootstrap
+        self._security = security
         self._topic = topic
         self._tps = [TopicPartition(topic, p) for p in range(partitions)]
         self._groups = groups
@@ -103,11 +106,13 @@ class KafkaLag(Collector):
 
     async def start(self) -> None:
         self._admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, request_timeout_ms=5000,
-                                          client_id="streambench-lag")
+                                          client_id="streambench-lag",
+                                          **self._security.kafka_kwargs())
         await self._admin.start()
         # a consumer outside any group, only for log-end offsets
         self._offsets = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, request_timeout_ms=5000,
-                                         client_id="streambench-lag", enable_auto_commit=False)
+                                         client_id="streambench-lag", enable_auto_commit=False,
+                                         **self._security.kafka_kwargs())
         await self._offsets.start()
         self._activity.take_createtime()
 

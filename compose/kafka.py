@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
+from aiokafka.conn import create_conn
+from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from compose.java import find_java, java_major
 from compose.maven import assemble, classpath
@@ -40,6 +41,7 @@ from compose.process import (
 )
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
+from loadgen.security import PLAINTEXT, ClientSecurity
 from loadgen.target import Target
 
 # aiokafka logs connection failures at ERROR; without a handler Python prints them on stderr,
@@ -207,10 +209,11 @@ def _properties(values: dict[str, object]) -> str:
     return "".join(f"{k}={v}\n" for k, v in values.items())
 
 
-async def broker_count(bootstrap: str, timeout_s: float) -> int:
+async def broker_count(bootstrap: str, timeout_s: float,
+                       security: ClientSecurity = PLAINTEXT) -> int:
     """How many brokers the cluster's metadata lists; raises KafkaError/OSError/TimeoutError."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
-                                client_id="streambench-ready")
+                                client_id="streambench-ready", **security.kafka_kwargs())
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
         cluster = await asyncio.wait_for(admin.describe_cluster(), timeout_s)
@@ -218,6 +221,26 @@ async def broker_count(bootstrap: str, timeout_s: float) -> int:
     finally:
         with contextlib.suppress(Exception):
             await admin.close()
+
+
+async def handshake(servers: Sequence[tuple[str, int]], timeout_s: float,
+                    security: ClientSecurity) -> None:
+    """One connection with the target's TLS and SASL settings to one of the servers: raises
+    what went wrong (a refused handshake or credentials), which the clients' bootstrap only
+    logs."""
+    error: BaseException | None = None
+    for host, port in servers:
+        try:
+            conn = await asyncio.wait_for(create_conn(host, port, client_id="streambench-ready",
+                                                      request_timeout_ms=int(timeout_s * 1000),
+                                                      **security.kafka_kwargs()), timeout_s)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            error = exc
+            continue
+        conn.close()
+        return
+    assert error is not None
+    raise error
 
 
 async def probe(servers: Sequence[tuple[str, int]], timeout_s: float) -> None:
@@ -538,6 +561,7 @@ class KafkaExternalStack(Stack):
         self._label = label
         self._product = product
         self._servers = parse_bootstrap(target.address)
+        self._security = ClientSecurity.of(target)
         self._brokers = 0
 
     async def up(self, progress: Progress) -> None:
@@ -550,8 +574,17 @@ class KafkaExternalStack(Stack):
             await probe(self._servers, min(5.0, timeout))
         except (OSError, TimeoutError) as exc:
             raise StackError(f"{self._label}: cannot reach {where}: {connect_failure(exc)}") from None
+        tls = self._security.tls is not None
         try:
-            self._brokers = await broker_count(bootstrap_text(self._servers), timeout)
+            await handshake(self._servers, min(10.0, timeout), self._security)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            reason = connect_failure(exc, tls=tls)
+            if not tls and isinstance(exc, KafkaConnectionError):
+                reason = (f"{reason} (the broker closed the connection: a TLS listener? add tls "
+                          "or ca=PATH to the target)")
+            raise StackError(f"{self._label}: cannot connect to {where}: {reason}") from None
+        try:
+            self._brokers = await broker_count(bootstrap_text(self._servers), timeout, self._security)
         except (KafkaError, OSError, TimeoutError) as exc:
             reason = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
             raise StackError(f"{self._label}: {where} accepts connections but does not answer "

@@ -106,7 +106,7 @@ def connect_failure(exc: BaseException, tls: bool | None = None) -> str:
     if why is not None:
         return why
     failure = classify(exc)
-    if failure is Failure.TIMED_OUT and tls:
+    if failure in (Failure.TIMED_OUT, Failure.RESET) and tls:
         return f"{failure.value} (TLS is on: does the port take TLS connections?)"
     if failure is Failure.RESET and tls is False:
         return f"{failure.value} (a port that takes TLS only? add tls or ca=PATH to the target)"

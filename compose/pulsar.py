@@ -44,6 +44,7 @@ from compose.process import (
 )
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError, TargetError
+from loadgen.security import PLAINTEXT, ClientSecurity
 from loadgen.target import Target
 
 PULSAR_VERSION = "4.0.8"
@@ -76,17 +77,22 @@ class PulsarAdmin:
     """The few admin REST calls streambench needs. Each runs urllib in a worker thread, so a
     slow broker never stalls the event loop."""
 
-    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 10.0,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self.url = url.rstrip("/")
         self._timeout_s = timeout_s
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if security.token is not None:
+            self._headers["Authorization"] = f"Bearer {security.token.reveal()}"
+        self._tls = security.ssl_context() if self.url.startswith("https://") else None
 
     def _call(self, method: str, path: str, body: Any) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json",
-                                                  "Accept": "application/json"})
+                                         headers=self._headers)
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=self._timeout_s,
+                                        context=self._tls) as response:
                 text = response.read()
         except urllib.error.HTTPError as exc:
             raise AdminError(exc.code, _reason(exc)) from None
@@ -120,6 +126,11 @@ def _reason(exc: urllib.error.HTTPError) -> str:
 def unreachable(exc: BaseException) -> str:
     """A short reason for a failed admin call."""
     if isinstance(exc, AdminError):
+        if exc.status == 401:
+            return (f"the admin API refused the credentials (HTTP 401: {exc.reason}); give a "
+                    "valid token with token_file= or token_env=")
+        if exc.status == 403:
+            return f"the token's role may not do this (HTTP 403: {exc.reason})"
         return exc.reason
     return connect_failure(exc)
 
@@ -557,13 +568,14 @@ class PulsarExternalStack(Stack):
         self._label = label
         self._config = PulsarTargetConfig.of(target)
         self._service, self._admin = parse_address(target.address)
+        self._security = ClientSecurity.of(target)
         self._version = ""
 
     async def up(self, progress: Progress) -> None:
         progress(f"{self._label}: using the existing cluster at {self._service} (admin {self._admin})")
 
     async def ready(self, timeout_s: float, progress: Progress) -> None:
-        admin = PulsarAdmin(self._admin, timeout_s=min(10.0, timeout_s))
+        admin = PulsarAdmin(self._admin, timeout_s=min(10.0, timeout_s), security=self._security)
         try:
             self._version = await asyncio.wait_for(ready_check(admin, self._config.namespace), timeout_s)
         except (OSError, AdminError, ValueError, TimeoutError) as exc:

@@ -82,8 +82,9 @@ PULSAR_SECURITY_OPTIONS = {
                             "authentication token", default=None),
     "token": _refused("token=", "token_file=PATH or token_env=NAME"),
     # TLS is chosen by the address: pulsar+ssl:// and https://
-    **{k: v for k, v in _tls_options(client_cert=False).items() if k != "tls"},
+    **{k: v for k, v in _tls_options(client_cert=True).items() if k != "tls"},
 }
+TLS_SCHEMES = ("pulsar+ssl://", "https://")  # addresses whose scheme asks for TLS
 
 SECURITY_KEYS = frozenset({*KAFKA_SECURITY_OPTIONS, *REDIS_SECURITY_OPTIONS,
                            *PULSAR_SECURITY_OPTIONS})
@@ -199,7 +200,13 @@ class ClientSecurity:
                               f"{', '.join(k for k, v in files.items() if v)}; leave tls out")
         if files["key"] and not files["cert"]:
             raise TargetError(f"target {spec!r}: key= needs cert= (the client certificate)")
-        if o.get("tls") or any(files.values()):
+        if "tls" not in o:  # the address's scheme asks for TLS or not (Pulsar)
+            if any(s in target.address for s in TLS_SCHEMES):
+                tls = TlsSettings.of(target)
+            elif any(k in target.explicit for k in ("ca", "cert", "key", "tls_verify_hostname")):
+                raise TargetError(f"target {spec!r}: ca, cert, key and tls_verify_hostname need "
+                                  "TLS addresses (pulsar+ssl://HOST:6651, https://HOST:8443)")
+        elif o.get("tls") or any(files.values()):
             tls = TlsSettings.of(target)
         password = read_secret(target, "password") if "password_file" in o else None
         token = read_secret(target, "token") if "token_file" in o else None
@@ -314,9 +321,10 @@ def tls_failure(exc: BaseException) -> str | None:
             if any(mark in text for mark in _PLAINTEXT_PEER):
                 return ("TLS handshake failed: the server does not speak TLS on this port "
                         f"({link.reason or 'unexpected reply'}); is it a plaintext port?")
-            if "CERTIFICATE_REQUIRED" in text or "HANDSHAKE_FAILURE" in text:
+            if any(m in text for m in ("CERTIFICATE_REQUIRED", "HANDSHAKE_FAILURE",
+                                       "BAD_CERTIFICATE", "UNKNOWN_CA")):
                 return (f"TLS: the server refused the handshake ({link.reason}); does it want a "
-                        "client certificate (cert=, key=)?")
+                        "client certificate (cert=, key=) signed by a CA it trusts?")
             return f"TLS handshake failed: {link.reason or link}"
     return None
 

@@ -8,6 +8,7 @@ payload is exactly `messageSize` bytes. Consumers commit automatically every
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,11 +31,13 @@ from compose.kafka import (
     parse_version,
     parse_zookeeper_version,
 )
+from compose.net import connect_failure
 from compose.stack import Stack, StackDescription
 from loadgen.errors import DriverError, StackError
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
+from loadgen.security import KAFKA_SECURITY_OPTIONS, ClientSecurity
 from loadgen.target import OptionSpec, Target, parse_bool, parse_positive_int
 
 INTENDED_HEADER = "t"
@@ -60,6 +63,7 @@ class KafkaClientOptions:
     flush_ms: int | None
     topic: str | None  # a topic the user named (it outlives the run)
     reuse_topic: bool
+    security: ClientSecurity  # SASL and TLS of every client (existing clusters)
 
     @classmethod
     def of(cls, target: Target) -> KafkaClientOptions:
@@ -77,8 +81,13 @@ class KafkaClientOptions:
             commit_interval_ms=int(o["commit_interval_ms"]),
             replication=int(o.get("replication") or 0), flush_messages=maybe_int("flush_messages"),
             flush_ms=maybe_int("flush_ms"), topic=str(o["topic"]) if o.get("topic") else None,
-            reuse_topic=bool(o.get("reuse_topic")),
+            reuse_topic=bool(o.get("reuse_topic")), security=ClientSecurity.of(target),
         )
+
+    def client(self) -> dict[str, Any]:
+        """Keyword arguments every aiokafka client of the target takes: security protocol,
+        SSL context, SASL mechanism and credentials."""
+        return self.security.kafka_kwargs()
 
 
 def topic_name(target: Target, run_topic: str) -> str:
@@ -232,12 +241,16 @@ class KafkaDriver(Driver):
     async def connect(self) -> None:
         self._admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap,
                                           request_timeout_ms=REQUEST_TIMEOUT_MS,
-                                          client_id="streambench-admin")
+                                          client_id="streambench-admin", **self._opts.client())
         try:
             await asyncio.wait_for(self._admin.start(), 15)
             cluster = await asyncio.wait_for(self._admin.describe_cluster(), 15)
         except (KafkaError, OSError, TimeoutError) as exc:
-            raise DriverError(f"cannot reach {self._where()}: {_failure(exc)}") from None
+            admin, self._admin = self._admin, None
+            with contextlib.suppress(Exception):
+                await admin.close()
+            raise DriverError(f"cannot reach {self._where()}: "
+                              f"{connect_failure(exc, self._opts.security.tls is not None)}") from None
         self._brokers = len(cluster["brokers"])
 
     def _replication(self) -> int:
@@ -317,7 +330,7 @@ class KafkaDriver(Driver):
         for group in groups:
             consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, group_id=group,
                                         enable_auto_commit=False, client_id="streambench-admin",
-                                        request_timeout_ms=REQUEST_TIMEOUT_MS)
+                                        request_timeout_ms=REQUEST_TIMEOUT_MS, **self._opts.client())
             try:
                 await consumer.start()
                 consumer.assign(tps)
@@ -334,7 +347,7 @@ class KafkaDriver(Driver):
                 bootstrap_servers=self._bootstrap, client_id=f"streambench-producer-{index}",
                 acks=opts.acks, linger_ms=opts.linger_ms, max_batch_size=opts.batch_size,
                 compression_type=opts.compression, enable_idempotence=opts.idempotence,
-                request_timeout_ms=REQUEST_TIMEOUT_MS,
+                request_timeout_ms=REQUEST_TIMEOUT_MS, **opts.client(),
             )
         except (ValueError, RuntimeError) as exc:
             raise DriverError(f"cannot make a Kafka producer with {self._target.spec}: {exc}") from None
@@ -355,7 +368,7 @@ class KafkaDriver(Driver):
             enable_auto_commit=True, auto_commit_interval_ms=opts.commit_interval_ms,
             auto_offset_reset="earliest", fetch_min_bytes=opts.fetch_min_bytes,
             fetch_max_wait_ms=opts.fetch_max_wait_ms, heartbeat_interval_ms=1000,
-            request_timeout_ms=REQUEST_TIMEOUT_MS,
+            request_timeout_ms=REQUEST_TIMEOUT_MS, **opts.client(),
         )
         assignments = _Assignments()
         consumer.subscribe([name], listener=assignments)
@@ -475,7 +488,8 @@ def _collectors(target: Target, desc: StackDescription, topic: str, partitions: 
                 subscriptions: list[str]) -> list[Collector]:
     name = topic_name(target, topic)
     found: list[Collector] = [KafkaLag(desc.endpoints["kafka"], name, partitions,
-                                       [group_id(name, s) for s in subscriptions])]
+                                       [group_id(name, s) for s in subscriptions],
+                                       ClientSecurity.of(target))]
     found[:0] = resource_collectors(target, desc)
     return found
 
@@ -487,7 +501,7 @@ PLATFORMS = [
         options={
             **_local_options(OptionSpec("Kafka release: 3.9, 4 or an exact 3.9.x / 4.x.y",
                                         default=KAFKA_3, parse=parse_version)),
-            **CLIENT_OPTIONS, **TOPIC_OPTIONS,
+            **CLIENT_OPTIONS, **TOPIC_OPTIONS, **KAFKA_SECURITY_OPTIONS,
         },
         runtimes=("docker", "local", "external"),
         address_example="HOST:PORT[,HOST:PORT...]",
@@ -501,7 +515,7 @@ PLATFORMS = [
         options={
             **_local_options(OptionSpec("Kafka release (ZooKeeper mode: 3.9 only)",
                                         default=KAFKA_3, parse=parse_zookeeper_version)),
-            **CLIENT_OPTIONS, **TOPIC_OPTIONS,
+            **CLIENT_OPTIONS, **TOPIC_OPTIONS, **KAFKA_SECURITY_OPTIONS,
         },
         runtimes=("docker", "local", "external"),
         address_example="HOST:PORT[,HOST:PORT...]",
@@ -518,7 +532,7 @@ PLATFORMS = [
             "port": OptionSpec("Kafka API port of the first broker, the next brokers take the "
                                "next ports (default: free ones)", default=0, parse=parse_port),
             **runtime_options(("docker",)),
-            **CLIENT_OPTIONS, **TOPIC_OPTIONS,
+            **CLIENT_OPTIONS, **TOPIC_OPTIONS, **KAFKA_SECURITY_OPTIONS,
         },
         runtimes=("docker", "external"),
         address_example="HOST:PORT[,HOST:PORT...]",

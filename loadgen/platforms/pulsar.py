@@ -72,6 +72,7 @@ from loadgen.platforms.base import (
 )
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import Platform, parse_port
+from loadgen.security import PLAINTEXT, PULSAR_SECURITY_OPTIONS, ClientSecurity
 from loadgen.target import OptionSpec, Target, parse_bool, parse_positive_int
 
 SEND_TIME = "t"
@@ -319,11 +320,30 @@ class PulsarConsumer(Consumer):
         await self._handle.close()
 
 
+def client_security(security: ClientSecurity) -> dict[str, Any]:
+    """Keyword arguments of the Pulsar client: token authentication, and TLS for a
+    pulsar+ssl:// service URL (the CA, the host name check, a client certificate)."""
+    kwargs: dict[str, Any] = {}
+    if security.token is not None:
+        kwargs["authentication"] = pulsar.AuthenticationToken(security.token.reveal())
+    if security.tls is not None:
+        t = security.tls
+        kwargs.update(tls_validate_hostname=t.verify_hostname, tls_allow_insecure_connection=False)
+        if t.ca:
+            kwargs["tls_trust_certs_file_path"] = t.ca
+        if t.cert:
+            kwargs.update(tls_certificate_file_path=t.cert,
+                          tls_private_key_file_path=t.key or t.cert)
+    return kwargs
+
+
 class PulsarDriver(Driver):
-    def __init__(self, service_url: str, admin_url: str, config: PulsarTargetConfig) -> None:
+    def __init__(self, service_url: str, admin_url: str, config: PulsarTargetConfig,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self._service_url = service_url
-        self._admin = PulsarAdmin(admin_url)
+        self._admin = PulsarAdmin(admin_url, security=security)
         self._config = config
+        self._security = security
         self._client: pulsar_asyncio.Client | None = None
         self._version = ""
         self._partitions: dict[str, int] = {}
@@ -340,7 +360,8 @@ class PulsarDriver(Driver):
         except (OSError, TimeoutError) as exc:
             raise DriverError(f"cannot reach Pulsar at {self._service_url}: {unreachable(exc)}") from None
         self._client = pulsar_asyncio.Client(self._service_url, logger=_client_logger(),
-                                             operation_timeout_seconds=30)
+                                             operation_timeout_seconds=30,
+                                             **client_security(self._security))
 
     def version(self) -> str:
         return self._version
@@ -447,13 +468,14 @@ def _stack(target: Target) -> Stack:
 
 def _driver(target: Target, desc: StackDescription) -> Driver:
     return PulsarDriver(desc.endpoints["pulsar"], desc.endpoints[ADMIN_ENDPOINT],
-                        PulsarTargetConfig.of(target))
+                        PulsarTargetConfig.of(target), ClientSecurity.of(target))
 
 
 def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
                 subscriptions: list[str]) -> list[Collector]:
     c = PulsarTargetConfig.of(target)
-    admin = PulsarAdmin(desc.endpoints[ADMIN_ENDPOINT], timeout_s=2.0)
+    admin = PulsarAdmin(desc.endpoints[ADMIN_ENDPOINT], timeout_s=2.0,
+                        security=ClientSecurity.of(target))
     found: list[Collector] = [PulsarTelemetry(admin, c.persistent, c.namespace, topic, partitions,
                                               subscriptions, c.batching)]
     found[:0] = resource_collectors(target, desc)
@@ -488,6 +510,7 @@ PLATFORMS = [
             "namespace": OptionSpec("TENANT/NAMESPACE of the topics", default="public/default",
                                     parse=parse_namespace),
             **runtime_options(("docker", "local")),
+            **PULSAR_SECURITY_OPTIONS,
         },
         runtimes=("docker", "local", "external"),
         address_example="pulsar://HOST:6650,http://HOST:8080",

@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 import redis.asyncio as aioredis
 
 from compose.process import free_port
-from tests.conftest import CLI, port_listening, run_json
-from tests.integration.tls_support import Pki, make_pki
+from tests.conftest import port_listening, run_json
+from tests.integration.tls_support import Pki, assert_failed, assert_nowhere, make_pki, run
 
 pytestmark = pytest.mark.integration
 
@@ -90,47 +88,6 @@ def server(tmp_path_factory) -> Iterator[Server]:
         proc.wait(10)
 
 
-@dataclass
-class Outcome:
-    returncode: int
-    stdout: str
-    stderr: str
-    left: list[str]  # processes of the run still alive after it exited
-
-
-def run(args: list[str], env: dict[str, str] | None = None) -> Outcome:
-    """`streambench …` in a session of its own; what of that session outlives it."""
-    proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, start_new_session=True,
-                            env={**os.environ, **(env or {})})
-    stdout, stderr = proc.communicate(timeout=120)
-    deadline = time.monotonic() + 5
-    while True:
-        left = []
-        for p in psutil.process_iter(["pid", "cmdline"]):
-            try:
-                if os.getsid(p.pid) == proc.pid:
-                    left.append(" ".join(p.info["cmdline"] or []))
-            except (ProcessLookupError, PermissionError):
-                continue
-        if not left or time.monotonic() > deadline:
-            return Outcome(proc.returncode, stdout, stderr, left)
-        time.sleep(0.1)
-
-
-def assert_nowhere(secret: str, *places: Path | str) -> None:
-    """Neither a text nor any file under a directory holds the secret (as bytes, so also in
-    compressed-free binary files)."""
-    needle = secret.encode()
-    for place in places:
-        if isinstance(place, Path):
-            for path in [place, *place.rglob("*")] if place.is_dir() else [place]:
-                if path.is_file():
-                    assert needle not in path.read_bytes(), f"the password is in {path}"
-        else:
-            assert secret not in place
-
-
 def test_produce_and_consume_over_tls_as_an_acl_user(server, tmp_path):
     out = tmp_path / "run"
     target = (f"redis:user={USER},password_file={server.password_file},"
@@ -196,13 +153,5 @@ def test_failure_is_one_line_naming_target_and_cause(server, tmp_path, form, cau
         tls_port=server.tls_port, plain_port=server.plain_port)
     res = run(["run", target, "--rate", "100", "--duration", "1", "--warmup", "0",
                "--headless", "--out", str(tmp_path / "run")])
-    assert res.returncode == 2, res.stderr
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith("streambench: error")]
-    assert len(errors) == 1 and lines[-1] == errors[0], res.stderr
-    assert cause in errors[0] and "Traceback" not in res.stderr
-    if "password=" not in form:  # the refusal names no target: it would repeat the password
-        assert f"{server.tls_port}" in errors[0] or f"{server.plain_port}" in errors[0]
-    assert_nowhere(PASSWORD, res.stdout, res.stderr, tmp_path)
-    assert res.left == []
+    assert_failed(res, cause, [server.tls_port, server.plain_port], PASSWORD, tmp_path)
     assert len(str(server.admin("CLIENT", "LIST")).strip().splitlines()) == 1

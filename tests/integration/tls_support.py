@@ -1,12 +1,19 @@
-"""Certificates for the tests of authenticated and encrypted external clusters, made with the
-openssl command line: a CA, a server certificate for IP 127.0.0.1 only (so that `localhost`
-is a host name mismatch), a client certificate, and a second CA that signed neither."""
+"""Shared pieces of the tests of authenticated and encrypted external clusters: certificates
+made with the openssl command line (a CA, a server certificate for IP 127.0.0.1 only, so that
+`localhost` is a host name mismatch, a client certificate, and a second CA that signed
+neither), a CLI run that reports what of it outlives it, and the checks on its output."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
+
+from tests.conftest import CLI
 
 DAYS = "2"
 KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
@@ -55,3 +62,58 @@ def make_pki(directory: Path) -> Pki:
     for path in directory.glob("*.key"):
         path.chmod(0o600)
     return Pki(ca[0], server[0], server[1], client[0], client[1], other)
+
+
+@dataclass
+class Outcome:
+    returncode: int
+    stdout: str
+    stderr: str
+    left: list[str]  # processes of the run still alive after it exited
+
+
+def run(args: list[str], env: dict[str, str] | None = None) -> Outcome:
+    """`streambench …` in a session of its own; what of that session outlives it."""
+    proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+                            env={**os.environ, **(env or {})})
+    stdout, stderr = proc.communicate(timeout=120)
+    deadline = time.monotonic() + 5
+    while True:
+        left = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if os.getsid(p.pid) == proc.pid:
+                    left.append(" ".join(p.info["cmdline"] or []))
+            except (ProcessLookupError, PermissionError):
+                continue
+        if not left or time.monotonic() > deadline:
+            return Outcome(proc.returncode, stdout, stderr, left)
+        time.sleep(0.1)
+
+
+def assert_nowhere(secret: str, *places: Path | str) -> None:
+    """Neither a text nor any file under a directory holds the secret (read as bytes, so also
+    binary files)."""
+    needle = secret.encode()
+    for place in places:
+        if isinstance(place, Path):
+            for path in [place, *place.rglob("*")] if place.is_dir() else [place]:
+                if path.is_file():
+                    assert needle not in path.read_bytes(), f"the secret is in {path}"
+        else:
+            assert secret not in place
+
+
+def assert_failed(res: Outcome, cause: str, ports: list[int], secret: str, out: Path) -> None:
+    """Exit 2, one error line (the last, no traceback) with the cause and, unless the TARGET
+    was refused for holding a secret, one of the ports; the secret nowhere; nothing left."""
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("streambench: error")]
+    assert len(errors) == 1 and lines[-1] == errors[0], res.stderr
+    assert cause in errors[0] and "Traceback" not in res.stderr
+    if "password=" not in errors[0] and "token=" not in errors[0]:
+        assert any(str(port) in errors[0] for port in ports), errors[0]
+    assert_nowhere(secret, res.stdout, res.stderr, out)
+    assert res.left == []
