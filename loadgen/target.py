@@ -71,7 +71,9 @@ def parse_target(spec: str, platforms: dict[str, dict[str, OptionSpec]]) -> Targ
         if not address:
             raise TargetError(f"target {spec!r}: nothing after '@'; expected an address like 127.0.0.1:6379")
     name, _, opts_text = text.partition(":")
-    refused = {k: o.refuse for t in platforms.values() for k, o in t.items() if o.refuse}
+    # the platform's refused options; for an unknown platform, any platform's
+    tables = [platforms[name]] if name in platforms else list(platforms.values())
+    refused = {k: o.refuse for t in tables for k, o in t.items() if o.refuse}
     for item in opts_text.split(","):
         key = item.partition("=")[0].strip()
         if key in refused:  # before any message that repeats the TARGET

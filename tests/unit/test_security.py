@@ -87,3 +87,15 @@ def test_the_password_is_read_for_the_client_and_hidden_elsewhere(password_file,
     assert redis.redis_auth() == ["AUTH", "u", SECRET]
     assert redis.redis_kwargs()["ssl"] is True and SECRET not in repr(redis)
     assert str(Secret(SECRET)) == "Secret(***)"
+
+
+def test_a_refusal_is_the_refusing_platforms_own():
+    from loadgen.target import OptionSpec, parse_target
+
+    tables = {"own": {"password": OptionSpec("a platform's own password option")},
+              "careful": {"password": OptionSpec("", refuse="use password_file=PATH")}}
+    assert parse_target("own:password=x", tables).options["password"] == "x"
+    with pytest.raises(TargetError, match="password_file=PATH"):
+        parse_target("careful:password=x", tables)
+    with pytest.raises(TargetError, match="password_file=PATH"):  # unknown platform
+        parse_target("carefull:password=x", tables)
