@@ -7,6 +7,7 @@ widgets. Pausing stops the repaint of the columns, never the collection.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ AfterRun = Callable[[RunSummary], Awaitable[str | None]]
 # what `run_async()` / `run()` return: the summary of a finished run, the user-facing error
 # that ended it, or None when the app was quit without a run
 DashboardResult = RunSummary | StreambenchError | None
+REPAINT_S = 0.25  # the columns repaint at most four times a second
 # palette entries of Textual's that the key table replaces
 _REPLACED_COMMANDS = {"Quit", "Keys"}
 
@@ -95,6 +97,8 @@ class DashboardApp(App[DashboardResult]):
         self.producing = dict.fromkeys(labels, True)
         self.consuming = dict.fromkeys(labels, True)
         self.fixed_rate = {label: workload.rate for label in labels}  # for the max-rate toggle
+        self._last_repaint = -math.inf  # monotonic time of the last repaint of the columns
+        self._repaint_pending = False
 
     def _make_status_bar(self, clock: Callable[[], int]) -> StatusBar:
         return StatusBar(self.status, clock, id="status")
@@ -150,7 +154,7 @@ class DashboardApp(App[DashboardResult]):
         with self.batch_update():
             if self._take_tick(message.tick) and not self.status.paused:
                 # the window ends at the latest tick: every column's x axis moves with it
-                self._repaint_columns()
+                self._request_repaint()
             self._show_status()
 
     def on_phase_changed(self, message: PhaseChanged) -> None:
@@ -163,7 +167,7 @@ class DashboardApp(App[DashboardResult]):
             target = self._take_event(message.event)
             self._events.refresh()
             if target is not None and not self.status.paused:
-                self._columns[target].show()
+                self._request_repaint()
             self._show_status()
 
     # the data side of the three messages, without repaint (a replay catching up uses these)
@@ -192,7 +196,27 @@ class DashboardApp(App[DashboardResult]):
         history.add_event(event.kind, event.detail, event.time_ns)
         return event.target
 
+    def _request_repaint(self) -> None:
+        """Repaint the columns now, or, within REPAINT_S of the last repaint, once when that
+        has passed: the ticks of several targets arriving in the same second cost at most two
+        repaints, and no widget repaints more than 1 / REPAINT_S times a second."""
+        if self._repaint_pending:
+            return
+        wait = self._last_repaint + REPAINT_S - time.monotonic()
+        if wait <= 0:
+            self._repaint_columns()
+        else:
+            self._repaint_pending = True
+            self.set_timer(wait, self._repaint_later)
+
+    def _repaint_later(self) -> None:
+        self._repaint_pending = False
+        if not self.status.paused:
+            self._repaint_columns()
+
     def _repaint_columns(self) -> None:
+        self._repaint_pending = False
+        self._last_repaint = time.monotonic()
         for column in self._columns.values():
             column.show()
         if isinstance(self.screen, DetailScreen):

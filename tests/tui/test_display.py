@@ -9,7 +9,7 @@ from rich.text import Text
 from loadgen.tick import Phase
 from tests.tui.recorded import LABELS, TICKS, WORKLOAD, recorded_items
 from tests.tui.screen import screen_lines, wait_until
-from tui.app import DashboardApp, bus_message
+from tui.app import REPAINT_S, DashboardApp, bus_message
 from tui.history import TargetHistory
 from tui.panels import PANELS, RenderContext
 from tui.widgets import RunStatus, StatusBar
@@ -33,7 +33,7 @@ async def test_pause_keeps_collecting_and_resume_shows_everything() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         post_all(app, items[:cut])
         await wait_until(pilot, lambda: app.histories["redis"].ticks == 20, "20 ticks")
-        await pilot.pause()
+        await pilot.pause(REPAINT_S)  # the last repaint may wait for the repaint period
         before = produce_line(app)
         await pilot.press("p")
         post_all(app, items[cut:])

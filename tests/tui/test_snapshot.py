@@ -14,7 +14,7 @@ from textual.pilot import Pilot
 
 from tests.tui.recorded import LABELS, T0_NS, TICKS, WORKLOAD, recorded_items, write_recorded_run
 from tests.tui.screen import wait_until
-from tui.app import DashboardApp, bus_message
+from tui.app import REPAINT_S, DashboardApp, bus_message
 from tui.detail import DetailScreen
 from tui.recording import load_recording
 from tui.replay import ReplayApp
@@ -34,6 +34,7 @@ async def feed_recorded(app: DashboardApp, pilot: Pilot) -> None:
         app.post_message(message)
     await wait_until(pilot, lambda: all(h.ticks == TICKS for h in app.histories.values()),
                      "the recorded ticks")
+    await pilot.pause(REPAINT_S)  # the last repaint may wait for the repaint period
     await pilot.wait_for_scheduled_animations()
 
 

@@ -1,0 +1,154 @@
+"""Benchmark: what the dashboard costs the process that shows it, with several targets.
+
+Runs N local redis-server targets (default 3; 1,000 msg/s each, 4 partitions, 2 consumers,
+15 s measured after a 2 s warm-up; the load in worker processes, one per target) three ways:
+
+- headless: the run loop and the Parquet sink alone in this process (no dashboard);
+- dashboard: the same with the dashboard (Textual, headless driver at 120×40: every frame is
+  composed and rendered as on a terminal, then dropped);
+- dashboard + detail: the same with the detail screen of the first target open (per-partition
+  rates and lag, latency percentiles merged over the chart window, refreshed with the columns).
+
+and prints for each the CPU of this process (user + system, psutil) over the measuring phase
+as % of one core, the dashboard's share (minus the headless figure), and the most repaints any
+one panel made in a second (the goal: at most 4). CPU figures on a shared machine depend on
+what else runs: the load average is printed beside each run; `--repeat` runs each mode again."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from analysis.sink import ParquetSink
+from loadgen.pacing import run_precise
+from loadgen.platforms import resolve_target
+from loadgen.run import Run
+from loadgen.target import unique_labels
+from loadgen.tick import BusItem, Phase, PhaseChange
+from loadgen.workload import Workload
+from tui import widgets
+from tui.app import DashboardApp
+from tui.detail import DetailScreen
+
+MAX_REPAINTS_PER_S = 4
+
+
+class Meter:
+    """This process's CPU seconds and the wall clock between the start of measuring and the
+    drain, taken from the run's phase changes on the bus."""
+
+    def __init__(self) -> None:
+        self.proc = psutil.Process()
+        self.start: tuple[float, float] | None = None
+        self.end: tuple[float, float] | None = None
+
+    def _now(self) -> tuple[float, float]:
+        t = self.proc.cpu_times()
+        return t.user + t.system, time.monotonic()
+
+    def __call__(self, item: BusItem) -> None:
+        if not isinstance(item, PhaseChange):
+            return
+        if item.phase is Phase.MEASURING and self.start is None:
+            self.start = self._now()
+        elif item.phase is Phase.DRAINING and self.end is None:
+            self.end = self._now()
+
+    @property
+    def cpu_percent(self) -> float:
+        assert self.start is not None and self.end is not None, "the run did not measure"
+        return (self.end[0] - self.start[0]) / (self.end[1] - self.start[1]) * 100
+
+
+def count_repaints() -> tuple[Counter[tuple[int, int]], Callable[[], None]]:
+    """Counts PanelView renders per (panel, second); returns the counter and the undo."""
+    counts: Counter[tuple[int, int]] = Counter()
+    original = widgets.PanelView.render
+
+    def render(self: widgets.PanelView) -> Any:
+        counts[(id(self), int(time.monotonic()))] += 1
+        return original(self)
+
+    widgets.PanelView.render = render  # type: ignore[method-assign]
+
+    def undo() -> None:
+        widgets.PanelView.render = original  # type: ignore[method-assign]
+
+    return counts, undo
+
+
+def make_run(args: argparse.Namespace, out: Path) -> tuple[Run, Meter]:
+    workload = Workload(name="dashboard-cpu", rate=args.rate, duration_s=args.duration,
+                        warmup_s=2, message_size=1024, partitions=4, consumers=2)
+    targets = unique_labels([resolve_target("redis:runtime=local") for _ in range(args.targets)])
+    run = Run(workload, targets, out_dir=out, recorder=ParquetSink, processes=1)
+    meter = Meter()
+    run.subscribe(meter)
+    return run, meter
+
+
+async def with_dashboard(run: Run, detail: bool) -> None:
+    app = DashboardApp(run, run.labels, run.workload)
+    async with app.run_test(size=(120, 40)) as pilot:
+        if detail:
+            while app.status.phase is not Phase.MEASURING and app.is_running:
+                await asyncio.sleep(0.2)
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, DetailScreen)
+        while app.is_running:
+            await asyncio.sleep(0.5)
+
+
+def one(args: argparse.Namespace, mode: str) -> tuple[float, int]:
+    with tempfile.TemporaryDirectory() as tmp:
+        run, meter = make_run(args, Path(tmp) / "run")
+        counts, undo = count_repaints()
+        try:
+            if mode == "headless":
+                run_precise(run.execute())
+            else:
+                asyncio.run(with_dashboard(run, detail=mode == "dashboard + detail"))
+        finally:
+            undo()
+        return meter.cpu_percent, max(counts.values(), default=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=1000.0, help="msg/s per target")
+    parser.add_argument("--duration", type=float, default=15.0, help="measured seconds")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    os.environ.setdefault("STREAMBENCH_RUNTIME", "local")
+    print(f"{args.targets} redis targets × {args.rate:,.0f} msg/s, 4 partitions, "
+          f"{args.duration:.0f} s measured; this process's CPU over the measuring phase")
+    headless: list[float] = []
+    for _ in range(args.repeat):
+        for mode in ("headless", "dashboard", "dashboard + detail"):
+            load = os.getloadavg()[0]
+            cpu, repaints = one(args, mode)
+            if mode == "headless":
+                headless.append(cpu)
+                extra = ""
+            else:
+                extra = (f"  dashboard {cpu - headless[-1]:5.1f} %"
+                         f"  max repaints of a panel in a second {repaints}"
+                         f" ({'ok' if repaints <= MAX_REPAINTS_PER_S else 'OVER'} ≤ "
+                         f"{MAX_REPAINTS_PER_S})")
+            print(f"{mode:<20} {cpu:5.1f} % of a core{extra}  (load average {load:.2f})",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
