@@ -55,6 +55,7 @@ bench: setup-test
 	$(BIN)/python tests/bench/kafka_produce.py
 	$(BIN)/python tests/bench/pulsar_produce.py
 	$(BIN)/python tests/bench/report_scale.py
+	$(BIN)/python tests/bench/dashboard_cpu.py
 
 clean:
 	rm -rf $(VENV) *.egg-info build dist .pytest_cache .mypy_cache .ruff_cache
