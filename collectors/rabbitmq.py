@@ -1,0 +1,165 @@
+"""RabbitMQ Streams telemetry over a stream-protocol connection of its own (rstream's client):
+consumer lag per partition from the stream's tail and each subscription's stored offset; broker
+counters from the management HTTP API when it is reachable.
+
+The tail is the offset of the stream's last message: a subscription at `last` with a credit of
+one is answered with the stream's last chunk of messages (never an offset-tracking record),
+whose first offset and record count give it. A subscription's lag on a partition is that offset
+minus the offset it stored (all of the stream when it stored none): 0 once it stored the last
+message. Offsets count RabbitMQ's offset-tracking records too (one per stored offset), so while
+a backlog remains the figure can exceed the messages left by the stores made since."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+from rstream import constants, schema
+from rstream.client import Client, ClientPool
+from rstream.exceptions import OffsetNotFound
+
+from collectors.base import Collector, CounterDeltas, Reading
+from compose.rabbitmq import management_get
+from loadgen.tick import LagSnapshot
+
+logging.getLogger("rstream").setLevel(logging.CRITICAL)
+
+LAG_SOURCE = "stream tail (last chunk) - stored offset"
+TAIL_WAIT_S = 0.3
+MAX_SUBSCRIPTIONS = 250  # per connection the protocol allows 256 subscription ids
+
+
+class RabbitTelemetry(Collector):
+    name = "rabbitmq"
+
+    def __init__(self, host: str, port: int, user: str, password: str, streams: list[str],
+                 subscriptions: list[str], management: str | None) -> None:
+        self._pool = ClientPool(host, port, vhost="/", username=user, password=password,
+                                frame_max=1024 * 1024, heartbeat=60, load_balancer_mode=False,
+                                max_retries=1)
+        self._client: Client | None = None
+        self._user, self._password = user, password
+        self._streams = streams
+        self._subscriptions = subscriptions
+        self._management = management
+        self._tails = [-1] * len(streams)  # offsets never go back: keep the highest seen
+        self._waiting: dict[int, asyncio.Future[int]] = {}
+        self._deltas = CounterDeltas()
+
+    async def _connect(self) -> Client:
+        if self._client is None or not self._client.is_connection_alive():
+            if self._client is not None:
+                with contextlib.suppress(Exception):
+                    await self._pool.close()
+            self._client = await self._pool.get("streambench-telemetry")
+            # the client queues every chunk for each handler name: one handler, which tells the
+            # subscriptions apart by the frame's id
+            self._client.add_handler(schema.Deliver, self._delivered, name="0")
+            await self._client.run_queue_listener_task(0, self._delivered)
+        return self._client
+
+    def _delivered(self, frame: schema.Deliver) -> None:
+        waiter = self._waiting.get(frame.subscription_id)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(frame.chunk_first_offset + frame.num_records - 1)
+
+    async def start(self) -> None:
+        await self._connect()
+        await self._counters()
+
+    async def _tail_batch(self, client: Client, first: int, count: int) -> None:
+        loop = asyncio.get_running_loop()
+        subscribed = []
+        for sid in range(count):
+            self._waiting[sid] = loop.create_future()
+            try:
+                await client.subscribe(self._streams[first + sid], sid,
+                                       schema.OffsetSpec(constants.OffsetType.LAST),
+                                       initial_credit=1)
+                subscribed.append(sid)
+            except Exception:
+                self._waiting.pop(sid).cancel()
+        if subscribed:
+            # an empty stream sends nothing: its tail stays where it was
+            await asyncio.wait([self._waiting[s] for s in subscribed], timeout=TAIL_WAIT_S)
+        for sid in subscribed:
+            waiter = self._waiting.pop(sid)
+            if waiter.done() and not waiter.cancelled():
+                self._tails[first + sid] = max(self._tails[first + sid], waiter.result())
+            else:
+                waiter.cancel()
+            with contextlib.suppress(Exception):
+                await client.unsubscribe(sid)
+
+    async def tails(self) -> list[int]:
+        """The offset of each stream's last message (-1: none yet)."""
+        client = await self._connect()
+        for first in range(0, len(self._streams), MAX_SUBSCRIPTIONS):
+            await self._tail_batch(client, first, min(MAX_SUBSCRIPTIONS, len(self._streams) - first))
+        return list(self._tails)
+
+    async def stored(self, stream: str, subscription: str) -> int:
+        """The offset a subscription stored on a stream (-1: none)."""
+        client = await self._connect()
+        try:
+            return int(await client.query_offset(stream, subscription))
+        except OffsetNotFound:
+            return -1
+
+    async def lag(self) -> LagSnapshot:
+        tails = await self.tails()
+        per_partition: dict[int, int] = {}
+        for partition, stream in enumerate(self._streams):
+            total = 0
+            for sub in self._subscriptions:
+                total += max(0, tails[partition] - await self.stored(stream, sub))
+            per_partition[partition] = total
+        return LagSnapshot(sum(per_partition.values()), per_partition, LAG_SOURCE)
+
+    def _api(self, path: str) -> Any:
+        assert self._management is not None
+        return json.loads(management_get(self._management, path, self._user, self._password, 0.5))
+
+    def _management_counters(self) -> dict[str, float]:
+        """Stream connections', publishers' and consumers' counters summed over the server (the
+        management plugin refreshes them every collect_statistics_interval)."""
+        if not self._management:
+            return {}
+        totals: dict[str, float] = {}
+        for path, fields in (("/api/stream/connections", ("recv_oct", "send_oct")),
+                             ("/api/stream/publishers", ("published", "confirmed", "errored")),
+                             ("/api/stream/consumers", ("consumed",))):
+            rows = self._api(f"{path}?columns={','.join(fields)}")
+            for field in fields:
+                totals[field] = float(sum(row.get(field, 0) or 0 for row in rows))
+        return {
+            "net_in_bytes": self._deltas.delta("in", totals["recv_oct"]),
+            "net_out_bytes": self._deltas.delta("out", totals["send_oct"]),
+            "published": self._deltas.delta("published", totals["published"]),
+            "confirmed": self._deltas.delta("confirmed", totals["confirmed"]),
+            "publish_errors": self._deltas.delta("errored", totals["errored"]),
+            "consumed": self._deltas.delta("consumed", totals["consumed"]),
+        }
+
+    async def _counters(self) -> dict[str, float]:
+        try:
+            return await asyncio.to_thread(self._management_counters)
+        except (OSError, ValueError, KeyError):
+            return {}  # no management API there, or it did not answer in time
+
+    async def sample(self) -> Reading:
+        counters, lag = await asyncio.gather(self._counters(), self.lag())
+        return Reading(
+            lag=lag,
+            broker=counters,
+            net_rx_bytes=int(counters["net_in_bytes"]) if "net_in_bytes" in counters else None,
+            net_tx_bytes=int(counters["net_out_bytes"]) if "net_out_bytes" in counters else None,
+        )
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._pool.close(), 5.0)
+        self._client = None

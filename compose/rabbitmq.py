@@ -1,0 +1,360 @@
+"""RabbitMQ Streams stacks: a local RabbitMQ node (Debian's rabbitmq-server or a generic
+install) started as streambench's own child, or an existing server (external runtime).
+
+The local node is private to the run: its own node name, Erlang cookie, data, log and config
+under one directory, listeners (AMQP, stream, management, Erlang distribution) on free
+loopback ports, and an epmd of its own on a free loopback port, run in the foreground as a
+child too, so the machine's shared epmd (4369) is neither used nor started and nothing is left
+running after the stack goes down. The node's CLI tools (rabbitmqctl, rabbitmq-streams) reach
+it through `cli()` with the same environment."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import glob
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from rstream.client import ClientPool
+
+from compose.net import connect_failure
+from compose.process import (
+    LocalNode,
+    free_port,
+    keep_logs,
+    node_fault,
+    nodes_down,
+    port_in_use,
+    remove_stale_dirs,
+    stop_process,
+    tail,
+)
+from compose.stack import Progress, Stack, StackDescription, announce_runtime
+from loadgen.errors import StackError
+from loadgen.target import Target
+
+DATA_PREFIX = "streambench-rabbitmq-"
+MIN_VERSION = (3, 9)  # streams and the stream protocol arrived in RabbitMQ 3.9
+STREAM_PORT = 5552  # the default stream port of an existing server
+MANAGEMENT_PORT = 15672
+# the Debian package's scripts: the ones in /usr/sbin switch to the rabbitmq user first
+_DEBIAN_SCRIPTS = Path("/usr/lib/rabbitmq/bin")
+PLUGINS = ("rabbitmq_stream", "rabbitmq_stream_management")
+START_TIMEOUT_S = 90.0  # a node takes ~10 s on an idle machine, much longer on a busy one
+CLI_TIMEOUT_S = 60.0
+
+
+def parse_address(address: str, default_port: int = STREAM_PORT) -> tuple[str, int]:
+    host, sep, port_text = address.rpartition(":")
+    if not sep:
+        return address, default_port
+    host = host.strip("[]")
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise StackError(f"bad address {address!r}: expected HOST:PORT, e.g. 127.0.0.1:{STREAM_PORT}")
+    return host or "127.0.0.1", int(port_text)
+
+
+def script(name: str) -> str | None:
+    """A RabbitMQ script (rabbitmq-server, rabbitmqctl, rabbitmq-streams) that runs as the
+    calling user."""
+    debian = _DEBIAN_SCRIPTS / name
+    if os.access(debian, os.X_OK):
+        return str(debian)
+    return shutil.which(name)
+
+
+def epmd_binary() -> str | None:
+    found = shutil.which("epmd")
+    if found:
+        return found
+    matches = sorted(glob.glob("/usr/lib/erlang/erts-*/bin/epmd"))
+    return matches[-1] if matches else None
+
+
+def check_version(version: str, where: str) -> None:
+    parts = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
+    if parts and parts < MIN_VERSION:
+        raise StackError(f"{where} runs RabbitMQ {version}; streambench needs RabbitMQ 3.9 or "
+                         "newer (streams)")
+
+
+async def hello(host: str, port: int, user: str, password: str, timeout_s: float) -> str:
+    """Open a stream-protocol connection (peer properties, SASL, tune, open) and return the
+    server's version; raises OSError, TimeoutError or the client's errors when it fails."""
+    pool = ClientPool(host, port, vhost="/", username=user, password=password,
+                      frame_max=1024 * 1024, heartbeat=60, load_balancer_mode=False, max_retries=1)
+    try:
+        client = await asyncio.wait_for(pool.get("streambench-probe"), timeout_s)
+        return str((client.server_properties or {}).get("version", ""))
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(pool.close(), 2.0)
+
+
+def management_get(base: str, path: str, user: str, password: str, timeout_s: float = 2.0) -> bytes:
+    """GET one path of the management HTTP API (blocking: call it in a thread)."""
+    request = urllib.request.Request(base + path)
+    manager = urllib.request.HTTPPasswordMgrWithDefaultRealm()
+    manager.add_password(None, base, user, password)
+    opener = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(manager))
+    with opener.open(request, timeout=timeout_s) as response:
+        return bytes(response.read())
+
+
+class RabbitLocalStack(Stack):
+    runtime = "local"
+    NODE = "rabbitmq"  # the fault hooks' name of the one broker
+
+    def __init__(self, target: Target, label: str) -> None:
+        self._target = target
+        self._label = label
+        self._requested_port = int(target.options.get("port") or 0)
+        self._ports: dict[str, int] = {}
+        self._node: LocalNode | None = None
+        self._epmd: LocalNode | None = None
+        self._dir: Path | None = None
+        self._node_name = ""
+        self._env: dict[str, str] = {}
+        self._version = ""
+
+    # -- the node's files ------------------------------------------------------------------
+
+    def _write_files(self, root: Path) -> None:
+        p = self._ports
+        (root / "rabbitmq.conf").write_text("\n".join([
+            f"listeners.tcp.1 = 127.0.0.1:{p['amqp']}",
+            f"stream.listeners.tcp.1 = 127.0.0.1:{p['stream']}",
+            # what the stream protocol's metadata tells clients to connect to
+            "stream.advertised_host = 127.0.0.1",
+            f"stream.advertised_port = {p['stream']}",
+            "management.tcp.ip = 127.0.0.1",
+            f"management.tcp.port = {p['management']}",
+            # per-second figures for the telemetry (default: every 5 s)
+            "collect_statistics_interval = 1000",
+            "log.console = true",
+            "log.file = false",
+            "",
+        ]))
+        (root / "enabled_plugins").write_text(f"[{','.join(PLUGINS)}].\n")
+        (root / "rabbitmq-env.conf").write_text("")  # the machine's /etc one is not read
+        home = root / "home"
+        home.mkdir()
+        cookie = home / ".erlang.cookie"
+        cookie.write_text(secrets.token_hex(16).upper())
+        cookie.chmod(0o400)
+
+    def _environment(self, root: Path) -> dict[str, str]:
+        p = self._ports
+        erl_args = "-start_epmd false -kernel inet_dist_use_interface {127,0,0,1}"
+        keep = {k: v for k, v in os.environ.items()
+                if not k.startswith(("RABBITMQ_", "ERL_")) and k != "HOME"}
+        return {
+            **keep,
+            "HOME": str(root / "home"),  # the Erlang cookie
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "ERL_EPMD_PORT": str(p["epmd"]),
+            "RABBITMQ_NODENAME": self._node_name,
+            "RABBITMQ_USE_LONGNAME": "false",
+            "RABBITMQ_MNESIA_BASE": str(root / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(root / "log"),
+            "RABBITMQ_LOGS": "-",
+            "RABBITMQ_PID_FILE": str(root / "rabbitmq.pid"),
+            "RABBITMQ_CONFIG_FILE": str(root / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(root / "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": str(root / "rabbitmq-env.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(root / "enabled_plugins"),
+            "RABBITMQ_DIST_PORT": str(p["dist"]),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": erl_args,
+            "RABBITMQ_CTL_ERL_ARGS": erl_args,
+        }
+
+    def _choose_ports(self) -> None:
+        taken: set[int] = set()
+
+        def pick() -> int:
+            while True:
+                port = free_port()
+                if port not in taken:
+                    taken.add(port)
+                    return port
+
+        stream = self._requested_port or pick()
+        taken.add(stream)
+        self._ports = {"stream": stream, "amqp": pick(), "management": pick(), "dist": pick(),
+                       "epmd": pick()}
+
+    # -- up / ready / down ------------------------------------------------------------------
+
+    async def up(self, progress: Progress) -> None:
+        announce_runtime(progress, self._label, self._target.options)
+        server, epmd = script("rabbitmq-server"), epmd_binary()
+        if server is None or epmd is None:
+            raise StackError("rabbitmq-server not found: install it (Debian/Ubuntu: apt-get install "
+                             "rabbitmq-server) or point the target at a server with "
+                             "rabbitmq@HOST:PORT")
+        if self._requested_port and port_in_use(self._requested_port):
+            raise StackError(f"port {self._requested_port} on 127.0.0.1 is already in use; choose "
+                             f"another with {self._target.platform}:port=N or leave port unset")
+        remove_stale_dirs(DATA_PREFIX)
+        root = self._dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
+        self._node_name = f"streambench-{os.getpid()}-{root.name.rsplit('-', 1)[-1]}@localhost"
+        for _attempt in range(3):
+            self._choose_ports()
+            self._stop_children()
+            for leftover in ("mnesia", "home", "log"):
+                shutil.rmtree(root / leftover, ignore_errors=True)
+            self._write_files(root)
+            self._env = self._environment(root)
+            self._epmd = LocalNode("epmd", [epmd, "-port", str(self._ports["epmd"]),
+                                            "-address", "127.0.0.1"], root / "epmd.log", env=self._env)
+            self._epmd.start()
+            progress(f"{self._label}: starting rabbitmq-server (node {self._node_name}; it takes "
+                     "10 s or more)")
+            node = self._node = LocalNode(self.NODE, [server], root / "rabbitmq.log", cwd=root,
+                                          env=self._env)
+            node.start()
+            if await self._wait_listening(node, START_TIMEOUT_S):
+                return
+            log = tail(node.log, 8)
+            self._stop_children()
+            if self._requested_port or "eaddrinuse" not in log.lower():
+                raise StackError(f"{self._label}: rabbitmq-server did not start: {log or 'no output'}")
+        raise StackError(f"{self._label}: no free loopback ports for rabbitmq-server after 3 tries")
+
+    async def _wait_listening(self, node: LocalNode, timeout_s: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            if not node.running or self._epmd is None or not self._epmd.running:
+                return False
+            if port_in_use(self._ports["stream"]):
+                try:
+                    self._version = await hello("127.0.0.1", self._ports["stream"], "guest", "guest", 5.0)
+                    if await asyncio.to_thread(self._management_answers):
+                        return True
+                except Exception:  # the node is still booting
+                    pass
+            await asyncio.sleep(0.25)
+        return False
+
+    def _management_answers(self) -> bool:
+        try:
+            management_get(f"http://127.0.0.1:{self._ports['management']}", "/api/overview",
+                           "guest", "guest")
+            return True
+        except (OSError, urllib.error.URLError):
+            return False
+
+    async def ready(self, timeout_s: float, progress: Progress) -> None:
+        try:
+            self._version = await hello("127.0.0.1", self._ports["stream"], "guest", "guest", timeout_s)
+        except Exception as exc:
+            raise StackError(f"{self._label}: rabbitmq-server on port {self._ports['stream']} does "
+                             f"not answer the stream protocol: {connect_failure(exc)}") from None
+        check_version(self._version, "the local rabbitmq-server")
+
+    def brokers(self) -> list[str]:
+        return [self.NODE]
+
+    async def _node_ready(self, node: LocalNode, timeout_s: float) -> None:
+        if not await self._wait_listening(node, timeout_s):
+            raise StackError(f"{self._label}: rabbitmq-server did not answer on port "
+                             f"{self._ports['stream']} after a start: {tail(node.log) or 'no output'}")
+
+    def down_brokers(self) -> dict[str, str]:
+        return nodes_down([self._node] if self._node is not None else [])
+
+    async def _apply_fault(self, action: str, broker: str) -> str:
+        if self._node is None:
+            raise StackError(f"{self._label}: rabbitmq-server is not running (the stack is not up)")
+        return await node_fault(self._label, self._node, action, self._node_ready)
+
+    def _stop_children(self) -> None:
+        node, epmd, self._node, self._epmd = self._node, self._epmd, None, None
+        if node is not None and node.proc is not None:
+            stop_process(node.proc)
+        if epmd is not None and epmd.proc is not None:  # after the node: it deregisters first
+            stop_process(epmd.proc, grace_s=2.0)
+
+    async def down(self) -> None:
+        await asyncio.to_thread(self._stop_children)
+        data_dir, self._dir = self._dir, None
+        if data_dir is not None:
+            keep_logs([data_dir / "rabbitmq.log", data_dir / "epmd.log"], data_dir, self.context.log_dir)
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+    # -- the node's CLI tools -----------------------------------------------------------------
+
+    def cli(self, tool: str, *args: str, timeout_s: float = CLI_TIMEOUT_S) -> str:
+        """Run rabbitmqctl / rabbitmq-streams / rabbitmq-diagnostics against this node (blocking)
+        and return its output; StackError when it fails."""
+        binary = script(tool)
+        if binary is None or not self._env:
+            raise StackError(f"{self._label}: {tool} not found or the node is not up")
+        try:
+            done = subprocess.run([binary, "-n", self._node_name, "-q", *args], env=self._env,
+                                  capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise StackError(f"{self._label}: {tool} {' '.join(args)} gave no answer in "
+                             f"{timeout_s:.0f} s") from None
+        if done.returncode != 0:
+            raise StackError(f"{self._label}: {tool} {' '.join(args)} failed: "
+                             f"{(done.stderr or done.stdout).strip()[:300]}")
+        return done.stdout
+
+    def describe(self) -> StackDescription:
+        p = self._ports
+        pid = self._node.pid if self._node is not None and self._node.running else None
+        return StackDescription(
+            runtime="local",
+            endpoints={"stream": f"127.0.0.1:{p.get('stream', 0)}",
+                       "amqp": f"127.0.0.1:{p.get('amqp', 0)}",
+                       "management": f"http://127.0.0.1:{p.get('management', 0)}"},
+            pids=(pid,) if pid is not None else (),
+            version=self._version,
+            config={"node": self._node_name, "data_dir": str(self._dir),
+                    "epmd_port": str(p.get("epmd", 0)), "plugins": ",".join(PLUGINS)},
+        )
+
+
+class RabbitExternalStack(Stack):
+    runtime = "external"
+
+    def __init__(self, target: Target, label: str) -> None:
+        assert target.address is not None
+        self._label = label
+        self._host, self._port = parse_address(target.address)
+        opts = target.options
+        self._user, self._password = str(opts.get("user") or "guest"), str(opts.get("password") or "guest")
+        self._management_port = int(opts.get("management_port") or 0)
+        self._version = ""
+
+    async def up(self, progress: Progress) -> None:
+        progress(f"{self._label}: using the existing server at {self._host}:{self._port}")
+
+    async def ready(self, timeout_s: float, progress: Progress) -> None:
+        try:
+            self._version = await hello(self._host, self._port, self._user, self._password,
+                                        min(timeout_s, 10.0))
+        except Exception as exc:
+            raise StackError(f"{self._label}: cannot reach rabbitmq at {self._host}:{self._port}: "
+                             f"{connect_failure(exc)}") from None
+        check_version(self._version, f"{self._host}:{self._port}")
+
+    async def down(self) -> None:
+        return None
+
+    def describe(self) -> StackDescription:
+        endpoints = {"stream": f"{self._host}:{self._port}"}
+        if self._management_port:
+            host = f"[{self._host}]" if ":" in self._host else self._host
+            endpoints["management"] = f"http://{host}:{self._management_port}"
+        return StackDescription(runtime="external", endpoints=endpoints, version=self._version)

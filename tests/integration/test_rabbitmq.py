@@ -1,0 +1,262 @@
+"""RabbitMQ Streams against a real rabbitmq-server: one local node for the module (a node takes
+10 s or more to start), started by streambench's own stack on loopback ports; runs reach it as
+an existing server (rabbitmq@127.0.0.1:PORT). The kill test comes last: it kills that node."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pyarrow.dataset as ds
+import pytest
+
+from analysis.sink import ParquetSink
+from compose.rabbitmq import RabbitLocalStack, epmd_binary, script
+from loadgen.pacing import run_precise
+from loadgen.platforms import PLATFORMS, resolve_target
+from loadgen.platforms.base import OutMessage
+from loadgen.run import Run
+from loadgen.target import unique_labels
+from loadgen.workload import Workload
+from tests.integration.conftest import run_cli, run_json
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(script("rabbitmq-server") is None or epmd_binary() is None,
+                       reason="rabbitmq-server is not installed (.ci/host-deps.sh test installs it)"),
+]
+
+
+def _erlang_pids() -> set[int]:
+    """beam.smp and epmd processes this test process started (its descendants) or left behind
+    (orphans re-parented to init)."""
+    mine = {p.pid for p in psutil.Process().children(recursive=True)}
+    found = set()
+    for p in psutil.process_iter(["name", "ppid"]):
+        if p.info["name"] in ("beam.smp", "epmd") and (p.pid in mine or p.info["ppid"] == 1):
+            found.add(p.pid)
+    return found
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[RabbitLocalStack]:
+    before = _erlang_pids()
+    stack = RabbitLocalStack(resolve_target("rabbitmq"), "rabbitmq")
+
+    async def up() -> None:
+        await stack.up(lambda line: None)
+        await stack.ready(30, lambda line: None)
+
+    try:
+        asyncio.run(up())
+        yield stack
+    finally:
+        asyncio.run(stack.down())
+    # nothing of the node is left: neither the VM nor its epmd
+    deadline = time.monotonic() + 10
+    while _erlang_pids() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _erlang_pids() - before
+
+
+def _port(stack: RabbitLocalStack) -> int:
+    return int(stack.describe().endpoints["stream"].rsplit(":", 1)[1])
+
+
+def _status(stack: RabbitLocalStack, stream: str) -> dict[str, int]:
+    """The stream's writer as `rabbitmq-streams stream_status` shows it."""
+    rows = json.loads(stack.cli("rabbitmq-streams", "stream_status", stream, "--formatter", "json"))
+    writer = next(r for r in rows if r["role"] == "writer")
+    return {k: int(writer[k]) for k in ("offset", "committed_offset", "first_offset")}
+
+
+def _queue_messages(stack: RabbitLocalStack) -> dict[str, int]:
+    """Messages per stream as `rabbitmqctl list_queues` counts them (every offset, the
+    offset-tracking records included)."""
+    out = stack.cli("rabbitmqctl", "list_queues", "name", "messages", "--formatter", "json")
+    return {row["name"]: int(row["messages"]) for row in json.loads(out)}
+
+
+def test_node_listens_on_loopback_only(node):
+    pid = node.describe().pids[0]
+    tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    listening = [c.laddr for p in tree for c in p.net_connections("tcp")
+                 if c.status == psutil.CONN_LISTEN]
+    assert any(p.name() == "beam.smp" for p in tree)
+    assert len(listening) >= 4  # AMQP, stream, management, Erlang distribution
+    assert all(addr.ip == "127.0.0.1" for addr in listening), listening
+    assert node.describe().version.startswith("3.")
+
+
+def test_exactly_once_with_tracked_delivery(node, tmp_path):
+    """3 partitions dealt over 2 consumers of one subscription: every message once, none twice;
+    the lag drains to 0 and the run leaves no stream behind."""
+    run_dir = tmp_path / "run"
+    workload = Workload(name="exactly-once", rate=1500, duration_s=6, warmup_s=1, partitions=3,
+                        consumers=2, message_size=200)
+    target = resolve_target(f"rabbitmq:store_interval_ms=200@127.0.0.1:{_port(node)}")
+    run = Run(workload, unique_labels([target]), out_dir=run_dir, track_ids=True,
+              recorder=ParquetSink)
+    summary = run_precise(run.execute())
+    totals = run_json(run_dir)["totals"][0]
+    assert totals["produced"] == 1500 * 7, totals
+    assert totals["consumed"] == totals["produced"], totals
+    assert totals["duplicates"] == 0 and totals["send_errors"] == 0, totals
+    assert summary.targets[0].drained
+    ticks = ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pydict()
+    assert ticks["lag_total"][-1] == 0
+    assert max(v for v in ticks["lag_total"] if v is not None) > 0  # it was measured
+    # on an existing server the run removes the streams it created
+    topic = run_json(run_dir)["targets"][0]["topics"][0]
+    assert not [name for name in _queue_messages(node) if name.startswith(topic)]
+
+
+def test_lag_equals_the_servers_figures(node):
+    """Lag with nothing stored is every message of every partition (the server's count per
+    stream); after a consumer stored offset k of a partition it is the server's last offset
+    minus k there; after the stored offset reaches the last message it is 0."""
+    platform = PLATFORMS["rabbitmq"]
+    target = resolve_target(f"rabbitmq@127.0.0.1:{_port(node)}")
+    desc = node.describe()
+
+    async def scenario() -> tuple[int, dict[int, int], int, int, int]:
+        driver = platform.make_driver(target, desc)
+        await driver.connect()
+        await driver.create_topic("lagcheck", 2, ["sub"])
+        producer = await driver.producer("lagcheck", 0)
+        for i in range(10):  # keyed: both partitions get some
+            await producer.send_batch([OutMessage(b"x" * 50, b"k%d" % j, time.time_ns())
+                                       for j in range(100 * i, 100 * i + 100)])
+        await producer.close()
+        (collector,) = [c for c in platform.make_collectors(target, desc, "lagcheck", 2, ["sub"])
+                        if c.name == "rabbitmq"]
+        await collector.start()
+        nothing_stored = (await collector.lag()).total  # type: ignore[attr-defined]
+        # the server's own figures: each stream's last offset (nothing but messages in it yet)
+        ends = {p: await asyncio.to_thread(_status, node, f"lagcheck-{p}") for p in (0, 1)}
+        counts = {p: end["offset"] - end["first_offset"] + 1 for p, end in ends.items()}
+        status = ends[0]
+        # a client of its own (the driver's library) stores offset 123 of partition 0
+        import rbfly.streams as rbs
+
+        client = rbs.streams_client(f"rabbitmq-stream://guest:guest@127.0.0.1:{_port(node)}/")
+        await client.get_protocol()  # it stores offsets on a connection it has
+        await client.write_offset("lagcheck-0", "sub", 123)
+        await asyncio.sleep(0.5)
+        after_store = (await collector.lag()).per_partition[0]  # type: ignore[attr-defined]
+        await client.write_offset("lagcheck-0", "sub", status["offset"])
+        await asyncio.sleep(0.5)
+        at_end = (await collector.lag()).per_partition[0]  # type: ignore[attr-defined]
+        await client.disconnect()
+        await collector.close()
+        await driver.delete_topic("lagcheck")
+        await driver.close()
+        return nothing_stored, counts, status["offset"], after_store, at_end
+
+    nothing_stored, counts, last, after_store, at_end = asyncio.run(scenario())
+    assert counts[0] + counts[1] == 1000 and min(counts.values()) > 123
+    assert nothing_stored == 1000
+    assert last == counts[0] - 1
+    assert after_store == last - 123
+    assert at_end == 0
+
+
+def test_two_targets_through_the_report(node, tmp_path, spark):
+    """rabbitmq beside redis in one run, then the PySpark report over it (the session's Spark,
+    which `run --report` would start for itself)."""
+    from analysis.report import build_report
+
+    out = tmp_path / "run"
+    res = run_cli(["run", f"rabbitmq@127.0.0.1:{_port(node)}", "redis", "--runtime", "local",
+                   "--rate", "800", "--duration", "4", "--warmup", "1", "--partitions", "2",
+                   "--headless", "--out", str(out)], timeout_s=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    meta = run_json(out)
+    assert [t["platform"] for t in meta["targets"]] == ["rabbitmq", "redis"]
+    for totals in meta["totals"]:
+        assert totals["produced"] == 800 * 5 and totals["consumed"] == totals["produced"], totals
+    text = build_report([out], out_dir=tmp_path / "report", formats="md").read_text()
+    assert f"rabbitmq@127.0.0.1:{_port(node)}" in text and "redis" in text
+    assert "3.10" in text or "rabbitmq" in text
+
+
+def test_node_files_and_names_are_its_own(node):
+    """Config, data, logs and the Erlang cookie live under the node's own directory; the node
+    name is unique to the run; the stream listener advertises the loopback address."""
+    config = node.describe().config
+    root = Path(config["data_dir"])
+    assert (root / "home" / ".erlang.cookie").stat().st_mode & 0o777 == 0o400
+    conf = (root / "rabbitmq.conf").read_text()
+    assert "stream.advertised_host = 127.0.0.1" in conf
+    assert re.fullmatch(r"streambench-\d+-\w+@localhost", config["node"])
+    assert "rabbitmq_stream" in (root / "enabled_plugins").read_text()
+
+
+BAD_INPUTS = [
+    (["run", "rabbitmq:port=abc", "--headless"], "port"),
+    (["run", "rabbitmq:store_interval_ms=-1", "--headless"], "store_interval_ms"),
+    (["run", "rabbitmq:cpus=2", "--headless"], "cpus"),
+    (["run", "rabbitmq:sotre_interval_ms=5", "--headless"], "did you mean store_interval_ms"),
+    (["run", "rabbitmq@127.0.0.1:1", "--headless", "--duration", "1"], "cannot reach rabbitmq"),
+    (["run", "rabbitmq@127.0.0.1:99999", "--headless", "--duration", "1"], "bad address"),
+]
+
+
+@pytest.mark.parametrize("args, fragment", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_one_line_exit_2(args, fragment):
+    before = _erlang_pids()
+    res = run_cli(args, timeout_s=60)
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("streambench: error")]
+    assert len(errors) == 1 and lines[-1] == errors[0], res.stderr
+    assert fragment in errors[0], errors[0]
+    assert "Traceback" not in res.stderr
+    assert not _erlang_pids() - before
+
+
+def test_kill_and_start_keep_every_confirmed_message(node):
+    """Messages the broker confirmed survive a SIGKILL of the node; after `start` the node
+    answers on the same port with the same data, and a subscription reads each message once."""
+    platform = PLATFORMS["rabbitmq"]
+    target = resolve_target(f"rabbitmq@127.0.0.1:{_port(node)}")
+    events: list[str] = []
+
+    async def scenario() -> tuple[int, int, list[str]]:
+        node.context = type(node.context)(events=lambda kind, detail: events.append(kind))
+        desc = node.describe()
+        driver = platform.make_driver(target, desc)
+        await driver.connect()
+        await driver.create_topic("killcheck", 1, ["sub"])
+        producer = await driver.producer("killcheck", 0)
+        await producer.send_batch([OutMessage(b"y" * 100, None, time.time_ns()) for _ in range(500)])
+        await producer.close()
+        await driver.close()
+        old_pid = desc.pids[0]
+        await node.fault("kill", "rabbitmq")
+        assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE
+        assert node.down_brokers() == {"rabbitmq": "killed by signal 9"}
+        await node.fault("start", "rabbitmq")
+        driver = platform.make_driver(target, node.describe())
+        await driver.connect()
+        driver.adopt_topic("killcheck", 1)
+        consumer = await driver.consumer("killcheck", "sub", 0, True)
+        seen: list[tuple[int, str]] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 500 and time.monotonic() < deadline:
+            batch = await consumer.receive()
+            if batch is not None and batch.ids is not None:
+                seen += batch.ids
+        await consumer.close()
+        await driver.close()
+        return len(seen), len(set(seen)), events
+
+    count, distinct, kinds = asyncio.run(scenario())
+    assert count == distinct == 500
+    assert kinds == ["fault-kill", "fault-start"]
+    assert _status(node, "killcheck-0")["committed_offset"] >= 499
