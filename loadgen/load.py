@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -38,6 +38,9 @@ MAX_RATE_BATCH = 256
 MAX_RATE_BATCH_BYTES = 1 << 20  # large messages go in smaller batches at maximum rate
 # paced slots due within this long after the next one go out with it, when the last is due
 PACING_WINDOW_NS = 400_000
+# a client whose connection was lost is opened again after this pause, doubling up to the max
+RECONNECT_FIRST_S = 0.1
+RECONNECT_MAX_S = 0.5  # small: it adds to the recovery time measured after a restart
 
 Publish = Callable[[BusItem], None]
 
@@ -137,6 +140,8 @@ class TargetLoad:
         self.driver: Driver | None = None
         self.producers: list[Producer] = []
         self._producer_numbers: list[int] = []  # each producer's number over all processes
+        self._producer_specs: list[tuple[str, int]] = []  # (topic, index) of each producer
+        self._consumer_specs: list[tuple[str, str, int]] = []  # (topic, subscription, index)
         self.consumers: list[Consumer] = []
         self.collectors: list[Collector] = []
         self._consumer_tasks: list[asyncio.Task[None]] = []
@@ -211,10 +216,12 @@ class TargetLoad:
             s, i = divmod(rest, w.consumers)
             self.consumers.append(await self.driver.consumer(self.topics[t], self.subscriptions[s],
                                                              i, self._track_ids))
+            self._consumer_specs.append((self.topics[t], self.subscriptions[s], i))
         for number in mine.producers:
             t, i = divmod(number, w.producers)
             self.producers.append(await self.driver.producer(self.topics[t], i))
             self._producer_numbers.append(number)
+            self._producer_specs.append((self.topics[t], i))
 
     def describe(self) -> dict[str, Any]:
         desc = self.desc
@@ -274,17 +281,17 @@ class TargetLoad:
     def start_load(self, t0_mono: int, t0_wall: int, end_mono: int) -> None:
         self._interval_start = t0_mono
         self._watch.start()
-        for c in self.consumers:
-            self._consumer_tasks.append(asyncio.create_task(self._consume(c)))
+        for slot in range(len(self.consumers)):
+            self._consumer_tasks.append(asyncio.create_task(self._consume(slot)))
         n = self._producer_count()
         per_rate = self._rate / n
         payloads = _payload_pool(self.workload.message_size)
-        for i, p in zip(self._producer_numbers, self.producers, strict=True):
+        for slot, (i, p) in enumerate(zip(self._producer_numbers, self.producers, strict=True)):
             # stagger producers across one slot so their sends interleave evenly
             sched = Schedule(per_rate, t0_mono, t0_wall, end_mono, stagger=i / n)
             if self._producers_paused:
                 sched.pause(t0_mono)
-            pacer = _Pacer(self, p, sched, payloads)
+            pacer = _Pacer(self, p, sched, payloads, slot)
             self._pacers.append(pacer)
             pacer.start()
 
@@ -359,8 +366,38 @@ class TargetLoad:
             return
         self._consuming.set()
 
-    async def _consume(self, consumer: Consumer) -> None:
+    async def reopen(self, what: str, open_: Callable[[], Awaitable[Any]],
+                     done: Callable[[], bool]) -> Any | None:
+        """A new client for one whose connection was lost (the broker died, or was killed or
+        restarted by a fault): tried again with a growing pause (RECONNECT_FIRST_S doubling up
+        to RECONNECT_MAX_S) until it opens or `done()`; None then. One event when the
+        connection is lost and one when it is back."""
+        lost = time.monotonic()
+        self._publish(RunEvent(time.time_ns(), self.label, "connection-lost",
+                               f"{what}: reconnecting"))
+        pause, attempts = RECONNECT_FIRST_S, 0
+        while not done():
+            await asyncio.sleep(pause)
+            attempts += 1
+            try:
+                client = await open_()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                pause = min(pause * 2, RECONNECT_MAX_S)
+                continue
+            self._publish(RunEvent(time.time_ns(), self.label, "reconnected",
+                                   f"{what}: after {time.monotonic() - lost:.1f} s, "
+                                   f"{attempts} attempt(s)"))
+            return client
+        return None
+
+    def _consumers_stopping(self) -> bool:
+        return self._stop_consuming
+
+    async def _consume(self, slot: int) -> None:
         while not self._stop_consuming:
+            consumer = self.consumers[slot]
             if not self._consuming.is_set():
                 await self._consuming.wait()  # stopped by the user: a backlog builds
                 continue
@@ -373,6 +410,19 @@ class TargetLoad:
                 if self.totals.receive_errors == 1:
                     self._publish(RunEvent(time.time_ns(), self.label, "receive-error",
                                            f"{type(exc).__name__}: {exc}"))
+                if isinstance(exc, ConnectionError) and self.driver is not None:
+                    # no more reads on a dead connection: a new one, when the broker is back
+                    topic, subscription, index = self._consumer_specs[slot]
+                    fresh = await self.reopen(
+                        f"consumer {index} of {subscription}",
+                        partial(self.driver.consumer, topic, subscription, index, self._track_ids),
+                        self._consumers_stopping)
+                    if fresh is not None:
+                        fresh.take_over(consumer)
+                        self.consumers[slot] = fresh
+                        with contextlib.suppress(Exception):
+                            await asyncio.wait_for(consumer.close(), 5)
+                    continue
                 await asyncio.sleep(0.1)
                 continue
             if batch is None:
@@ -510,9 +560,12 @@ class _Pacer:
     producer's submit() when it has one, else to a task awaiting send_batch()."""
 
     def __init__(self, load: TargetLoad, producer: Producer, sched: Schedule,
-                 payloads: list[bytes]) -> None:
+                 payloads: list[bytes], slot: int = 0) -> None:
         self._load = load
         self.producer = producer
+        self._slot = slot  # its place in load.producers
+        # the error that lost the producer's connection, while a new one is being opened
+        self._lost: BaseException | None = None
         self.sched = sched
         self._payloads = payloads
         self._key_of = _key_source(load.workload.key_distributor)
@@ -554,7 +607,14 @@ class _Pacer:
                 if not self._in_flight and not self.finished.done():
                     self.finished.set_result(None)
                 return
+            if self._lost is not None and sched.rate <= 0:
+                return  # as fast as possible: nothing to send until the connection is back
             due = sched.due(now, PACED_BATCH_LIMIT if sched.rate > 0 else self._max_batch)
+            if due and self._lost is not None:
+                # slots due while the connection is lost fail without a write to it
+                self._n += len(due)
+                self._load._sent(len(due), time.time_ns(), self._lost)
+                continue
             if not due:
                 wake = sched.next_mono_ns(PACING_WINDOW_NS)
                 if wake is None or wake > sched.end_mono_ns:
@@ -592,6 +652,21 @@ class _Pacer:
         if load._record_raw:
             load._raw["delay"].extend(delays)
 
+    async def _reconnect(self) -> None:
+        load = self._load
+        assert load.driver is not None
+        topic, index = load._producer_specs[self._slot]
+        fresh = await load.reopen(f"producer {index}", partial(load.driver.producer, topic, index),
+                                  self.finished.done)
+        if fresh is None:
+            return
+        old, self.producer = self.producer, fresh
+        load.producers[self._slot] = fresh
+        self._lost = None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(old.close(), 5)
+        self.wake()
+
     async def _send(self, batch: list[OutMessage], send_wall: int) -> None:
         error: BaseException | None = None
         try:
@@ -605,5 +680,10 @@ class _Pacer:
     def _acked(self, k: int, send_wall: int, error: BaseException | None) -> None:
         self._in_flight -= 1
         self._load._sent(k, send_wall, error)
+        if isinstance(error, ConnectionError) and self._lost is None and not self.finished.done():
+            self._lost = error
+            task = self._loop.create_task(self._reconnect())
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
         if self._timer is None and not self.finished.done():
             self._fire()

@@ -67,6 +67,11 @@ class Consumer(ABC):
     @abstractmethod
     async def close(self) -> None: ...
 
+    def take_over(self, lost: Consumer) -> None:
+        """This consumer replaces `lost`, whose connection was lost (the broker died or was
+        restarted): carry over what `lost` still owed the broker, e.g. acknowledgements of
+        messages it has counted. Default: nothing is owed."""
+
 
 class Driver(ABC):
     """One connection family to one target's broker(s)."""

@@ -150,14 +150,36 @@ class RedisConsumer(Consumer):
                              BLOCK_MS, "STREAMS", *streams, *([">"] * len(streams))])
         self._acks = b""  # XACKs of the latest batch, sent with the next read
         self._ack_count = 0
+        # entries the server delivered to this consumer name but whose reply was lost with a
+        # connection (see take_over): read again from the group's pending list, id 0
+        self._history = encode(["XREADGROUP", "GROUP", group, name, "COUNT", READ_COUNT,
+                                "STREAMS", *streams, *(["0"] * len(streams))])
+        self._in_history = False
 
     async def receive(self) -> ReceivedBatch | None:
         owed, n_owed = self._acks, self._ack_count
         self._acks, self._ack_count = b"", 0
-        (reply,) = await self._conn.pipeline(self._read, 1, owed, n_owed)
+        try:
+            if self._in_history:
+                # acknowledge first, so that the pending list read next holds only entries
+                # this consumer has not counted
+                if n_owed:
+                    await self._conn.pipeline(owed, n_owed)
+                owed, n_owed = b"", 0
+                (reply,) = await self._conn.pipeline(self._history, 1)
+            else:
+                (reply,) = await self._conn.pipeline(self._read, 1, owed, n_owed)
+        except BaseException:
+            # the XACKs may not have reached the server: still owed (acknowledging twice is
+            # harmless), by this consumer or the one that takes over from it
+            self._acks, self._ack_count = owed, n_owed
+            raise
         receive_ns = time.time_ns()
         if isinstance(reply, RespError):
             raise reply
+        history = self._in_history
+        if history and not any(entries for _, entries in reply or ()):
+            self._in_history = False  # the pending list is empty: back to new entries
         if not reply:
             return None
         intended: list[int] = []
@@ -165,6 +187,14 @@ class RedisConsumer(Consumer):
         ids: list[tuple[int, str]] | None = [] if self._track else None
         acks = []
         for stream, entries in reply:
+            if history:
+                # a pending entry deleted (trimmed) since its delivery comes back without
+                # fields: only acknowledged
+                gone = [e[0] for e in entries if e[1] is None]
+                if gone:
+                    acks.append(b"*%d\r\n%s%s" % (len(gone) + 3, self._ack_heads[stream], b"".join(
+                        [b"$%d\r\n%s\r\n" % (len(e), e) for e in gone])))
+                    entries = [e for e in entries if e[1] is not None]
             if not entries:
                 continue
             # an entry is [id, [b"t", <intended ns>, b"p", <payload>]]
@@ -179,6 +209,14 @@ class RedisConsumer(Consumer):
                 [b"$%d\r\n%s\r\n" % (len(e), e) for e in entry_ids])))
         self._acks, self._ack_count = b"".join(acks), len(acks)
         return ReceivedBatch(receive_ns, intended, size, ids)
+
+    def take_over(self, lost: Consumer) -> None:
+        if not isinstance(lost, RedisConsumer):
+            return
+        self._acks, self._ack_count = lost._acks + self._acks, lost._ack_count + self._ack_count
+        lost._acks, lost._ack_count = b"", 0
+        # entries delivered to the lost connection whose reply never came are counted now
+        self._in_history = True
 
     async def close(self) -> None:
         if self._ack_count:

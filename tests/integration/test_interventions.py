@@ -174,3 +174,37 @@ def test_consumers_left_stopped_start_again_for_the_drain(tmp_path: Path, no_lef
     assert consumers == ["running → stopped", "stopped → running"]
     totals = run_json(run_dir)["totals"][0]
     assert totals["drained"] and totals["consumed"] == totals["produced"]
+
+
+def test_clients_reconnect_after_a_killed_redis_is_started_again(tmp_path: Path) -> None:
+    """redis-server (append-only file, fsync on every write) killed at 2 s and started at 4 s:
+    the producer and the consumer stop writing to the dead connection, open new ones once the
+    server answers, and the run drains every message produced, with the acknowledgements the
+    consumer owed carried over to its new connection."""
+    run_dir = tmp_path / "run"
+    rate = 400
+    res = run_cli(["run", "redis:aof,fsync=always", "--rate", str(rate), "--duration", "10",
+                   "--warmup", "1", "--headless", "--out", str(run_dir),
+                   "--at", "2s:kill=redis", "--at", "4s:start=redis"], timeout_s=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    events = _events(run_dir)
+    lost = [e["detail"] for e in events if e["kind"] == "connection-lost"]
+    back = [e for e in events if e["kind"] == "reconnected"]
+    assert sorted(d.split(":")[0] for d in lost) == ["consumer 0 of streambench-sub-0", "producer 0"]
+    assert len(back) == 2
+    start = next(e for e in events if e["kind"] == "fault-start")
+    kill = next(e for e in events if e["kind"] == "fault-kill")
+    for e in back:  # within the longest pause between attempts after the server is back
+        assert 0 <= (e["time"] - start["time"]).total_seconds() <= 2.0, (e, start)
+    outcome = [e for e in events if e["kind"] in ("recovered", "not-recovered")]
+    assert outcome and "kill redis" in outcome[0]["detail"]
+    totals = run_json(run_dir)["totals"][0]
+    assert totals["drained"] and totals["produced"] > 0
+    # messages whose acknowledgement was lost with the connection may still have been written:
+    # consumed, but counted as send errors, not as produced
+    assert totals["produced"] <= totals["consumed"] <= totals["produced"] + totals["send_errors"]
+    # the slots due while the server was down failed, each once: no more than the down time
+    down_s = (back[0]["time"] - kill["time"]).total_seconds()
+    assert 0 < totals["send_errors"] <= rate * (down_s + 0.5)
+    ticks = [t for t in _ticks(run_dir) if t["phase"] == "measuring"]
+    assert sum(t["produced"] for t in ticks[-3:]) >= 0.9 * 3 * rate  # full rate again at the end
