@@ -17,6 +17,7 @@ second from the engine), so sampling on the event loop only reads the newest fra
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from typing import Any
 
@@ -103,7 +104,9 @@ class _Stream:
 
 
 class DockerStats(Collector):
-    """CPU, memory and block I/O of a stack's containers, summed over them."""
+    """CPU, memory and block I/O of a stack's containers, summed over them; with several
+    containers also each one's CPU and memory as `broker.<container name>.cpu_percent` /
+    `.memory_bytes`."""
 
     name = "docker"
 
@@ -127,6 +130,7 @@ class DockerStats(Collector):
         memory = 0
         read = write = rx = tx = 0
         seen = networked = 0
+        per_broker: dict[str, float] = {}
         for s in self._streams:
             frame = s.latest
             if frame is None:
@@ -137,6 +141,10 @@ class DockerStats(Collector):
             s.used = frame
             cpu += value or 0.0
             memory += memory_bytes(frame) or 0
+            if len(self._streams) > 1:  # each broker's own figures too
+                name = str(frame.get("name") or s.container_id[:12]).lstrip("/")
+                per_broker[f"broker.{name}.cpu_percent"] = value if value is not None else math.nan
+                per_broker[f"broker.{name}.memory_bytes"] = float(memory_bytes(frame) or 0)
             r, w = block_io(frame)
             read, write = read + r, write + w
             net = network_io(frame)
@@ -147,7 +155,8 @@ class DockerStats(Collector):
             return Reading()
         reading = Reading(cpu_percent=cpu, memory_bytes=memory,
                           disk_read_bytes=int(self._deltas.delta("read", read)),
-                          disk_write_bytes=int(self._deltas.delta("write", write)))
+                          disk_write_bytes=int(self._deltas.delta("write", write)),
+                          broker=per_broker)
         if networked:
             reading.net_rx_bytes = int(self._deltas.delta("rx", rx))
             reading.net_tx_bytes = int(self._deltas.delta("tx", tx))

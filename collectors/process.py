@@ -55,20 +55,28 @@ class ProcessResources(Collector):
         return None
 
     def _tree(self) -> list[psutil.Process]:
-        found: list[psutil.Process] = []
+        return [p for procs in self._trees().values() for p in procs]
+
+    def _trees(self) -> dict[int, list[psutil.Process]]:
+        """The live processes under each root, by the root's index."""
+        found: dict[int, list[psutil.Process]] = {}
         for i in range(len(self._roots)):
             root = self._root(i)
             if root is None:
                 continue
-            found.append(root)
+            found[i] = [root]
             with contextlib.suppress(psutil.Error):
-                found.extend(root.children(recursive=True))
+                found[i].extend(root.children(recursive=True))
         # keep the same Process objects so cpu_percent() measures since the previous call
-        alive = {}
-        for p in found:
-            alive[p.pid] = self._procs.get(p.pid, p)
+        alive: dict[int, psutil.Process] = {}
+        trees: dict[int, list[psutil.Process]] = {}
+        for i, procs in found.items():
+            for p in procs:
+                if p.pid not in alive:  # a process under two roots counts once
+                    alive[p.pid] = self._procs.get(p.pid, p)
+                    trees.setdefault(i, []).append(alive[p.pid])
         self._procs = alive
-        return list(alive.values())
+        return trees
 
     async def start(self) -> None:
         for p in self._tree():
@@ -86,19 +94,29 @@ class ProcessResources(Collector):
         return read, write
 
     async def sample(self) -> Reading:
+        """The sum over every broker; with several brokers also each one's figures as
+        `broker.broker-<n>.cpu_percent` / `.memory_bytes` (n = 1, 2 … in the stack's order)."""
         cpu = 0.0
         rss = 0
-        procs = self._tree()
-        if not procs:
+        trees = self._trees()
+        if not trees:
             return Reading()
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                cpu += p.cpu_percent(None)
-                rss += p.memory_info().rss
+        per_broker: dict[str, float] = {}
+        for i, procs in trees.items():
+            broker_cpu, broker_rss = 0.0, 0
+            for p in procs:
+                with contextlib.suppress(psutil.Error):
+                    broker_cpu += p.cpu_percent(None)
+                    broker_rss += p.memory_info().rss
+            cpu, rss = cpu + broker_cpu, rss + broker_rss
+            if len(self._roots) > 1:
+                per_broker[f"broker.broker-{i + 1}.cpu_percent"] = broker_cpu
+                per_broker[f"broker.broker-{i + 1}.memory_bytes"] = float(broker_rss)
         read, write = self._disk_totals()
         return Reading(
             cpu_percent=cpu,
             memory_bytes=rss,
             disk_read_bytes=int(self._deltas.delta("read", read)),
             disk_write_bytes=int(self._deltas.delta("write", write)),
+            broker=per_broker,
         )

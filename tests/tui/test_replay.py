@@ -4,6 +4,7 @@ one y scale, the detail screen and the screenshot key work, bad run directories 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -14,7 +15,7 @@ from loadgen.tick import Tick
 from tests.conftest import run_cli
 from tests.tui.recorded import LABELS, T0_NS, TICKS, recorded_tick, write_recorded_run
 from tests.tui.screen import screen_lines, wait_until
-from tui.detail import DetailScreen, partition_rows, sort_rows
+from tui.detail import DetailScreen, broker_rows, partition_rows, sort_rows
 from tui.history import WINDOWS
 from tui.recording import load_recording
 from tui.replay import ReplayApp
@@ -180,3 +181,14 @@ def test_a_bad_run_directory_is_one_line_and_exit_2(tmp_path: Path, make, messag
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in res.stderr, res.stderr
+
+
+def test_brokers_are_listed_one_by_one_where_the_collector_reports_them() -> None:
+    tick = recorded_tick("redis", 3)
+    assert broker_rows(tick) == [("all brokers", tick.resources.cpu_percent,
+                                  float(tick.resources.memory_bytes))]
+    per_broker = dataclasses.replace(tick, broker={
+        "broker.broker-2.cpu_percent": 30.0, "broker.broker-2.memory_bytes": 2e8,
+        "broker.broker-1.cpu_percent": 10.0, "broker.broker-1.memory_bytes": 1e8,
+        "partition.0.produced": 5.0})
+    assert broker_rows(per_broker) == [("broker-1", 10.0, 1e8), ("broker-2", 30.0, 2e8)]
