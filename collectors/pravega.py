@@ -1,0 +1,108 @@
+"""Pravega telemetry: the reader groups' unread bytes per segment, as lag.
+
+The Python client has no unread-bytes figure of its own (the Java client's
+`ReaderGroupMetrics.unreadBytes()`), but it has both ends of it: a reader group's stream cut
+(`get_streamcut()`: the read offset of each segment, as the group's readers last wrote them
+back) and the stream's tail (the stream cut a reader group created at the tail starts from; a
+short-lived one is made and deleted per sample). Unread bytes per segment = tail − read offset,
+summed over the subscriptions. Events on the wire are the writer's bytes plus an 8-byte frame;
+the collector reads the stream's first event once (a reader group of its own, deleted after) for
+that size, and unread bytes become events by it (exact while every event has the workload's one
+size).
+Readers write their positions back at most every 3 s, so the lag trails consumption by up to
+about 4 s, as Kafka's committed offsets trail by the auto-commit interval.
+
+The client's calls block while a broker does not answer, so they run in a client host process
+of the collector's own (collectors.pravega_host) and a sample waits for it 0.8 s at most."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from collectors.base import Collector, CounterDeltas, Reading
+from collectors.pravega_host import ClientHost
+from loadgen.tick import LagSnapshot
+
+SAMPLE_TIMEOUT_S = 0.8
+SOURCE = "reader groups' unread bytes"
+
+
+def reader_group_name(stream: str, subscription: str) -> str:
+    """The reader group of a subscription on a stream (reader group names are per scope)."""
+    return re.sub(r"[^A-Za-z0-9.-]", "-", f"{stream}-{subscription}")
+
+
+def lag_of(unread: dict[int, int], partitions: int, event_bytes: int | None) -> LagSnapshot | None:
+    """Unread bytes per segment as a lag in events; None while bytes are unread but the size
+    of an event is not known yet."""
+    per_segment = {p: unread.get(p, 0) for p in range(partitions)}
+    if not event_bytes:
+        return None if any(per_segment.values()) else LagSnapshot(0, per_segment, SOURCE)
+    per_partition = {p: round(b / event_bytes) for p, b in per_segment.items()}
+    return LagSnapshot(sum(per_partition.values()), per_partition,
+                       f"{SOURCE} / {event_bytes} B per event (positions written back every 3 s)")
+
+
+class PravegaTelemetry(Collector):
+    name = "pravega"
+
+    def __init__(self, controller: str, scope: str, stream: str, partitions: int,
+                 subscriptions: list[str]) -> None:
+        self._controller = controller
+        self._scope = scope
+        self._stream = stream
+        self._partitions = partitions
+        self._groups = [reader_group_name(stream, s) for s in subscriptions]
+        self._host: ClientHost | None = None
+        self._busy = False
+        self._event_bytes: int | None = None
+        self._sizing: asyncio.Future[int | None] | None = None
+        self._deltas = CounterDeltas()
+
+    async def read(self, timeout_s: float = SAMPLE_TIMEOUT_S) -> tuple[dict[int, int], dict[int, int]]:
+        """Unread bytes and tail per segment."""
+        if self._host is None:
+            self._host = ClientHost(self._controller)
+            await self._host.start()
+        if self._busy:  # the last query still waits on a broker that does not answer
+            raise TimeoutError("the previous query to Pravega has not returned yet")
+        self._busy = True
+        future = self._host.call("unread", self._scope, self._stream, self._groups, timeout_s=3600)
+        task = asyncio.ensure_future(future)
+        task.add_done_callback(lambda _t: setattr(self, "_busy", False))
+        unread, tail = await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        return dict(unread), dict(tail)
+
+    async def event_bytes(self, tail: dict[int, int]) -> int | None:
+        """The size of one event on the wire, read once from the stream when it has one; the
+        read runs beside the samples (a sample does not wait for it)."""
+        if self._event_bytes is None and any(tail.values()) and self._host is not None \
+                and self._sizing is None:
+            self._sizing = asyncio.ensure_future(self._host.call("event_bytes", self._scope,
+                                                                 self._stream, timeout_s=30.0))
+        if self._sizing is not None and self._sizing.done():
+            sizing, self._sizing = self._sizing, None
+            if sizing.exception() is None:
+                self._event_bytes = sizing.result()
+        return self._event_bytes
+
+    async def start(self) -> None:
+        _unread, tail = await self.read(timeout_s=30.0)
+        self._deltas.delta("stream_bytes", float(sum(tail.values())))
+
+    async def sample(self) -> Reading:
+        unread, tail = await self.read()
+        size = await self.event_bytes(tail)
+        total = float(sum(tail.values()))
+        broker = {"unread_bytes": float(sum(unread.values())),
+                  "stream_bytes": total,
+                  "bytes_in": self._deltas.delta("stream_bytes", total)}
+        return Reading(lag=lag_of(unread, self._partitions, size), broker=broker)
+
+    async def close(self) -> None:
+        if self._sizing is not None:
+            self._sizing.cancel()
+        host, self._host = self._host, None
+        if host is not None:
+            await host.close(grace_s=1.0)

@@ -1,0 +1,375 @@
+"""Pravega driver (the `pravega` Python client, Rust underneath): a topic is a stream with a
+fixed scaling policy whose segments are the workload's partitions, a subscription is a reader
+group, a consumer is a reader in it. The client runs in a process of its own
+(collectors.pravega_host says why), one per driver.
+
+Every event starts with a header (intended send time in ns, partition, producer id, producer
+sequence number), then the payload. The client's readers do not say which segment an event
+came from, so the header carries the partition; delivery tracking uses producer id and number.
+
+Routing: the client maps a routing key to a segment by Pravega's own hash (Murmur3 x64-128 of
+the key's UTF-16LE code units, seeded with "EventRouter".hashCode(), its top 52 bits as a
+fraction in [0, 1)); with a fixed policy of N segments, segment i takes keys in [i/N, (i+1)/N).
+An event with a key is routed by the key; one without goes round robin over the partitions, each
+partition written with a routing key the hash places on it. The tests check the mapping against
+a real standalone.
+
+Acknowledgement: a batch is acknowledged when the writer's flush after it returns (every event
+written so far is durable in the segment store). The client's only awaitable write takes str
+events (UTF-8 encoded, which would change the size of binary payloads), so writes are the
+blocking byte writes, on a writer thread in the client process.
+
+Not offered by the client, so not by the driver: transactions, reading from a chosen position,
+a consumer pause that keeps its segments (a stopped consumer's reader goes offline and its
+segments move to the group's other readers)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import random
+import re
+import struct
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from collectors.base import Collector
+from collectors.pravega import PravegaTelemetry, reader_group_name
+from collectors.pravega_host import HEADER, ClientHost
+from collectors.resources import resource_collectors
+from compose.pravega import (
+    CONTROLLER_ENDPOINT,
+    PravegaDockerStack,
+    PravegaExternalStack,
+    PravegaLocalStack,
+    controller_answers,
+    parse_heap,
+)
+from compose.stack import Stack, StackDescription
+from loadgen.errors import DriverError
+from loadgen.platforms.base import (
+    Acknowledged,
+    Consumer,
+    Driver,
+    OutMessage,
+    Producer,
+    ReceivedBatch,
+)
+from loadgen.platforms.runtime import runtime_options
+from loadgen.platforms.spec import Platform, parse_port
+from loadgen.target import OptionSpec, Target
+
+RECEIVE_WAIT_S = 0.1
+CALL_TIMEOUT_S = 30.0
+MAX_IN_FLIGHT = 8
+
+# ---- routing ----------------------------------------------------------------------------------
+
+_M64 = (1 << 64) - 1
+_C1 = 0x87C37B91114253D5
+_C2 = 0x4CF5AD432745937F
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (64 - r))) & _M64
+
+
+def _fmix(k: int) -> int:
+    k ^= k >> 33
+    k = (k * 0xFF51AFD7ED558CCD) & _M64
+    k ^= k >> 33
+    k = (k * 0xC4CEB9FE1A85EC53) & _M64
+    return k ^ (k >> 33)
+
+
+def murmur3_x64_128_low(data: bytes, seed: int) -> int:
+    """The first 64 bits (h1) of MurmurHash3 x64-128, as Guava's asLong() reads them."""
+    h1 = h2 = seed & _M64
+    n = len(data)
+    blocks = n // 16
+    for i in range(blocks):
+        k1 = int.from_bytes(data[16 * i:16 * i + 8], "little")
+        k2 = int.from_bytes(data[16 * i + 8:16 * i + 16], "little")
+        h1 ^= (_rotl((k1 * _C1) & _M64, 31) * _C2) & _M64
+        h1 = (((_rotl(h1, 27) + h2) & _M64) * 5 + 0x52DCE729) & _M64
+        h2 ^= (_rotl((k2 * _C2) & _M64, 33) * _C1) & _M64
+        h2 = (((_rotl(h2, 31) + h1) & _M64) * 5 + 0x38495AB5) & _M64
+    rest = data[16 * blocks:]
+    if len(rest) > 8:
+        h2 ^= (_rotl((int.from_bytes(rest[8:], "little") * _C2) & _M64, 33) * _C1) & _M64
+    if rest:
+        h1 ^= (_rotl((int.from_bytes(rest[:8], "little") * _C1) & _M64, 31) * _C2) & _M64
+    h1 ^= n
+    h2 ^= n
+    h1 = (h1 + h2) & _M64
+    h2 = (h2 + h1) & _M64
+    h1, h2 = _fmix(h1), _fmix(h2)
+    return (h1 + h2) & _M64
+
+
+def _java_string_hash(text: str) -> int:
+    h = 0
+    for ch in text:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+ROUTER_SEED = _java_string_hash("EventRouter")
+
+
+def key_fraction(key: str) -> float:
+    """Where Pravega places a routing key in the key space [0, 1)."""
+    bits = (murmur3_x64_128_low(key.encode("utf-16-le"), ROUTER_SEED) >> 12) & ((1 << 52) - 1)
+    return float(struct.unpack("<d", struct.pack("<Q", 0x3FF0000000000000 | bits))[0] - 1.0)
+
+
+def segment_of(key: str, segments: int) -> int:
+    """The segment of a stream with a fixed policy of `segments` that takes `key`."""
+    return min(int(key_fraction(key) * segments), segments - 1)
+
+
+def partition_keys(partitions: int) -> list[str]:
+    """A routing key per partition, each one hashing onto its partition's segment."""
+    keys: list[str | None] = [None] * partitions
+    left = partitions
+    for n in itertools.count():
+        key = f"p{n}"
+        p = segment_of(key, partitions)
+        if keys[p] is None:
+            keys[p] = key
+            left -= 1
+            if left == 0:
+                return [k for k in keys if k is not None]
+    raise AssertionError("unreachable")
+
+
+# ---- names ------------------------------------------------------------------------------------
+
+def parse_scope(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*", text) or len(text) > 200:
+        raise ValueError("expected a Pravega scope name: letters, digits, '.' and '-'")
+    return text
+
+
+# ---- producer ---------------------------------------------------------------------------------
+
+class PravegaProducer(Producer):
+    """One event writer in the client process; batches are handed over without a task each."""
+
+    max_in_flight = MAX_IN_FLIGHT
+    submits = True
+
+    def __init__(self, host: ClientHost, wid: int, scope: str, stream: str, partitions: int) -> None:
+        self._host = host
+        self._wid = wid
+        self._scope = scope
+        self._stream = stream
+        self._partitions = partitions
+        self._keys = partition_keys(partitions)
+        self._id = random.getrandbits(63)
+        self._seq = 0
+        self._next = 0
+        self._key_cache: dict[bytes, tuple[int, str]] = {}
+        self._closed = False
+
+    def _route(self, key: bytes | None) -> tuple[int, str]:
+        if key is None:
+            p = self._next
+            self._next = (p + 1) % self._partitions
+            return p, self._keys[p]
+        found = self._key_cache.get(key)
+        if found is None:
+            text = key.decode("latin-1")
+            found = (segment_of(text, self._partitions), text)
+            if len(self._key_cache) < 100_000:
+                self._key_cache[key] = found
+        return found
+
+    def submit(self, batch: Sequence[OutMessage], done: Acknowledged) -> None:
+        if self._closed or self._host.gone:
+            raise DriverError(self._host.gone or "the producer is closed")
+        events: list[bytes] = []
+        keys: list[str] = []
+        pack = HEADER.pack
+        for m in batch:
+            p, routing = self._route(m.key)
+            self._seq += 1
+            events.append(pack(m.intended_ns, p, self._id, self._seq) + m.payload)
+            keys.append(routing)
+        loop = asyncio.get_running_loop()
+
+        def answer(error: str, _result: Any) -> None:
+            loop.call_soon(done, DriverError(error) if error else None)
+
+        self._host.post("write", (self._wid, events, keys), answer)
+
+    async def send_batch(self, batch: Sequence[OutMessage]) -> None:
+        finished: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+        def done(error: BaseException | None) -> None:
+            if not finished.done():
+                finished.set_result(error)
+
+        self.submit(batch, done)
+        error = await finished
+        if error is not None:
+            raise error
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with contextlib.suppress(DriverError, TimeoutError):
+                await self._host.call("close_writer", self._wid, timeout_s=5.0)
+
+
+# ---- consumer ---------------------------------------------------------------------------------
+
+class PravegaConsumer(Consumer):
+    """A reader in the client process, which sends what it reads as it reads it."""
+
+    def __init__(self, host: ClientHost, rid: int) -> None:
+        self._host = host
+        self._rid = rid
+        self._inbox: deque[Any] = deque()
+        self._arrived = asyncio.Event()
+        host.subscribe(rid, self._deliver)
+
+    def _deliver(self, item: Any) -> None:
+        self._inbox.append(item)
+        self._arrived.set()
+
+    async def receive(self) -> ReceivedBatch | None:
+        if not self._inbox:
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), RECEIVE_WAIT_S)
+            if not self._inbox:
+                return None
+        item = self._inbox.popleft()
+        if isinstance(item, str):
+            raise DriverError(item)
+        receive_ns, intended, size, ids = item
+        return ReceivedBatch(receive_ns, intended, size, ids)
+
+    async def close(self) -> None:
+        with contextlib.suppress(DriverError, TimeoutError):  # the group notices a gone reader itself
+            await self._host.call("close_reader", self._rid, timeout_s=10.0)
+
+
+# ---- driver -----------------------------------------------------------------------------------
+
+class PravegaDriver(Driver):
+    def __init__(self, controller: str, scope: str, version: str = "") -> None:
+        self._controller = controller
+        self._scope = scope
+        self._version = version
+        self._host: ClientHost | None = None
+        self._partitions: dict[str, int] = {}
+        self._groups: dict[str, list[str]] = {}
+        self._ids = itertools.count()
+
+    async def connect(self) -> None:
+        why = await controller_answers(self._controller)
+        if why:
+            raise DriverError(f"cannot reach the Pravega controller at {self._controller}: {why}")
+        host = ClientHost(self._controller)
+        await host.start()
+        self._host = host
+
+    def version(self) -> str:
+        return self._version
+
+    def _client(self) -> ClientHost:
+        if self._host is None:
+            raise DriverError("not connected to Pravega")
+        return self._host
+
+    def adopt_topic(self, name: str, partitions: int) -> None:
+        self._partitions[name] = partitions
+
+    async def create_topic(self, name: str, partitions: int, subscriptions: list[str]) -> None:
+        self.adopt_topic(name, partitions)
+        groups = [reader_group_name(name, s) for s in subscriptions]
+        try:
+            await self._client().call("create_topic", self._scope, name, partitions, groups)
+        except (DriverError, TimeoutError) as exc:
+            raise DriverError(f"cannot create stream {self._scope}/{name} with {partitions} "
+                              f"segments: {exc}") from None
+        self._groups[name] = groups
+
+    async def delete_topic(self, name: str) -> None:
+        with contextlib.suppress(DriverError, TimeoutError):
+            await self._client().call("delete_topic", self._scope, name, self._groups.pop(name, []))
+
+    async def producer(self, topic: str, index: int) -> Producer:
+        wid = next(self._ids)
+        try:
+            await self._client().call("writer", wid, self._scope, topic)
+        except (DriverError, TimeoutError) as exc:
+            raise DriverError(f"cannot create a writer on {self._scope}/{topic}: {exc}") from None
+        return PravegaProducer(self._client(), wid, self._scope, topic, self._partitions.get(topic, 1))
+
+    async def consumer(self, topic: str, subscription: str, index: int, track_ids: bool) -> Consumer:
+        group = reader_group_name(topic, subscription)
+        rid = next(self._ids)
+        name = f"{subscription}-{index}-{os.getpid()}-{rid}"
+        try:
+            await self._client().call("reader", rid, self._scope, topic, group, name, track_ids)
+        except (DriverError, TimeoutError) as exc:
+            raise DriverError(f"cannot join reader group {group} of {self._scope}/{topic}: {exc}") from None
+        return PravegaConsumer(self._client(), rid)
+
+    async def close(self) -> None:
+        host, self._host = self._host, None
+        if host is not None:
+            await host.close()
+
+
+# ---- the platform -----------------------------------------------------------------------------
+
+def _stack(target: Target) -> Stack:
+    if target.runtime == "external":
+        return PravegaExternalStack(target, target.label)
+    if target.runtime == "docker":
+        return PravegaDockerStack(target, target.label)
+    return PravegaLocalStack(target, target.label)
+
+
+def _driver(target: Target, desc: StackDescription) -> Driver:
+    return PravegaDriver(desc.endpoints[CONTROLLER_ENDPOINT], str(target.options["scope"]), desc.version)
+
+
+def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
+                subscriptions: list[str]) -> list[Collector]:
+    found: list[Collector] = [PravegaTelemetry(desc.endpoints[CONTROLLER_ENDPOINT],
+                                               str(target.options["scope"]), topic, partitions,
+                                               subscriptions)]
+    found[:0] = resource_collectors(target, desc)
+    return found
+
+
+PLATFORMS = [
+    Platform(
+        name="pravega",
+        summary="Pravega (a standalone from its Maven Central jars, or a cluster); a topic is a stream "
+                "with a fixed segment per partition, a subscription is a reader group",
+        options={
+            "scope": OptionSpec("Pravega scope of the streams", default="streambench", parse=parse_scope),
+            "heap": OptionSpec("JVM heap of the standalone (direct memory: the same)", default="512m",
+                               parse=parse_heap),
+            "port": OptionSpec("loopback controller port of the standalone (default: a free one)",
+                               default=0, parse=parse_port),
+            "segment_store_port": OptionSpec("loopback segment store port of the standalone "
+                                             "(default: a free one)", default=0, parse=parse_port),
+            **runtime_options(("docker", "local")),
+        },
+        runtimes=("docker", "local", "external"),
+        address_example="tcp://HOST:9090",
+        make_stack=_stack,
+        make_driver=_driver,
+        make_collectors=_collectors,
+    ),
+]
