@@ -123,9 +123,15 @@ async def server_version(endpoint: str, timeout_s: float) -> str:
         except (NatsError, TimeoutError) as exc:
             raise StackError(f"the NATS server at {endpoint} has JetStream off or not ready "
                              f"({type(exc).__name__}); start it with -js") from None
-        return str(nc.connected_server_version)
+        return version_text(nc)
     finally:
         await nc.close()
+
+
+def version_text(nc: NATS) -> str:
+    """`2.9.10` of the server a connection reached (the client shows `<nats server v2.9.10>`)."""
+    found = re.search(r"\d+\.\d+\.\d+[\w.+-]*", str(nc.connected_server_version))
+    return found.group(0) if found else ""
 
 
 def check_version(version: str, where: str) -> None:

@@ -36,6 +36,7 @@ from compose.nats import (
     NatsDockerStack,
     NatsExternalStack,
     NatsLocalStack,
+    version_text,
 )
 from compose.nats import open_connection as _open_connection
 from compose.stack import Stack, StackDescription
@@ -291,7 +292,7 @@ class NatsDriver(Driver):
 
     async def connect(self) -> None:
         self._admin = await self._connect("streambench-admin")
-        self._version = str(self._admin.connected_server_version)
+        self._version = version_text(self._admin)
         try:
             await self._admin.jsm().account_info()
         except (NatsError, TimeoutError) as exc:

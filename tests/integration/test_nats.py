@@ -1,0 +1,376 @@
+"""End-to-end runs against a real nats-server with JetStream: runs that start their own server
+(local runtime: a plain run, a run with the server killed and started again, a run beside Redis
+turned into a report), and one server started once for the module, which the other runs and
+checks reach as an existing server (`nats@127.0.0.1:PORT`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+import psutil
+import pyarrow.dataset as ds
+import pytest
+
+from analysis.report import build_report
+from analysis.sink import ParquetSink
+from collectors.nats import NatsTelemetry
+from compose.nats import MONITOR_ENDPOINT, ConnectFailed, NatsLocalStack, find_server, server_version
+from compose.process import free_port, port_in_use, start_process, stop_process
+from compose.stack import StackContext
+from loadgen.pacing import run_precise
+from loadgen.platforms import resolve_target
+from loadgen.platforms.base import OutMessage
+from loadgen.platforms.nats import NatsDriver, stream_name
+from loadgen.run import Run, RunSummary
+from loadgen.target import unique_labels
+from loadgen.workload import Workload
+from tests.integration.conftest import run_cli, run_json
+from tests.integration.test_redis_run import _one_error_line, _wait_gone
+
+pytestmark = pytest.mark.integration
+
+RATE = 2000.0
+
+
+def _table(run_dir: Path, name: str) -> dict:
+    return ds.dataset(run_dir / name, format="parquet").to_table().to_pydict()
+
+
+def server_pids() -> set[int]:
+    """nats-servers this test process could have started: its descendants, and orphans."""
+    mine = {p.pid for p in psutil.Process().children(recursive=True)}
+    return {p.pid for p in psutil.process_iter(["name", "ppid"])
+            if p.info["name"] == "nats-server" and (p.pid in mine or p.info["ppid"] == 1)}
+
+
+@pytest.fixture
+def nothing_left_running() -> Iterator[None]:
+    """Fails the test if it leaves a nats-server running that was not there before."""
+    before = server_pids()
+    yield
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and server_pids() - before:
+        time.sleep(0.1)
+    assert server_pids() - before == set(), "a nats-server started by the test still runs"
+
+
+# ---- runs that start their own server (local runtime) -----------------------------------------
+
+def test_local_runtime_runs_and_cleans_up(tmp_path, nothing_left_running):
+    run_dir = tmp_path / "run"
+    res = run_cli(["run", "nats:runtime=local", "--rate", "1000", "--duration", "3", "--warmup",
+                   "1", "--partitions", "2", "--consumers", "2", "--headless", "--out", str(run_dir)])
+    assert res.returncode == 0, res.stderr
+    assert "starting nats-server" in res.stderr
+    meta = run_json(run_dir)
+    (target,) = meta["targets"]
+    assert target["runtime"] == "local" and re.fullmatch(r"2\.\d+\.\d+", target["version"])
+    (totals,) = meta["totals"]
+    assert totals["consumed"] == totals["produced"] == 4000 and totals["drained"]
+    assert _wait_gone(target["pids"], 15)
+    assert not Path(target["config"]["data_dir"]).exists()
+    for endpoint in (target["endpoints"]["nats"], target["endpoints"][MONITOR_ENDPOINT]):
+        port = int(endpoint.rsplit(":", 1)[1])
+        assert endpoint.split("//")[-1].startswith("127.0.0.1:") and not port_in_use(port)
+    # the server's log outlives its data dir, in the run's log dir
+    (logs,) = (run_dir / "logs").iterdir()
+    assert "Server is ready" in (logs / "nats.log").read_text()
+    ticks = _table(run_dir, "ticks")
+    measuring = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    assert all(ticks["cpu_percent"][i] > 0 and ticks["memory_bytes"][i] > 1_000_000
+               for i in measuring)
+
+
+def test_kill_and_start_the_server(tmp_path, nothing_left_running):
+    """SIGKILL to the server 3 s into the measurement, started again 2 s later on the same
+    store: publishing fails while it is down and goes on after; every acknowledged message is
+    consumed (redeliveries of messages whose acks were lost count as duplicates)."""
+    run_dir = tmp_path / "run"
+    res = run_cli(["run", "nats:runtime=local", "--rate", "500", "--duration", "10", "--warmup",
+                   "1", "--partitions", "2", "--track-delivery", "--headless", "--out",
+                   str(run_dir), "--at", "3s:kill=nats", "--at", "5s:start=nats"], timeout_s=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    meta = run_json(run_dir)
+    (totals,) = meta["totals"]
+    assert totals["drained"] and totals["final_lag"] == 0
+    assert totals["send_errors"] > 0  # the publishes while the server was down
+    assert totals["consumed"] - totals["duplicates"] == totals["produced"] > 0
+    events = _table(run_dir, "events")
+    kinds = events["kind"]
+    assert kinds.index("fault-kill") < kinds.index("fault-start")
+    assert "broker-died" not in kinds  # the fault's kill is not a death
+    ticks = _table(run_dir, "ticks")
+    after = [ticks["produced"][i] for i, (p, e) in enumerate(zip(ticks["phase"], ticks["elapsed_s"],
+                                                                    strict=True))
+             if p == "measuring" and e > 8.5]
+    assert after and all(n > 400 for n in after), after  # back at the rate after the start
+    (target,) = meta["targets"]
+    assert _wait_gone(target["pids"], 15)
+
+
+def test_pause_resume_and_restart_keep_the_stream(nothing_left_running):
+    """The fault hooks on a local server: paused it does not answer, resumed it does, restarted
+    (SIGTERM, started again on the same store) it has a new pid and still holds the stream."""
+    events: list[str] = []
+    target = resolve_target("nats:runtime=local")
+    stack = NatsLocalStack(target, "nats")
+    stack.attach(StackContext(run_id="nats-faults", events=lambda kind, _detail: events.append(kind)))
+
+    async def scenario() -> None:
+        await stack.up(print)
+        await stack.ready(30, print)
+        endpoint = stack.describe().endpoints["nats"]
+        (first,) = stack.describe().pids
+        assert stack.brokers() == ["nats"]
+        driver = NatsDriver(target, endpoint)
+        await driver.connect()
+        await driver.create_topic("kept", 1, [])
+        producer = await driver.producer("kept", 0)
+        await producer.send_batch([OutMessage(b"z" * 10, None, time.time_ns()) for _ in range(10)])
+        await producer.close()
+        await driver.close()
+        await stack.fault("pause", "nats")
+        with pytest.raises(ConnectFailed):
+            await server_version(endpoint, 1.0)
+        await stack.fault("resume", "nats")
+        assert await server_version(endpoint, 5.0)
+        await stack.fault("restart", "nats")
+        (second,) = stack.describe().pids
+        assert second != first
+        nc = await nats.connect(f"nats://{endpoint}")
+        info = await nc.jsm().stream_info(stream_name("kept"))
+        await nc.close()
+        assert info.state.messages == 10
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        asyncio.run(stack.down())
+    assert events == ["fault-pause", "fault-resume", "fault-restart"]
+
+
+def test_beside_redis_in_one_report(spark, tmp_path, nothing_left_running):
+    """Two targets side by side at 1,000 msg/s each, then the report on the run: both targets
+    with the rate they had."""
+    run_dir = tmp_path / "run"
+    res = run_cli(["run", "nats:runtime=local", "redis:runtime=local", "--rate", "1000",
+                   "--duration", "5", "--warmup", "1", "--headless", "--out", str(run_dir)],
+                  timeout_s=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert [t["produced"] for t in run_json(run_dir)["totals"]] == [6000, 6000]
+    report = build_report([run_dir], out_dir=tmp_path / "report", formats="md")
+    text = (report if report.suffix == ".md" else report.parent / "report.md").read_text()
+    targets = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[3:6]]
+               for ln in text.splitlines() if re.match(r"\| (nats|redis):runtime=local \| \d", ln)}
+    assert targets["nats:runtime=local"][:2] == ["nats", "local"]
+    assert re.fullmatch(r"2\.\d+\.\d+", targets["nats:runtime=local"][2])
+    assert targets["redis:runtime=local"][:2] == ["redis", "local"]
+    throughput = text[text.index("## Throughput"):]
+    throughput = throughput[:throughput.index("\n## ", 4)]
+    assert re.search(r"\|  \| nats:runtime=local \| redis:runtime=local \|", throughput)
+    for row in ("messages produced", "messages consumed"):
+        (line,) = [ln for ln in throughput.splitlines() if ln.startswith(f"| {row} |")]
+        nats_count, redis_count = (int(c.strip().replace(",", "")) for c in line.split("|")[2:4])
+        assert 4900 <= nats_count <= 5100 and 4900 <= redis_count <= 5100, line
+    (line,) = [ln for ln in throughput.splitlines() if ln.startswith("| produce mean (msg/s) |")]
+    assert all(abs(float(c.strip().replace(",", "")) - 1000) < 20 for c in line.split("|")[2:4]), line
+
+
+# ---- one server for the rest of the module -------------------------------------------------
+
+@dataclass(frozen=True)
+class Server:
+    endpoint: str
+    monitor: str
+
+    def target(self, options: str = "") -> str:
+        return f"nats{':' + options if options else ''}@{self.endpoint}"
+
+    def jsz(self) -> dict:
+        with urllib.request.urlopen(f"{self.monitor}/jsz?consumers=true", timeout=5) as resp:
+            return dict(json.loads(resp.read()))
+
+    def consumer(self, stream: str, durable: str) -> dict:
+        """The consumer's figures as the server's monitoring endpoint shows them."""
+        for account in self.jsz()["account_details"]:
+            for s in account.get("stream_detail") or []:
+                if s["name"] == stream:
+                    for c in s.get("consumer_detail") or []:
+                        if c["name"] == durable:
+                            return dict(c)
+        raise AssertionError(f"no consumer {durable} of stream {stream} in /jsz")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    stack = NatsLocalStack(resolve_target("nats:runtime=local"), "nats")
+
+    async def up() -> None:
+        await stack.up(print)
+        await stack.ready(30, print)
+
+    try:
+        run_precise(up())
+        desc = stack.describe()
+        yield Server(desc.endpoints["nats"], desc.endpoints[MONITOR_ENDPOINT])
+    finally:
+        run_precise(stack.down())
+
+
+def _run(workload: Workload, specs: list[str], run_dir: Path, track_ids: bool = False) -> RunSummary:
+    run = Run(workload, unique_labels([resolve_target(s) for s in specs]), out_dir=run_dir,
+              track_ids=track_ids, recorder=ParquetSink)
+    return run_precise(run.execute())
+
+
+@pytest.fixture(scope="module")
+def fixed_rate_run(server: Server, tmp_path_factory) -> tuple[Path, RunSummary, dict]:
+    """10 s at 2,000 msg/s: 2 partitions, 2 consumers sharing one durable consumer; the
+    stream's state as the server reports it right after the run."""
+    run_dir = tmp_path_factory.mktemp("nats-fixed") / "run"
+    workload = Workload(name="nats-fixed-rate", rate=RATE, duration_s=10, warmup_s=2,
+                        partitions=2, consumers=2, message_size=1024)
+    summary = _run(workload, [server.target()], run_dir, track_ids=True)
+    return run_dir, summary, server.jsz()
+
+
+def test_rate_within_two_percent(fixed_rate_run):
+    run_dir, _, _ = fixed_rate_run
+    ticks = _table(run_dir, "ticks")
+    measuring = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    assert len(measuring) == 10
+    produced = sum(ticks["produced"][i] for i in measuring)
+    achieved = produced / sum(ticks["interval_s"][i] for i in measuring)
+    assert abs(achieved - RATE) / RATE < 0.02, f"achieved {achieved:.1f} msg/s"
+    assert sum(ticks["produced_bytes"][i] for i in measuring) == produced * 1024
+
+
+def test_every_message_consumed_exactly_once(fixed_rate_run):
+    run_dir, summary, _ = fixed_rate_run
+    (t,) = summary.targets
+    assert t.send_errors == 0 and t.receive_errors == 0
+    assert t.produced == int(RATE * 12)  # warm-up + measuring slots, none skipped
+    assert t.consumed == t.produced == t.expected
+    assert t.duplicates == 0
+    assert t.drained and t.final_lag == 0
+    lag = _table(run_dir, "ticks")
+    assert lag["lag_total"][max(range(len(lag["seq"])), key=lag["seq"].__getitem__)] == 0
+
+
+def test_the_server_stored_what_was_acknowledged(fixed_rate_run, server):
+    """The stream holds exactly the acknowledged messages, spread evenly over the partitions'
+    subjects; the external server kept running and the run deleted its stream afterwards."""
+    run_dir, summary, jsz = fixed_rate_run
+    meta = run_json(run_dir)
+    (target,) = meta["targets"]
+    assert target["runtime"] == "external" and target["version"].startswith("2.")
+    assert jsz["messages"] == 0  # the stream is gone: the run cleaned up the existing server
+
+    async def stored() -> dict[str, int]:
+        # a second run's stream, kept: the per-subject counts come from the server itself
+        driver = NatsDriver(resolve_target(server.target()), server.endpoint)
+        await driver.connect()
+        topic = f"stored-{time.time_ns()}"
+        await driver.create_topic(topic, 2, [])
+        producer = await driver.producer(topic, 0)
+        await producer.send_batch([OutMessage(b"x" * 100, None, time.time_ns()) for _ in range(301)])
+        await producer.close()
+        nc = await nats.connect(f"nats://{server.endpoint}")
+        info = await nc.jsm().stream_info(stream_name(topic), subjects_filter=">")
+        await nc.close()
+        await driver.delete_topic(topic)
+        await driver.close()
+        return {"messages": info.state.messages, **(info.state.subjects or {})}
+
+    counts = asyncio.run(stored())
+    assert counts.pop("messages") == 301
+    assert sorted(counts.values()) == [150, 151] and len(counts) == 2
+    assert summary.targets[0].produced == int(RATE * 12)
+
+
+def test_lag_is_the_servers_figure(server):
+    """500 produced, a batch of them consumed (acknowledged) and 30 more pulled without an ack:
+    the collector's lag is the server's num_pending + num_ack_pending (read independently from
+    /jsz) and is what is left unacknowledged."""
+    target = resolve_target(server.target("fetch=100"))
+
+    async def scenario() -> tuple[int, int, dict, int]:
+        driver = NatsDriver(target, server.endpoint)
+        await driver.connect()
+        topic, sub = f"lag-{time.time_ns()}", "streambench-sub-0"
+        await driver.create_topic(topic, 2, [sub])
+        producer = await driver.producer(topic, 0)
+        await producer.send_batch([OutMessage(b"y" * 64, None, time.time_ns()) for _ in range(500)])
+        await producer.close()
+        consumer = await driver.consumer(topic, sub, 0, track_ids=True)
+        consumed = 0
+        for _ in range(20):
+            batch = await consumer.receive()
+            if batch is not None:
+                consumed = batch.count
+                break
+        await consumer.close()  # sends its acknowledgements before it closes
+        # 30 pulled and not acknowledged: delivered, pending the ack
+        nc = await nats.connect(f"nats://{server.endpoint}")
+        pull = await nc.jetstream().pull_subscribe_bind(sub, stream_name(topic))
+        unacked = await pull.fetch(30, timeout=5)
+        assert len(unacked) == 30
+        collector = NatsTelemetry(server.endpoint, stream_name(topic), [sub], server.monitor)
+        await collector.start()
+        reading = await collector.sample()
+        await collector.close()
+        figures = server.consumer(stream_name(topic), sub)
+        await nc.close()
+        await driver.delete_topic(topic)
+        await driver.close()
+        assert reading.lag is not None
+        return consumed, reading.lag.total, figures, int(reading.broker["js_messages"])
+
+    consumed, lag, figures, stored = asyncio.run(scenario())
+    assert 0 < consumed <= 100
+    assert figures["num_ack_pending"] == 30
+    assert lag == figures["num_pending"] + figures["num_ack_pending"] == 500 - consumed
+    assert stored >= 500  # the server's /jsz count of stored messages includes this stream's
+
+
+BAD_INPUTS = [
+    (["run", "nats:storage=disk", "--headless"], "expected one of file, memory"),
+    (["run", "nats:fetch=0", "--headless"], "must be a whole number of at least 1"),
+    (["run", "nats:max_memory=lots", "--headless"], "expected a size like 512M"),
+    (["run", "nats:port=70000", "--headless"], "port number between 1 and 65535"),
+    (["run", "nats:monitor=http://127.0.0.1:8222", "--headless"], "monitor= names the monitoring"),
+    (["run", "nats:max_memory=1G@127.0.0.1:4222", "--headless"], "configure a server streambench"),
+    (["run", "nats@127.0.0.1:99999", "--headless"], "bad address"),
+    (["run", "nats@127.0.0.1:1", "--headless", "--duration", "1"], "connection refused"),
+]
+
+
+@pytest.mark.parametrize("args, fragment", BAD_INPUTS, ids=[" ".join(a[:2]) for a, _ in BAD_INPUTS])
+def test_bad_input_one_line_exit_2(args, fragment, tmp_path, nothing_left_running):
+    res = run_cli([*args, "--out", str(tmp_path / "run")])
+    assert res.returncode == 2, res.stderr
+    _one_error_line(res.stderr, fragment)
+
+
+def test_a_server_without_jetstream(tmp_path, nothing_left_running):
+    """A plain NATS server (no -js) is refused in one line."""
+    port = free_port()
+    proc = start_process([str(find_server()), "-a", "127.0.0.1", "-p", str(port)], tmp_path / "plain.log")
+    try:
+        deadline = time.monotonic() + 10
+        while not port_in_use(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        res = run_cli(["run", f"nats@127.0.0.1:{port}", "--headless", "--duration", "1",
+                       "--out", str(tmp_path / "run")])
+    finally:
+        stop_process(proc)
+    assert res.returncode == 2, res.stderr
+    _one_error_line(res.stderr, "JetStream")
