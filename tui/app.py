@@ -28,7 +28,7 @@ from loadgen.tick import Phase, PhaseChange, RunEvent, Tick
 from loadgen.workload import Workload
 from tui.control import EventStrip, FaultScreen, RateScreen
 from tui.detail import DetailScreen
-from tui.history import ChartView, TargetHistory
+from tui.history import Baseline, ChartView, TargetHistory
 from tui.keys import BINDINGS, KEY_TABLE, Key
 from tui.widgets import HelpScreen, RunStatus, StatusBar, TargetColumn, TargetColumns
 
@@ -77,7 +77,8 @@ class DashboardApp(App[DashboardResult]):
 
     def __init__(self, run: Run | None, labels: list[str], workload: Workload,
                  after_run: AfterRun | None = None, *,
-                 clock: Callable[[], int] = time.time_ns) -> None:
+                 clock: Callable[[], int] = time.time_ns,
+                 baselines: dict[str, Baseline] | None = None) -> None:
         super().__init__()
         self.bench = run
         self.after_run = after_run
@@ -90,6 +91,9 @@ class DashboardApp(App[DashboardResult]):
         self.run_dir: Path | None = run.run_dir if run is not None else None  # for screenshots
         self._status_bar = self._make_status_bar(clock)
         self._columns = {label: TargetColumn(h, self.view) for label, h in self.histories.items()}
+        self.view.baselines = dict(baselines or {})
+        for label, baseline in self.view.baselines.items():  # the ghost series' source
+            self._columns[label].border_title = f"{label} vs {baseline.name}"
         self._events = EventStrip(id="events")
         self.labels = list(labels)
         self.selected = 0  # the column the control keys act on

@@ -21,16 +21,22 @@ def _dots_high(value: float, top: float, levels: int) -> int:
     return max(1, min(levels, round(value / top * levels)))
 
 
-def area_chart(values: Sequence[float], width: int, height: int, top: float) -> list[str]:
+def area_chart(values: Sequence[float], width: int, height: int, top: float,
+               ghost: Sequence[float] | None = None) -> list[str]:
     """`height` rows of `width` braille cells; the newest value at the right edge.
 
     `values` holds at most 2 × width points (downsample first); older columns are blank when
-    there are fewer points than that."""
+    there are fewer points than that. `ghost` (another series, laid out the same way) is drawn
+    as a single dot at its level in each point's column: a dotted line above the area where it
+    is higher, hidden in the area where it is lower."""
     if width <= 0 or height <= 0:
         return [""] * max(height, 0)
     points = list(values)[-2 * width:]
     levels = height * DOTS_PER_ROW
     heights = [0] * (2 * width - len(points)) + [_dots_high(v, top, levels) for v in points]
+    ghost_points = list(ghost or [])[-2 * width:]
+    ghost_at = [0] * (2 * width - len(ghost_points)) + [
+        _dots_high(v, top, levels) for v in ghost_points]
     rows = []
     for row in range(height):  # row 0 is the top
         base = (height - 1 - row) * DOTS_PER_ROW  # dot rows below this text row
@@ -41,6 +47,9 @@ def area_chart(values: Sequence[float], width: int, height: int, top: float) -> 
                 filled = heights[2 * col + side] - base
                 for level in range(min(max(filled, 0), DOTS_PER_ROW)):
                     bits |= _DOTS[level][side]
+                dot = ghost_at[2 * col + side] - base - 1  # the ghost's top dot, in this row
+                if 0 <= dot < DOTS_PER_ROW:
+                    bits |= _DOTS[dot][side]
             # a blank cell as a space: some fonts draw the empty braille pattern visibly
             cells.append(chr(BRAILLE_BASE + bits) if bits else " ")
         rows.append("".join(cells))

@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, metavar="DIR",
                      help="run directory (default runs/<UTC time>-<workload>)")
     run.add_argument("--report", action="store_true", help="write the report when the run ends")
+    run.add_argument("--baseline", metavar="RUN_DIR[:TARGET]",
+                     help="a recorded run drawn under each chart as a ghost series, with the "
+                          "difference in %% (default target: the same label, or its only one)")
     run.add_argument("--record-raw-samples", action="store_true",
                      help="also keep every latency sample (large; for verifying the report)")
     run.add_argument("--track-delivery", action="store_true",
@@ -192,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--speed", type=float, choices=(1.0, 10.0, 60.0), default=1.0,
                         metavar="1|10|60", help="playback speed (keys 1, 2, 3 change it)")
     replay.add_argument("--paused", action="store_true", help="start paused at the beginning")
+    replay.add_argument("--baseline", metavar="RUN_DIR[:TARGET]",
+                        help="another recorded run drawn under each chart as a ghost series")
 
     sub.add_parser("platforms", help="list platforms and their TARGET options")
     sub.add_parser("workloads", help="list the bundled workloads")
@@ -453,6 +458,9 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                     record_raw=args.record_raw_samples, track_ids=args.track_delivery,
                     processes=args.processes, argv=["streambench", *argv])
     run = Run(**run_args, recorder=ParquetSink)
+    if args.baseline and args.headless:
+        raise StreambenchError("--baseline draws in the dashboard: not with --headless")
+    baselines = _baselines(args.baseline, run.labels)
     run.prepare()
     end = EndSummary(run.labels)
     run.subscribe(end)
@@ -480,7 +488,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             return None
         return str(await asyncio.wrap_future(reporter.submit(_report, [summary.run_dir], None, None)))
 
-    app = DashboardApp(run, run.labels, workload, after_run=after_run)
+    app = DashboardApp(run, run.labels, workload, after_run=after_run, baselines=baselines)
     terminated: list[int] = []
 
     def on_signal(sig: int, _frame: object) -> None:
@@ -514,15 +522,24 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return EXIT_BROKER_FAILED if result.broker_failures else 0
 
 
+def _baselines(spec: str | None, labels: list[str]) -> Any:
+    if not spec:
+        return None
+    from tui.recording import load_baselines
+
+    return load_baselines(spec, labels)
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from tui.recording import load_recording
 
     recording = load_recording(args.run_dir)
+    baselines = _baselines(args.baseline, recording.labels)
     if not (sys.stdout.isatty() and sys.stdin.isatty()):
         raise StreambenchError("the dashboard needs a terminal")
     from tui.replay import ReplayApp
 
-    ReplayApp(recording, speed=args.speed, playing=not args.paused).run()
+    ReplayApp(recording, speed=args.speed, playing=not args.paused, baselines=baselines).run()
     return 0
 
 

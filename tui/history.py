@@ -317,6 +317,25 @@ def mark_columns(marks: Sequence[float], start_s: float, end_s: float, width: in
     return columns
 
 
+class Baseline:
+    """Another run's figures for one target, to draw under a column as a ghost series: each
+    metric by the time since the load started (ticks' elapsed_s), so the two runs line up
+    from their starts."""
+
+    def __init__(self, name: str, ticks: Sequence[Tick]) -> None:
+        self.name = name  # how the dashboard names it: "<run id>:<target>"
+        self.series = {metric: Series(math.inf) for metric in METRICS}
+        for tick in sorted(ticks, key=lambda t: t.elapsed_s):
+            for metric, spec in METRICS.items():
+                self.series[metric].add(tick.elapsed_s, spec.read(tick))
+
+
+def load_offset(history: TargetHistory) -> float | None:
+    """Wall-clock seconds at which the target's load started (tick time − elapsed)."""
+    tick = history.last
+    return tick.time_ns / 1e9 - tick.elapsed_s if tick is not None else None
+
+
 @dataclass(frozen=True, slots=True)
 class ChartScale:
     """What one chart shows: its series' lowest and highest value in the window, the top of
@@ -336,6 +355,7 @@ class ChartView:
         self.histories = histories
         self.window_index = window_index
         self.own_scale: set[str] = set()  # labels of the columns with a y scale of their own
+        self.baselines: dict[str, Baseline] = {}  # per column label, drawn as a ghost series
 
     @property
     def window_s(self) -> float | None:
@@ -371,8 +391,37 @@ class ChartView:
             return math.nan, math.nan
         return min(finite), max(finite)
 
+    def ghost(self, label: str, metric: str, start: float, end: float
+              ) -> tuple[list[float], list[float]] | None:
+        """The baseline's points of (start, end] on this column's wall clock, or None."""
+        baseline = self.baselines.get(label)
+        history = self.histories[label]
+        offset = load_offset(history)
+        if baseline is None or offset is None or history.last is None:
+            return None
+        end = min(end, history.last.time_ns / 1e9)  # as far as this column has come
+        times, values = baseline.series[metric].between(start - offset, end - offset)
+        return [t + offset for t in times], values
+
+    def delta(self, label: str, metric: str) -> float | None:
+        """How far this column's mean over the window is from the baseline's mean over the
+        same stretch of the run, in % of the baseline; None without a baseline or figures."""
+        start, end = self.span()
+        ghost = self.ghost(label, metric, start, end)
+        if ghost is None:
+            return None
+        mine = [v for v in self.histories[label].series[metric].between(start, end)[1]
+                if math.isfinite(v)]
+        base = [v for v in ghost[1] if math.isfinite(v)]
+        if not mine or not base or sum(base) == 0:
+            return None
+        return (sum(mine) / len(mine) - sum(base) / len(base)) / (sum(base) / len(base)) * 100
+
     def _top(self, history: TargetHistory, metric: str, start: float, end: float) -> float:
         high = self._range(history, metric, start, end)[1]
+        ghost = self.ghost(history.label, metric, start, end)
+        if ghost is not None:  # the ghost fits under the axis too
+            high = max((v for v in (high, *ghost[1]) if math.isfinite(v)), default=math.nan)
         if metric == "produce_rate" and history.last is not None:
             # the chart reads against the target rate
             high = max(high, history.last.target_rate) if math.isfinite(high) else high

@@ -199,23 +199,29 @@ class ChartsPanel:
             scale = view.scale(history.label, name)
             times, values = history.series[name].between(start - 2.0, end)
             points = time_slots(times, values, start, end, 2 * width, metric.reduce)
-            chart = area_chart(points, width, height, scale.top)
+            ghost = view.ghost(history.label, name, start - 2.0, end)
+            ghost_points = (time_slots(*ghost, start, end, 2 * width, metric.reduce)
+                            if ghost is not None else None)
+            chart = area_chart(points, width, height, scale.top, ghost_points)
             marks = mark_columns(history.marks, start, end, width)
             if marks and chart:  # a change or fault: a tick mark on the chart's top row
                 chart[0] = "".join("┆" if c in marks else ch for c, ch in enumerate(chart[0]))
-            rows.append(self._caption(ctx, metric.title, metric.unit, scale))
+            rows.append(self._caption(ctx, metric.title, metric.unit, scale,
+                                      view.delta(history.label, name)))
             rows.extend(line(ctx, (row, "chart")) for row in chart)
         if axis:
             rows.append(line(ctx, (axis_text(view, width), "muted")))
         return lines(rows)
 
     @staticmethod
-    def _caption(ctx: RenderContext, title: str, unit: str, scale: ChartScale) -> Text:
+    def _caption(ctx: RenderContext, title: str, unit: str, scale: ChartScale,
+                 delta: float | None = None) -> Text:
         span = f"{fmt.short(scale.low)}–{fmt.short(scale.high)}{unit}"
+        versus = f" Δ{delta:+.0f}%" if delta is not None and fmt.known(delta) else ""
         axis = f"↑{fmt.short(scale.top)} {'all' if scale.shared else 'own'}"
-        gap = max(2, ctx.width - LABEL_WIDTH - len(span) - len(axis))
+        gap = max(1, ctx.width - LABEL_WIDTH - len(span) - len(versus) - len(axis))
         return line(ctx, (title.ljust(LABEL_WIDTH), "label"), (span, "value"),
-                    (" " * gap + axis, "muted"))
+                    (versus, "value"), (" " * gap + axis, "muted"))
 
 
 def axis_text(view: ChartView, width: int) -> str:

@@ -24,6 +24,7 @@ from loadgen.errors import StreambenchError, WorkloadError
 from loadgen.histogram import HistogramSnapshot
 from loadgen.tick import LagSnapshot, LoadgenHealth, Phase, PhaseChange, Resources, RunEvent, Tick
 from loadgen.workload import Workload, parse_workload
+from tui.history import Baseline
 
 ReplayItem = Tick | PhaseChange | RunEvent
 _KINDS = {"e2e": "e2e_latency", "publish": "publish_latency", "delay": "publish_delay"}
@@ -233,3 +234,39 @@ def load_recording(run_dir: Path) -> Recording:
     return Recording(run_dir=run_dir, meta=meta, labels=_labels(meta, ticks),
                      workload=_workload(meta), items=items, times=[i.time_ns for i in items],
                      schema_version=version, complete=complete, notes=notes)
+
+
+def split_baseline(spec: str) -> tuple[Path, str | None]:
+    """RUN_DIR[:TARGET] → (run directory, target or None). Labels may hold ':' (redis:aof),
+    and so may paths: the run directory is the shortest prefix that is a directory."""
+    if Path(spec).is_dir():
+        return Path(spec), None
+    for i, ch in enumerate(spec):
+        if ch == ":" and i and Path(spec[:i]).is_dir():
+            return Path(spec[:i]), spec[i + 1:] or None
+    raise RecordingError(f"--baseline {spec}: not a run directory (RUN_DIR or RUN_DIR:TARGET)")
+
+
+def load_baselines(spec: str, labels: list[str]) -> dict[str, Baseline]:
+    """The ghost series of each column: the named target of the baseline run for every column;
+    without a name, the baseline target of the same label, or the baseline's only target."""
+    run_dir, target = split_baseline(spec)
+    rec = load_recording(run_dir)
+    ticks: dict[str, list[Tick]] = {}
+    for item in rec.items:
+        if isinstance(item, Tick):
+            ticks.setdefault(item.target, []).append(item)
+    if target is not None and target not in ticks:
+        raise RecordingError(f"--baseline {spec}: run {rec.meta.get('run_id') or run_dir.name} "
+                             f"has no target {target!r}; it has {', '.join(ticks)}")
+    run_id = str(rec.meta.get("run_id") or run_dir.name)
+    out: dict[str, Baseline] = {}
+    for label in labels:
+        chosen = target or (label if label in ticks else (next(iter(ticks)) if len(ticks) == 1
+                                                          else None))
+        if chosen is not None:
+            out[label] = Baseline(f"{run_id}:{chosen}", ticks[chosen])
+    if not out:
+        raise RecordingError(f"--baseline {spec}: no target of that run matches "
+                             f"{', '.join(labels)}; name one as RUN_DIR:TARGET")
+    return out

@@ -20,6 +20,7 @@ from analysis.schema import SCHEMA_VERSION
 from loadgen.tick import Phase, PhaseChange, RunEvent, Tick
 from tui import formatting as fmt
 from tui.app import DashboardApp
+from tui.history import Baseline
 from tui.keys import REPLAY_BINDINGS, REPLAY_KEY_TABLE, Key
 from tui.recording import Recording
 from tui.widgets import StatusBar
@@ -54,7 +55,8 @@ class ReplayApp(DashboardApp, inherit_bindings=False):
     KEYS: ClassVar[tuple[Key, ...]] = REPLAY_KEY_TABLE
 
     def __init__(self, recording: Recording, *, speed: float = 1.0, playing: bool = True,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 baselines: dict[str, Baseline] | None = None) -> None:
         self.recording = recording
         self.position_ns = recording.start_ns
         self.cursor = 0  # recording.items[:cursor] are shown
@@ -62,7 +64,8 @@ class ReplayApp(DashboardApp, inherit_bindings=False):
         self.playing = playing
         self.monotonic = monotonic
         self._last_frame = monotonic()
-        super().__init__(None, recording.labels, recording.workload, clock=lambda: self.position_ns)
+        super().__init__(None, recording.labels, recording.workload,
+                         clock=lambda: self.position_ns, baselines=baselines)
         self.run_dir = recording.run_dir
 
     def _make_status_bar(self, clock: Callable[[], int]) -> StatusBar:
