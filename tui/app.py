@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import BindingType
+from textual.command import CommandPalette
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
@@ -305,7 +306,8 @@ class DashboardApp(App[DashboardResult]):
             # escape is a priority key: let it through to other screens (the command palette)
             return isinstance(self.screen, HelpScreen | DetailScreen)
         # in a dialog its own keys (typing a rate) come first
-        return not isinstance(self.screen, RateScreen | FaultScreen)
+        # (and Enter picks a command in the palette)
+        return not isinstance(self.screen, RateScreen | FaultScreen | CommandPalette)
 
     # ---- steering the run ---------------------------------------------------------------
 

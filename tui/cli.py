@@ -61,7 +61,8 @@ OpenMessaging Benchmark field names; the flags below override it. Without a work
 1 topic, 1 partition, 1 kB, 1,000 msg/s, 1 producer, 1 consumer, 10 s warm-up, 60 s measuring.
 
 Keys in the dashboard: q ends the run (drain, write files; q again skips the drain),
-p pauses the display, ? help. Ctrl-C and SIGTERM end the run like q.
+p pauses the display, Enter a target's detail, w chart window, y shared/own y scale,
+x screenshot, ? every key. Ctrl-C and SIGTERM end the run like q.
 """
 
 

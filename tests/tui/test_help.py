@@ -74,3 +74,37 @@ async def test_escape_still_closes_the_command_palette() -> None:
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, CommandPalette),
                          "the palette to close")
+
+
+async def test_replay_help_lists_its_own_keys_and_binds_no_run_controls(tmp_path) -> None:
+    from tests.tui.recorded import write_recorded_run
+    from tui.keys import REPLAY_KEY_TABLE
+    from tui.recording import load_recording
+    from tui.replay import ReplayApp
+
+    app = ReplayApp(load_recording(write_recorded_run(tmp_path / "run")), playing=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
+        text = "\n".join(screen_lines(app))
+        for key in REPLAY_KEY_TABLE:
+            first_words = " ".join(key.help.split()[:3])
+            pattern = re.escape(", ".join(key.shown)) + r" +" + re.escape(first_words)
+            assert re.search(pattern, text), f"help does not list {key.shown} ({key.action})"
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, HelpScreen), "help to close")
+        bound = {name for name in app.active_bindings}
+        assert {"r", "f", "plus", "s", "c"}.isdisjoint(bound)  # nothing to steer in a replay
+        assert {"space", "left", "right", "n", "3", "enter"} <= bound
+
+
+async def test_enter_in_the_palette_is_the_palette_s() -> None:
+    from tui.detail import DetailScreen
+
+    app = DashboardApp(None, LABELS, WORKLOAD)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("ctrl+p")
+        await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette), "the palette")
+        await pilot.press(*"help", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help from the palette")
+        assert not any(isinstance(s, DetailScreen) for s in app.screen_stack)
