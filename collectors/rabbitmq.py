@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import urllib.request
 from typing import Any
 
 from rstream import constants, schema
@@ -22,14 +23,25 @@ from rstream.client import Client, ClientPool
 from rstream.exceptions import OffsetNotFound
 
 from collectors.base import Collector, CounterDeltas, Reading
-from compose.rabbitmq import management_get
 from loadgen.tick import LagSnapshot
 
 logging.getLogger("rstream").setLevel(logging.CRITICAL)
 
 LAG_SOURCE = "stream tail (last chunk) - stored offset"
-TAIL_WAIT_S = 0.3
+# how long the last chunk is waited for: a stream that has none (empty) or answers later keeps
+# the tail it had, which the next sample brings up to date
+TAIL_WAIT_S = 0.5
 MAX_SUBSCRIPTIONS = 250  # per connection the protocol allows 256 subscription ids
+
+
+def management_get(base: str, path: str, user: str, password: str, timeout_s: float = 2.0) -> bytes:
+    """GET one path of the management HTTP API (blocking: call it in a thread)."""
+    request = urllib.request.Request(base + path)
+    manager = urllib.request.HTTPPasswordMgrWithDefaultRealm()
+    manager.add_password(None, base, user, password)
+    opener = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(manager))
+    with opener.open(request, timeout=timeout_s) as response:
+        return bytes(response.read())
 
 
 class RabbitTelemetry(Collector):

@@ -19,8 +19,6 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from rstream.client import ClientPool
@@ -97,16 +95,6 @@ async def hello(host: str, port: int, user: str, password: str, timeout_s: float
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(pool.close(), 2.0)
-
-
-def management_get(base: str, path: str, user: str, password: str, timeout_s: float = 2.0) -> bytes:
-    """GET one path of the management HTTP API (blocking: call it in a thread)."""
-    request = urllib.request.Request(base + path)
-    manager = urllib.request.HTTPPasswordMgrWithDefaultRealm()
-    manager.add_password(None, base, user, password)
-    opener = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(manager))
-    with opener.open(request, timeout=timeout_s) as response:
-        return bytes(response.read())
 
 
 class RabbitLocalStack(Stack):
@@ -246,12 +234,7 @@ class RabbitLocalStack(Stack):
         return False
 
     def _management_answers(self) -> bool:
-        try:
-            management_get(f"http://127.0.0.1:{self._ports['management']}", "/api/overview",
-                           "guest", "guest")
-            return True
-        except (OSError, urllib.error.URLError):
-            return False
+        return port_in_use(self._ports["management"])
 
     async def ready(self, timeout_s: float, progress: Progress) -> None:
         try:
