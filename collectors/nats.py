@@ -1,6 +1,8 @@
 """NATS JetStream telemetry: each subscription's lag from its durable consumer's info
 (`num_pending`: stored, not yet delivered; `num_ack_pending`: delivered, not yet acknowledged),
-and the server's counters from its monitoring endpoint (/varz, /jsz) when there is one.
+the messages stored per partition from the stream's per-subject counts
+(`partition.<n>.produced`), and the server's counters from its monitoring endpoint (/varz,
+/jsz) when there is one.
 
 A subscription is one consumer over every partition's subject, so the server has no figure per
 partition: the lag is a total, with no partition breakdown."""
@@ -48,10 +50,11 @@ class NatsTelemetry(Collector):
 
     name = "nats"
 
-    def __init__(self, endpoint: str, stream: str, consumers: list[str],
+    def __init__(self, endpoint: str, stream: str, partitions: int, consumers: list[str],
                  monitor: str | None) -> None:
         self._endpoint = endpoint
         self._stream = stream
+        self._partitions = partitions
         self._consumers = consumers
         self._monitor = monitor
         self._nc: NATS | None = None
@@ -64,6 +67,7 @@ class NatsTelemetry(Collector):
             f"nats://{self._endpoint}", name="streambench-telemetry", connect_timeout=5,
             max_reconnect_attempts=-1, reconnect_time_wait=0.5, error_cb=_ignore),
             CONNECT_TIMEOUT_S)
+        await self._stored()
         if self._monitor:
             await asyncio.to_thread(self._counters)
 
@@ -84,8 +88,18 @@ class NatsTelemetry(Collector):
         total = await consumer_lag(self._nc, self._stream, self._consumers)
         return LagSnapshot(total, {}, LAG_SOURCE)
 
+    async def _stored(self) -> dict[str, float]:
+        """Messages appended to each partition's subject since the previous sample."""
+        assert self._nc is not None
+        info = await self._nc.jsm().stream_info(self._stream, subjects_filter=f"{self._stream}.*")
+        counts = info.state.subjects or {}
+        return {f"partition.{p}.produced":
+                self._deltas.delta(f"partition {p}", float(counts.get(f"{self._stream}.{p}", 0)))
+                for p in range(self._partitions)}
+
     async def sample(self) -> Reading:
         broker = await asyncio.to_thread(self._counters) if self._monitor else {}
+        broker.update(await self._stored())
         return Reading(lag=await self.lag() if self._consumers else None, broker=broker)
 
     async def close(self) -> None:

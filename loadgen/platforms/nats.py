@@ -404,7 +404,7 @@ def _driver(target: Target, desc: StackDescription) -> Driver:
 
 def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
                 subscriptions: list[str]) -> list[Collector]:
-    found: list[Collector] = [NatsTelemetry(desc.endpoints["nats"], stream_name(topic),
+    found: list[Collector] = [NatsTelemetry(desc.endpoints["nats"], stream_name(topic), partitions,
                                             subscriptions, desc.endpoints.get(MONITOR_ENDPOINT))]
     found[:0] = resource_collectors(target, desc)
     return found

@@ -66,8 +66,10 @@ def nothing_left_running() -> Iterator[None]:
 
 def test_local_runtime_runs_and_cleans_up(tmp_path, nothing_left_running):
     run_dir = tmp_path / "run"
+    # two load processes: the second one adopts the stream the first created
     res = run_cli(["run", "nats:runtime=local", "--rate", "1000", "--duration", "3", "--warmup",
-                   "1", "--partitions", "2", "--consumers", "2", "--headless", "--out", str(run_dir)])
+                   "1", "--partitions", "2", "--producers", "2", "--consumers", "2", "--processes",
+                   "2", "--track-delivery", "--headless", "--out", str(run_dir)])
     assert res.returncode == 0, res.stderr
     assert "starting nats-server" in res.stderr
     meta = run_json(run_dir)
@@ -75,6 +77,7 @@ def test_local_runtime_runs_and_cleans_up(tmp_path, nothing_left_running):
     assert target["runtime"] == "local" and re.fullmatch(r"2\.\d+\.\d+", target["version"])
     (totals,) = meta["totals"]
     assert totals["consumed"] == totals["produced"] == 4000 and totals["drained"]
+    assert totals["duplicates"] == 0 and len(meta["load_placement"]) == 2
     assert _wait_gone(target["pids"], 15)
     assert not Path(target["config"]["data_dir"]).exists()
     for endpoint in (target["endpoints"]["nats"], target["endpoints"][MONITOR_ENDPOINT]):
@@ -91,7 +94,7 @@ def test_local_runtime_runs_and_cleans_up(tmp_path, nothing_left_running):
 
 def test_kill_and_start_the_server(tmp_path, nothing_left_running):
     """SIGKILL to the server 3 s into the measurement, started again 2 s later on the same
-    store: publishing fails while it is down and goes on after; every acknowledged message is
+    store: publishing fails while it is down and goes on after; every stored message is
     consumed (redeliveries of messages whose acks were lost count as duplicates)."""
     run_dir = tmp_path / "run"
     res = run_cli(["run", "nats:runtime=local", "--rate", "500", "--duration", "10", "--warmup",
@@ -102,7 +105,13 @@ def test_kill_and_start_the_server(tmp_path, nothing_left_running):
     (totals,) = meta["totals"]
     assert totals["drained"] and totals["final_lag"] == 0
     assert totals["send_errors"] > 0  # the publishes while the server was down
-    assert totals["consumed"] - totals["duplicates"] == totals["produced"] > 0
+    # every message the server stored was consumed: those acknowledged, and a few whose
+    # acknowledgement the kill cut off (counted as send errors, stored all the same)
+    broker = _table(run_dir, "broker")
+    stored = sum(v for n, v in zip(broker["name"], broker["value"], strict=True)
+                 if n.startswith("partition."))
+    assert totals["consumed"] - totals["duplicates"] == stored
+    assert 0 < totals["produced"] <= stored <= totals["produced"] + totals["send_errors"]
     events = _table(run_dir, "events")
     kinds = events["kind"]
     assert kinds.index("fault-kill") < kinds.index("fault-start")
@@ -261,8 +270,15 @@ def test_every_message_consumed_exactly_once(fixed_rate_run):
     assert t.consumed == t.produced == t.expected
     assert t.duplicates == 0
     assert t.drained and t.final_lag == 0
-    lag = _table(run_dir, "ticks")
-    assert lag["lag_total"][max(range(len(lag["seq"])), key=lag["seq"].__getitem__)] == 0
+    ticks = _table(run_dir, "ticks")
+    assert ticks["lag_total"][max(range(len(ticks["seq"])), key=ticks["seq"].__getitem__)] == 0
+    # the server's own count of messages stored per partition's subject, tick by tick
+    broker = _table(run_dir, "broker")
+    stored: dict[str, float] = {}
+    for name, value in zip(broker["name"], broker["value"], strict=True):
+        if name.startswith("partition."):
+            stored[name] = stored.get(name, 0) + value
+    assert stored == {"partition.0.produced": t.produced / 2, "partition.1.produced": t.produced / 2}
 
 
 def test_the_server_stored_what_was_acknowledged(fixed_rate_run, server):
@@ -323,7 +339,7 @@ def test_lag_is_the_servers_figure(server):
         pull = await nc.jetstream().pull_subscribe_bind(sub, stream_name(topic))
         unacked = await pull.fetch(30, timeout=5)
         assert len(unacked) == 30
-        collector = NatsTelemetry(server.endpoint, stream_name(topic), [sub], server.monitor)
+        collector = NatsTelemetry(server.endpoint, stream_name(topic), 2, [sub], server.monitor)
         await collector.start()
         reading = await collector.sample()
         await collector.close()
