@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -177,11 +177,12 @@ class DashboardApp(App[DashboardResult]):
 
     # the data side of the three messages, without repaint (a replay catching up uses these)
 
-    def _take_tick(self, tick: Tick, summarise: bool = True) -> bool:
+    def _take_tick(self, tick: Tick, summarise: bool = True,
+                   values: Sequence[float] | None = None) -> bool:
         history = self.histories.get(tick.target)
         if history is None:
             return False
-        history.add(tick, summarise=summarise)
+        history.add(tick, summarise=summarise, values=values)
         self.status.elapsed_s = max(self.status.elapsed_s, tick.elapsed_s)
         return True
 

@@ -68,6 +68,11 @@ METRICS: dict[str, Metric] = {
 }
 
 
+def metric_values(tick: Tick) -> tuple[float, ...]:
+    """The tick's value of each metric, in METRICS order."""
+    return tuple(metric.read(tick) for metric in METRICS.values())
+
+
 @dataclass(frozen=True, slots=True)
 class LatencySummary:
     """Percentiles of one latency histogram in milliseconds (NaN when it is empty)."""
@@ -259,15 +264,17 @@ class TargetHistory:
         self.marks.clear()
         self._recent.clear()
 
-    def add(self, tick: Tick, *, summarise: bool = True) -> None:
+    def add(self, tick: Tick, *, summarise: bool = True,
+            values: Sequence[float] | None = None) -> None:
         """Take a tick in. With summarise=False (a replay catching up) the latest-tick latency
-        summaries are left for `summarise()` to compute once at the end."""
+        summaries are left for `summarise()` to compute once at the end; `values` are the
+        tick's metric_values(), when the caller kept them from an earlier pass."""
         self.last = tick
         self.ticks += 1
         self.send_errors_total += tick.send_errors
         time_s = tick.time_ns / 1e9
-        for name, metric in METRICS.items():
-            self.series[name].add(time_s, metric.read(tick))
+        for series, value in zip(self.series.values(), values or metric_values(tick), strict=True):
+            series.add(time_s, value)
         self.latency.add(time_s, tick.e2e_latency, tick.publish_latency)
         self._recent.append(tick)
         horizon = tick.time_ns - int(self.recent_window_s * 1e9)

@@ -20,7 +20,7 @@ from analysis.schema import SCHEMA_VERSION
 from loadgen.tick import Phase, PhaseChange, RunEvent, Tick
 from tui import formatting as fmt
 from tui.app import DashboardApp
-from tui.history import Baseline
+from tui.history import Baseline, metric_values
 from tui.keys import REPLAY_BINDINGS, REPLAY_KEY_TABLE, Key
 from tui.recording import Recording
 from tui.widgets import StatusBar
@@ -64,6 +64,7 @@ class ReplayApp(DashboardApp, inherit_bindings=False):
         self.playing = playing
         self.monotonic = monotonic
         self._last_frame = monotonic()
+        self._values: dict[int, tuple[float, ...]] = {}  # metric_values() by item index
         super().__init__(None, recording.labels, recording.workload,
                          clock=lambda: self.position_ns, baselines=baselines)
         self.run_dir = recording.run_dir
@@ -119,9 +120,15 @@ class ReplayApp(DashboardApp, inherit_bindings=False):
         stop = bisect.bisect_right(r.times, position_ns)
         touched: set[str] = set()
         with self.batch_update():
-            for item in r.items[self.cursor:stop]:
+            for i in range(self.cursor, stop):
+                item = r.items[i]
                 if isinstance(item, Tick):
-                    if self._take_tick(item, summarise=False):
+                    # a tick's chart values (an e2e percentile among them) are worked out once:
+                    # going back in time replays the ticks again from the start
+                    values = self._values.get(i)
+                    if values is None:
+                        values = self._values[i] = metric_values(item)
+                    if self._take_tick(item, summarise=False, values=values):
                         touched.add(item.target)
                 elif isinstance(item, PhaseChange):
                     self._take_phase(item)
