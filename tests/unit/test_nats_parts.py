@@ -1,0 +1,58 @@
+"""The NATS platform's pure parts: addresses, stream names, the stream sequence in an ack
+subject, version and size checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from compose.nats import check_version, endpoint_of, parse_address
+from loadgen.errors import StackError
+from loadgen.platforms.nats import _parse_size, _stream_sequence, stream_name, subjects
+
+
+@pytest.mark.parametrize("address, expected", [
+    ("127.0.0.1:4222", ("127.0.0.1", 4222)),
+    ("nats://10.0.0.5:4333", ("10.0.0.5", 4333)),
+    ("broker.example", ("broker.example", 4222)),
+    ("[::1]:4223", ("::1", 4223)),
+])
+def test_addresses(address, expected):
+    assert parse_address(address) == expected
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:0", "127.0.0.1:99999", "host:port", "a/b:4222"])
+def test_bad_addresses(address):
+    with pytest.raises(StackError, match="expected HOST:PORT"):
+        parse_address(address)
+
+
+def test_ipv6_endpoints_are_bracketed():
+    assert endpoint_of("::1", 4222) == "[::1]:4222"
+    assert endpoint_of("127.0.0.1", 4222) == "127.0.0.1:4222"
+
+
+def test_stream_names_and_subjects():
+    assert stream_name("streambench-20261123T1015Z-a.v2-0-0") == "streambench-20261123T1015Z-a_v2-0-0"
+    assert stream_name("a b*c>d") == "a_b_c_d"
+    assert subjects("s", 3) == ["s.0", "s.1", "s.2"]
+
+
+def test_stream_sequence_of_an_ack_subject():
+    assert _stream_sequence("$JS.ACK.S.sub.1.1234.17.1795452297566505627.4") == "1234"
+    # with a domain and an account hash, and the trailing token
+    assert _stream_sequence("$JS.ACK.dom.ACCHASH.S.sub.2.99.18.1795452297566505627.0.xyz") == "99"
+
+
+def test_versions():
+    check_version("2.9.10", "here")
+    check_version("2.10.24", "here")
+    with pytest.raises(StackError, match=r"needs nats-server 2\.9 or newer"):
+        check_version("2.8.4", "here")
+
+
+def test_sizes():
+    assert _parse_size("512m") == "512M"
+    assert _parse_size("2G") == "2G"
+    for bad in ("lots", "1.5G", "-1G"):
+        with pytest.raises(ValueError):
+            _parse_size(bad)
