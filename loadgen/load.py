@@ -32,7 +32,6 @@ from loadgen.workload import Workload
 
 READY_TIMEOUT_S = 60.0
 READY_TIMEOUT_ENV = "STREAMBENCH_READY_TIMEOUT"  # seconds; slow machines, or tests of the time-out
-PAYLOAD_POOL_BYTES = 64 * 1024 * 1024
 PACED_BATCH_LIMIT = 2000
 MAX_RATE_BATCH = 256
 MAX_RATE_BATCH_BYTES = 1 << 20  # large messages go in smaller batches at maximum rate
@@ -43,11 +42,6 @@ RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 0.5  # small: it adds to the recovery time measured after a restart
 
 Publish = Callable[[BusItem], None]
-
-
-def _payload_pool(size: int) -> list[bytes]:
-    count = max(1, min(64, PAYLOAD_POOL_BYTES // size))
-    return [os.urandom(size) for _ in range(count)]
 
 
 def _key_source(distributor: str) -> Callable[[int], bytes] | None:
@@ -285,7 +279,7 @@ class TargetLoad:
             self._consumer_tasks.append(asyncio.create_task(self._consume(slot)))
         n = self._producer_count()
         per_rate = self._rate / n
-        payloads = _payload_pool(self.workload.message_size)
+        payloads = self.workload.payloads()
         for slot, (i, p) in enumerate(zip(self._producer_numbers, self.producers, strict=True)):
             # stagger producers across one slot so their sends interleave evenly
             sched = Schedule(per_rate, t0_mono, t0_wall, end_mono, stagger=i / n)

@@ -42,14 +42,31 @@ _OMB_FIELDS = {
     # interventions at fixed times of the measuring phase (rate changes, faults)
     "schedule": None,
 }
+# OMB fields read with their own rules (payloads, rate ramps) or not acted on (a warning each)
 _OMB_ACCEPTED = {
     "payloadFile",
     "useRandomizedPayloads",
     "randomBytesRatio",
     "randomizedPayloadPoolSize",
+    "producerStartRate",
+    "producerIncrementRate",
+    "producerIncrementSeconds",
     "consumerBacklogSizeGB",
     "backlogDrainRatio",
+    "acceptableBacklog",
+    "producerPauseDuringDrain",
 }
+# what OMB does with the fields streambench does not act on yet
+_NOT_ACTED_ON = {
+    "consumerBacklogSizeGB": "OMB pauses the consumers until the backlog reaches this size, "
+                             "then measures the drain; streambench runs without the backlog phase",
+    "backlogDrainRatio": "part of OMB's backlog phase, which streambench does not run",
+    "acceptableBacklog": "part of OMB's backlog phase, which streambench does not run",
+    "producerPauseDuringDrain": "part of OMB's backlog phase, which streambench does not run",
+}
+MAX_PAYLOAD_POOL_BYTES = 256 * 1024 * 1024  # randomized payloads kept in memory per process
+# ${NAME} and ${NAME:-default} in a workload's values, as newer OMB workload files write them
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 KNOWN_FIELDS = tuple(_OMB_FIELDS) + tuple(sorted(_OMB_ACCEPTED))
 
 # What a workload file may be: a regular file of at most this size, UTF-8 YAML nested at most
@@ -66,6 +83,7 @@ MAX_PARTITIONS = 100_000
 MAX_RATE = 1e9  # msg/s
 MAX_SECONDS = 30 * 24 * 3600.0  # test, warm-up and drain durations: 30 days
 MAX_CPUS = 1024.0
+PAYLOAD_POOL_BYTES = 64 * 1024 * 1024  # default random payloads: up to 64 of them in this much
 _MAX_MAGNITUDE = 1e15  # any number in a workload file
 _MAX_WARNINGS = 10
 
@@ -101,6 +119,12 @@ class Workload:
     broker_memory: str | None = None
     schedule: tuple[Intervention, ...] = ()
     warnings: tuple[str, ...] = ()
+    # payloads: the bytes of a file (payloadFile, its size is the message size), or a pool of
+    # `payload_pool` payloads whose first `random_ratio` × size bytes are random and the rest
+    # zeros (OMB's randomized payloads); default: fully random payloads
+    payload_file: str | None = None
+    random_ratio: float | None = None
+    payload_pool: int = 0
 
     def validate(self) -> Workload:
         def need(cond: bool, what: str) -> None:
@@ -153,6 +177,13 @@ class Workload:
             at_most(self.broker_cpus, MAX_CPUS, "brokerCpus")
         need(self.broker_memory is None or re.fullmatch(r"\d+(\.\d+)?[bkmgBKMG]?", self.broker_memory)
              is not None, f"brokerMemory must be a size like 2.67g or 512m (got {shown(self.broker_memory)})")
+        need(self.random_ratio is None or 0.0 <= self.random_ratio <= 1.0,
+             f"randomBytesRatio must be between 0 and 1 (got {self.random_ratio})")
+        need(0 <= self.payload_pool <= MAX_COUNT * 10,
+             f"randomizedPayloadPoolSize must be between 0 and {MAX_COUNT * 10:,} (got {self.payload_pool})")
+        need(self.payload_pool * self.message_size <= MAX_PAYLOAD_POOL_BYTES,
+             f"randomizedPayloadPoolSize × messageSize is {self.payload_pool * self.message_size:,} "
+             f"bytes: more than the {MAX_PAYLOAD_POOL_BYTES // 2**20} MiB kept in memory")
         need(
             self.key_distributor in KEY_DISTRIBUTORS,
             f"keyDistributor must be one of {', '.join(KEY_DISTRIBUTORS)} "
@@ -185,7 +216,24 @@ class Workload:
             **({"brokerCpus": self.broker_cpus} if self.broker_cpus is not None else {}),
             **({"brokerMemory": self.broker_memory} if self.broker_memory is not None else {}),
             **({"schedule": [i.to_schedule() for i in self.schedule]} if self.schedule else {}),
+            **({"payloadFile": self.payload_file} if self.payload_file else {}),
+            **({"useRandomizedPayloads": True, "randomBytesRatio": self.random_ratio,
+                "randomizedPayloadPoolSize": self.payload_pool}
+               if self.random_ratio is not None else {}),
         }
+
+    def payloads(self) -> list[bytes]:
+        """The payloads producers cycle through (each process makes its own)."""
+        if self.payload_file is not None:
+            with open(self.payload_file, "rb") as f:
+                return [f.read()]
+        size = self.message_size
+        if self.random_ratio is not None:
+            n_random = round(self.random_ratio * size)
+            return [os.urandom(n_random) + bytes(size - n_random)
+                    for _ in range(max(1, self.payload_pool))]
+        count = max(1, min(64, PAYLOAD_POOL_BYTES // size))
+        return [os.urandom(size) for _ in range(count)]
 
 
 def _number(doc: dict[str, Any], key: str, kind: type, src: str) -> Any:
@@ -201,9 +249,96 @@ def _number(doc: dict[str, Any], key: str, kind: type, src: str) -> Any:
     return kind(value)
 
 
-def parse_workload(doc: Any, src: str) -> Workload:
+def _substitute(value: Any, where: str, src: str) -> Any:
+    """${NAME} and ${NAME:-default} replaced from the environment in every text value; a value
+    that is one reference alone takes the YAML type of what replaces it (15 is a number)."""
+    if isinstance(value, dict):
+        return {k: _substitute(v, f"{where}.{k}" if where else str(k), src) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, f"{where}[{i}]", src) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def one(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        found = os.environ.get(name)
+        if found is not None and (found or default is None):
+            return found
+        if default is not None:
+            return default
+        raise WorkloadError(f"{src}: {where}: ${{{name}}} is not set in the environment and has "
+                            f"no default (write ${{{name}:-VALUE}})")
+
+    text = _VARIABLE.sub(one, value)
+    if _VARIABLE.fullmatch(value):
+        try:
+            typed = yaml.safe_load(text) if len(text) <= 100 else text
+        except yaml.YAMLError:
+            return text
+        return typed if isinstance(typed, str | int | float | bool) else text
+    return text
+
+
+def _payload_path(value: Any, base: str | None, src: str) -> str:
+    """payloadFile: a path as written, or relative to the workload file's folder, else to the
+    working directory."""
+    if not isinstance(value, str) or not value:
+        raise WorkloadError(f"{src}: payloadFile must be a file path (got {shown(value, quote=True)})")
+    tried = [value] if os.path.isabs(value) else [
+        *([os.path.join(base, value)] if base is not None else []), os.path.abspath(value)]
+    for path in tried:
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            raise WorkloadError(f"{src}: payloadFile {shown(path, 100)} is not a regular file")
+        if st.st_size == 0:
+            raise WorkloadError(f"{src}: payloadFile {shown(path, 100)} is empty")
+        if st.st_size > 64 * 1024 * 1024:
+            raise WorkloadError(f"{src}: payloadFile {shown(path, 100)} is over the 64 MiB limit")
+        if not os.access(path, os.R_OK):
+            raise WorkloadError(f"{src}: payloadFile {shown(path, 100)} cannot be read")
+        return os.path.abspath(path)
+    raise WorkloadError(f"{src}: payloadFile {shown(value, 100)} not found (looked for "
+                        f"{' and '.join(shown(p, 100) for p in tried)})")
+
+
+def _ramp(doc: dict[str, Any], rate: float, duration_s: float, src: str) -> tuple[
+        float, tuple[Intervention, ...]]:
+    """producerStartRate / producerIncrementRate / producerIncrementSeconds: the rate starts at
+    the start rate and rises by the increment at each step of the measuring phase, up to
+    producerRate when that is set (0: no ceiling). Returns the first rate and the steps."""
+    start = _number(doc, "producerStartRate", float, src)
+    step = _number(doc, "producerIncrementRate", float, src) if "producerIncrementRate" in doc else 0.0
+    every = (_number(doc, "producerIncrementSeconds", float, src)
+             if "producerIncrementSeconds" in doc else 0.0)
+    if start <= 0:
+        raise WorkloadError(f"{src}: producerStartRate must be a positive number of msg/s (got {start:g})")
+    if step < 0 or every < 0 or (step > 0) != (every > 0):
+        raise WorkloadError(f"{src}: producerIncrementRate and producerIncrementSeconds go together, "
+                            "each a positive number")
+    steps: list[Intervention] = []
+    if step > 0:
+        if duration_s / every > 10_000:
+            raise WorkloadError(f"{src}: producerIncrementSeconds {every:g} makes over 10,000 steps")
+        k = 1
+        while k * every < duration_s:
+            value = start + k * step
+            if rate > 0 and value >= rate:
+                steps.append(Intervention("rate", None, at_s=k * every, rate=rate))
+                break
+            steps.append(Intervention("rate", None, at_s=k * every, rate=value))
+            k += 1
+    return start, tuple(steps)
+
+
+def parse_workload(doc: Any, src: str, base: str | None = None) -> Workload:
+    """A workload from its parsed YAML; `base` is the folder of the workload file, where a
+    relative payloadFile is looked for first."""
     if not isinstance(doc, dict):
         raise WorkloadError(f"{src}: a workload must be a YAML mapping of OMB fields")
+    doc = _substitute(doc, "", src)
     warnings = []
     unknown = [key for key in doc if key not in _OMB_FIELDS and key not in _OMB_ACCEPTED]
     for key in unknown[:_MAX_WARNINGS]:
@@ -237,6 +372,38 @@ def parse_workload(doc: Any, src: str) -> Workload:
         kwargs["schedule"] = parse_schedule(doc["schedule"], src)
     if "warmupDurationMinutes" not in doc and "warmupDurationSeconds" not in doc:
         kwargs["warmup_s"] = 60.0  # OMB's default warm-up is one minute
+    for key, what in _NOT_ACTED_ON.items():
+        if key in doc:
+            warnings.append(f"{src}: {key} is not acted on: {what}")
+    if "payloadFile" in doc:
+        kwargs["payload_file"] = path = _payload_path(doc["payloadFile"], base, src)
+        size = os.stat(path).st_size
+        if "messageSize" in doc and kwargs.get("message_size") != size:
+            warnings.append(f"{src}: messageSize {kwargs.get('message_size')} does not apply: the "
+                            f"payload file has {size:,} bytes, the size of every message")
+        kwargs["message_size"] = size
+    randomized = doc.get("useRandomizedPayloads", False)
+    if not isinstance(randomized, bool):
+        raise WorkloadError(f"{src}: useRandomizedPayloads must be true or false")
+    if randomized and "payloadFile" in doc:
+        warnings.append(f"{src}: useRandomizedPayloads is on: payloadFile is not used")
+        kwargs.pop("payload_file")
+    if randomized:
+        kwargs["random_ratio"] = (_number(doc, "randomBytesRatio", float, src)
+                                  if "randomBytesRatio" in doc else 1.0)
+        kwargs["payload_pool"] = (_number(doc, "randomizedPayloadPoolSize", int, src)
+                                  if "randomizedPayloadPoolSize" in doc else 1)
+    elif "randomBytesRatio" in doc or "randomizedPayloadPoolSize" in doc:
+        warnings.append(f"{src}: randomBytesRatio and randomizedPayloadPoolSize apply only with "
+                        "useRandomizedPayloads: true")
+    if "producerStartRate" in doc:
+        duration = kwargs.get("duration_s", Workload.duration_s)
+        kwargs["rate"], ramp = _ramp(doc, kwargs.get("rate", Workload.rate) if "producerRate" in doc
+                                     else 0.0, duration, src)
+        kwargs["schedule"] = tuple(kwargs.get("schedule", ())) + ramp
+    elif "producerIncrementRate" in doc or "producerIncrementSeconds" in doc:
+        warnings.append(f"{src}: producerIncrementRate and producerIncrementSeconds apply only "
+                        "with producerStartRate")
     try:
         return Workload(**kwargs, warnings=tuple(warnings)).validate()
     except WorkloadError as exc:
@@ -387,7 +554,8 @@ def load_workload(spec: str) -> Workload:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise WorkloadError(f"cannot read workload {src}: {reason}") from None
     else:
-        return parse_workload(_parse_yaml(_read_file(spec, src), src), src)
+        return parse_workload(_parse_yaml(_read_file(spec, src), src), src,
+                              os.path.dirname(os.path.abspath(spec)))
     if _BUNDLED_NAME.fullmatch(spec):
         bundled = resources.files("loadgen") / "workloads" / f"{spec}.yaml"
         if bundled.is_file():

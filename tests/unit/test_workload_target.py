@@ -14,10 +14,13 @@ def test_omb_fields_and_minutes(tmp_path):
         "testDurationMinutes: 15\nwarmupDurationMinutes: 1\nkeyDistributor: NO_KEY\n"
         "payloadFile: payload/payload-100b.data\n"
     )
+    (tmp_path / "payload").mkdir()
+    (tmp_path / "payload" / "payload-100b.data").write_bytes(bytes(range(100)))
     w = load_workload(str(f))
     assert (w.partitions, w.message_size, w.producers, w.consumers) == (16, 100, 2, 4)
     assert w.rate == 50000 and w.duration_s == 900 and w.warmup_s == 60
     assert w.warnings == ()
+    assert w.payloads() == [bytes(range(100))]
 
 
 def test_seconds_override_minutes_and_unknown_key_warns():
