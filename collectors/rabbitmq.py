@@ -84,16 +84,18 @@ class RabbitTelemetry(Collector):
 
     async def _tail_batch(self, client: Client, first: int, count: int) -> None:
         loop = asyncio.get_running_loop()
-        subscribed = []
         for sid in range(count):
             self._waiting[sid] = loop.create_future()
-            try:
-                await client.subscribe(self._streams[first + sid], sid,
-                                       schema.OffsetSpec(constants.OffsetType.LAST),
-                                       initial_credit=1)
-                subscribed.append(sid)
-            except Exception:
+        answers = await asyncio.gather(*(
+            client.subscribe(self._streams[first + sid], sid,
+                             schema.OffsetSpec(constants.OffsetType.LAST), initial_credit=1)
+            for sid in range(count)), return_exceptions=True)
+        subscribed = []
+        for sid, answer in enumerate(answers):
+            if isinstance(answer, BaseException):
                 self._waiting.pop(sid).cancel()
+            else:
+                subscribed.append(sid)
         if subscribed:
             # an empty stream sends nothing: its tail stays where it was
             await asyncio.wait([self._waiting[s] for s in subscribed], timeout=TAIL_WAIT_S)
@@ -103,8 +105,7 @@ class RabbitTelemetry(Collector):
                 self._tails[first + sid] = max(self._tails[first + sid], waiter.result())
             else:
                 waiter.cancel()
-            with contextlib.suppress(Exception):
-                await client.unsubscribe(sid)
+        await asyncio.gather(*(client.unsubscribe(sid) for sid in subscribed), return_exceptions=True)
 
     async def tails(self) -> list[int]:
         """The offset of each stream's last message (-1: none yet)."""
@@ -123,12 +124,11 @@ class RabbitTelemetry(Collector):
 
     async def lag(self) -> LagSnapshot:
         tails = await self.tails()
-        per_partition: dict[int, int] = {}
-        for partition, stream in enumerate(self._streams):
-            total = 0
-            for sub in self._subscriptions:
-                total += max(0, tails[partition] - await self.stored(stream, sub))
-            per_partition[partition] = total
+        pairs = [(p, stream, sub) for p, stream in enumerate(self._streams) for sub in self._subscriptions]
+        stored = await asyncio.gather(*(self.stored(stream, sub) for _, stream, sub in pairs))
+        per_partition = dict.fromkeys(range(len(self._streams)), 0)
+        for (partition, _, _), offset in zip(pairs, stored, strict=True):
+            per_partition[partition] += max(0, tails[partition] - offset)
         return LagSnapshot(sum(per_partition.values()), per_partition, LAG_SOURCE)
 
     def _api(self, path: str) -> Any:
