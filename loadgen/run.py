@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from loadgen.backlog import BacklogWatch
 from loadgen.errors import OutputError, StackError, StreambenchError, WorkloadError
 from loadgen.interventions import (
     FAULT_ACTIONS,
@@ -202,6 +203,10 @@ class Run:
         self.rates = {t.label: workload.rate for t in targets}  # each target's rate now
         self._recovery = RecoveryWatch(workload.subscriptions)
         self._drain = DrainWatch()
+        self._backlog = (BacklogWatch(self.labels, workload.backlog_bytes, workload.drain_ratio,
+                                      workload.message_size, workload.subscriptions)
+                         if workload.backlog_bytes else None)
+        self._actions: set[asyncio.Task[None]] = set()
         self._measure_start_ns: int | None = None  # wall time the measuring phase started
         w = workload
         self.placement = place(w.topics * w.producers, w.topics * w.subscriptions * w.consumers,
@@ -463,7 +468,13 @@ class Run:
                 await self.intervene(Intervention("consumers", label, state="start"))
 
     async def _run_schedule(self, measure_start_mono: int) -> None:
-        """The workload's schedule: each intervention at its time of the measuring phase."""
+        """The workload's schedule: each intervention at its time of the measuring phase. With
+        a backlog phase, the consumers stop when the measuring phase starts."""
+        if self._backlog is not None:
+            await asyncio.sleep(max(0.0, (measure_start_mono - time.monotonic_ns()) / 1e9))
+            self._backlog.started(time.time_ns())
+            for label in self.labels:
+                await self.intervene(Intervention("consumers", label, state="stop"))
         for item in sorted(self.workload.schedule, key=lambda i: i.at_s or 0.0):
             due = measure_start_mono + int((item.at_s or 0.0) * 1e9)
             await asyncio.sleep(max(0.0, (due - time.monotonic_ns()) / 1e9))
@@ -476,6 +487,14 @@ class Run:
     def _follow(self, ticks: list[Tick]) -> None:
         """Recoveries from faults and drains of backlogs, measured on each target's ticks."""
         for t in ticks:
+            step = self._backlog.tick(t) if self._backlog is not None else None
+            if step is not None:
+                kind, detail = step
+                self.publish(RunEvent(time.time_ns(), t.target, kind, detail))
+                if kind == "backlog-built":
+                    task = asyncio.get_running_loop().create_task(self._end_backlog(t.target))
+                    self._actions.add(task)
+                    task.add_done_callback(self._actions.discard)
             rec = self._recovery.tick(t)
             if rec is not None:
                 self.publish(RunEvent(time.time_ns(), t.target, "recovered", rec.detail()))
@@ -484,6 +503,16 @@ class Run:
                 backlog, at_ns = drained
                 self.publish(RunEvent(time.time_ns(), t.target, "backlog-drained",
                                       backlog.detail(at_ns)))
+
+    async def _end_backlog(self, label: str) -> None:
+        """The backlog is built: the target's consumers resume. Its drain is timed by the
+        backlog watch (to OMB's threshold), not by the drain watch (to zero lag)."""
+        try:
+            await self.intervene(Intervention("consumers", label, state="start"))
+        except StreambenchError as exc:
+            self.publish(RunEvent(time.time_ns(), label, "intervention-failed",
+                                  f"consumers=start after the backlog was built: {exc}"))
+        self._drain.stopped(label)
 
     def _unrecovered(self) -> None:
         for rec in self._recovery.pending():

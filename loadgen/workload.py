@@ -58,11 +58,9 @@ _OMB_ACCEPTED = {
 }
 # what OMB does with the fields streambench does not act on yet
 _NOT_ACTED_ON = {
-    "consumerBacklogSizeGB": "OMB pauses the consumers until the backlog reaches this size, "
-                             "then measures the drain; streambench runs without the backlog phase",
-    "backlogDrainRatio": "part of OMB's backlog phase, which streambench does not run",
-    "acceptableBacklog": "part of OMB's backlog phase, which streambench does not run",
-    "producerPauseDuringDrain": "part of OMB's backlog phase, which streambench does not run",
+    "acceptableBacklog": "streambench's backlog phase drains to OMB's own threshold "
+                         "(backlogDrainRatio) and does not read this field",
+    "producerPauseDuringDrain": "the producers keep their rate during streambench's drain",
 }
 MAX_PAYLOAD_POOL_BYTES = 256 * 1024 * 1024  # randomized payloads kept in memory per process
 # ${NAME} and ${NAME:-default} in a workload's values, as newer OMB workload files write them
@@ -125,6 +123,9 @@ class Workload:
     payload_file: str | None = None
     random_ratio: float | None = None
     payload_pool: int = 0
+    # OMB's backlog phase (loadgen.backlog): bytes per subscription, 0 = none
+    backlog_bytes: float = 0.0
+    drain_ratio: float = 1.0
 
     def validate(self) -> Workload:
         def need(cond: bool, what: str) -> None:
@@ -177,6 +178,15 @@ class Workload:
             at_most(self.broker_cpus, MAX_CPUS, "brokerCpus")
         need(self.broker_memory is None or re.fullmatch(r"\d+(\.\d+)?[bkmgBKMG]?", self.broker_memory)
              is not None, f"brokerMemory must be a size like 2.67g or 512m (got {shown(self.broker_memory)})")
+        need(math.isfinite(self.backlog_bytes) and self.backlog_bytes >= 0,
+             f"consumerBacklogSizeGB must be 0 or more (got {shown(self.backlog_bytes)})")
+        need(0.0 <= self.drain_ratio <= 1.0,
+             f"backlogDrainRatio must be between 0 and 1 (got {shown(self.drain_ratio)})")
+        need(not (self.backlog_bytes and self.rate == 0),
+             "consumerBacklogSizeGB needs a fixed producerRate (as in OMB, a backlog phase does "
+             "not run at maximum rate)")
+        need(not (self.backlog_bytes and self.subscriptions == 0),
+             "consumerBacklogSizeGB needs at least one subscription")
         need(self.random_ratio is None or 0.0 <= self.random_ratio <= 1.0,
              f"randomBytesRatio must be between 0 and 1 (got {self.random_ratio})")
         need(0 <= self.payload_pool <= MAX_COUNT * 10,
@@ -217,6 +227,8 @@ class Workload:
             **({"brokerMemory": self.broker_memory} if self.broker_memory is not None else {}),
             **({"schedule": [i.to_schedule() for i in self.schedule]} if self.schedule else {}),
             **({"payloadFile": self.payload_file} if self.payload_file else {}),
+            **({"consumerBacklogSizeGB": self.backlog_bytes / 2**30,
+                "backlogDrainRatio": self.drain_ratio} if self.backlog_bytes else {}),
             **({"useRandomizedPayloads": True, "randomBytesRatio": self.random_ratio,
                 "randomizedPayloadPoolSize": self.payload_pool}
                if self.random_ratio is not None else {}),
@@ -372,6 +384,10 @@ def parse_workload(doc: Any, src: str, base: str | None = None) -> Workload:
         kwargs["schedule"] = parse_schedule(doc["schedule"], src)
     if "warmupDurationMinutes" not in doc and "warmupDurationSeconds" not in doc:
         kwargs["warmup_s"] = 60.0  # OMB's default warm-up is one minute
+    if "consumerBacklogSizeGB" in doc:
+        kwargs["backlog_bytes"] = _number(doc, "consumerBacklogSizeGB", float, src) * 2**30
+    if "backlogDrainRatio" in doc:
+        kwargs["drain_ratio"] = _number(doc, "backlogDrainRatio", float, src)
     for key, what in _NOT_ACTED_ON.items():
         if key in doc:
             warnings.append(f"{src}: {key} is not acted on: {what}")

@@ -239,6 +239,33 @@ def _workload_from(args: argparse.Namespace) -> Any:
     return base.with_overrides(**overrides)
 
 
+def _check_backlog_room(workload: Any, targets: Sequence[Any]) -> None:
+    """A backlog phase (consumerBacklogSizeGB) must fit where the brokers streambench starts keep
+    it: Redis in memory, the others on the disk of the temporary folder (their data folders)."""
+    if not workload.backlog_bytes:
+        return
+    import shutil
+    import tempfile
+
+    import psutil
+
+    need = workload.backlog_bytes * workload.topics
+    started = [t for t in targets if t.runtime != "external"]
+    if any(t.platform.startswith("redis") for t in started):
+        free = psutil.virtual_memory().available
+        if need > free:
+            raise WorkloadError(f"consumerBacklogSizeGB: the backlog ({need / 2**30:.1f} GiB) does "
+                                f"not fit in the {free / 2**30:.1f} GiB of free memory Redis keeps "
+                                "its streams in")
+    if any(not t.platform.startswith("redis") for t in started):
+        folder = tempfile.gettempdir()
+        free = shutil.disk_usage(folder).free
+        if need > free:
+            raise WorkloadError(f"consumerBacklogSizeGB: the backlog ({need / 2**30:.1f} GiB) does "
+                                f"not fit in the {free / 2**30:.1f} GiB free on the disk of {folder}, "
+                                "where the brokers keep their data")
+
+
 def _report(run_dirs: Sequence[Path | str], out: Path | None, master: str | None,
             baseline: str | None = None, formats: str | None = None) -> Path:
     _require_report_extra()
@@ -453,6 +480,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     targets = unique_labels([
         with_run_settings(resolve_target(spec, args.runtime), cpus, memory, args.resources, args.keep)
         for spec in args.targets])
+    _check_backlog_room(workload, targets)
     if not args.headless and not (sys.stdout.isatty() and sys.stdin.isatty()):
         raise StreambenchError("the dashboard needs a terminal; use --headless for scripts and CI")
     run_args = dict(workload=workload, targets=targets, out_dir=args.out,

@@ -126,6 +126,18 @@ def test_every_field_not_acted_on_is_named_in_a_warning():
                         "acceptableBacklog": 100, "producerPauseDuringDrain": True,
                         "randomBytesRatio": 0.5}, "w.yaml")
     text = "\n".join(w.warnings)
-    for key in ("consumerBacklogSizeGB", "backlogDrainRatio", "acceptableBacklog",
-                "producerPauseDuringDrain", "randomBytesRatio"):
+    for key in ("acceptableBacklog", "producerPauseDuringDrain", "randomBytesRatio"):
         assert key in text, key
+    assert "consumerBacklogSizeGB" not in text and "backlogDrainRatio" not in text
+    assert w.backlog_bytes == 2**30 and w.drain_ratio == 0.5
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ({"consumerBacklogSizeGB": -1}, "consumerBacklogSizeGB must be 0 or more"),
+    ({"consumerBacklogSizeGB": 1, "backlogDrainRatio": 2}, "backlogDrainRatio must be between 0 and 1"),
+    ({"consumerBacklogSizeGB": 1, "producerRate": 0}, "needs a fixed producerRate"),
+    ({"consumerBacklogSizeGB": 1, "subscriptionsPerTopic": 0}, "needs at least one subscription"),
+])
+def test_bad_backlog_fields(doc, message):
+    with pytest.raises(WorkloadError, match=message):
+        parse_workload(doc, "w.yaml")
