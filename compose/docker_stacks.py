@@ -24,7 +24,7 @@ KAFKA_IMAGE_ENV = "STREAMBENCH_IMAGE_KAFKA"
 # a compose file of each platform's docker runtime (the others of a platform run the same images)
 _FILES = {"redis": "redis.yml", "kafka": "kafka.yml", "kafka-zk": "kafka-zk.yml",
           "redpanda": "redpanda.yml", "pulsar": "pulsar.yml",
-          "nats": "nats.yml", "pravega": "pravega.yml"}
+          "nats": "nats.yml", "pravega": "pravega.yml", "rabbitmq": "rabbitmq.yml"}
 
 
 def _kafka_image(target: Target) -> dict[str, str]:

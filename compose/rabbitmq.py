@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rstream.client import ClientPool
 
+from compose.docker import ComposeStack
 from compose.net import connect_failure
 from compose.process import (
     LocalNode,
@@ -97,6 +98,27 @@ async def hello(host: str, port: int, user: str, password: str, timeout_s: float
             await asyncio.wait_for(pool.close(), 2.0)
 
 
+ENABLED_PLUGINS = f"[{','.join(PLUGINS)}].\n"
+
+
+def node_config(ports: dict[str, int]) -> str:
+    """rabbitmq.conf of a node streambench starts: every listener on loopback, on its port."""
+    return "\n".join([
+        f"listeners.tcp.1 = 127.0.0.1:{ports['amqp']}",
+        f"stream.listeners.tcp.1 = 127.0.0.1:{ports['stream']}",
+        # what the stream protocol's metadata tells clients to connect to
+        "stream.advertised_host = 127.0.0.1",
+        f"stream.advertised_port = {ports['stream']}",
+        "management.tcp.ip = 127.0.0.1",
+        f"management.tcp.port = {ports['management']}",
+        # per-second figures for the telemetry (default: every 5 s)
+        "collect_statistics_interval = 1000",
+        "log.console = true",
+        "log.file = false",
+        "",
+    ])
+
+
 class RabbitLocalStack(Stack):
     runtime = "local"
     NODE = "rabbitmq"  # the fault hooks' name of the one broker
@@ -116,22 +138,8 @@ class RabbitLocalStack(Stack):
     # -- the node's files ------------------------------------------------------------------
 
     def _write_files(self, root: Path) -> None:
-        p = self._ports
-        (root / "rabbitmq.conf").write_text("\n".join([
-            f"listeners.tcp.1 = 127.0.0.1:{p['amqp']}",
-            f"stream.listeners.tcp.1 = 127.0.0.1:{p['stream']}",
-            # what the stream protocol's metadata tells clients to connect to
-            "stream.advertised_host = 127.0.0.1",
-            f"stream.advertised_port = {p['stream']}",
-            "management.tcp.ip = 127.0.0.1",
-            f"management.tcp.port = {p['management']}",
-            # per-second figures for the telemetry (default: every 5 s)
-            "collect_statistics_interval = 1000",
-            "log.console = true",
-            "log.file = false",
-            "",
-        ]))
-        (root / "enabled_plugins").write_text(f"[{','.join(PLUGINS)}].\n")
+        (root / "rabbitmq.conf").write_text(node_config(self._ports))
+        (root / "enabled_plugins").write_text(ENABLED_PLUGINS)
         (root / "rabbitmq-env.conf").write_text("")  # the machine's /etc one is not read
         home = root / "home"
         home.mkdir()
@@ -306,6 +314,69 @@ class RabbitLocalStack(Stack):
             config={"node": self._node_name, "data_dir": str(self._dir),
                     "epmd_port": str(p.get("epmd", 0)), "plugins": ",".join(PLUGINS)},
         )
+
+
+class RabbitDockerStack(ComposeStack):
+    """One node in a container (compose/rabbitmq.yml) on the host network, configured like the
+    local runtime's node: loopback listeners on ports chosen here, its epmd and distribution
+    port too (a machine's own epmd on 4369 is left alone)."""
+
+    product = "rabbitmq"
+
+    def __init__(self, target: Target, label: str) -> None:
+        super().__init__(target, label)
+        self._ports: dict[str, int] = {}
+        self._dir: Path | None = None
+
+    def files(self) -> list[str]:
+        return ["rabbitmq.yml"]
+
+    def settings(self) -> dict[str, str]:
+        stream = self.take_port(int(self._target.options.get("port") or 0))
+        self._ports = {"stream": stream, "amqp": self.take_port(0), "management": self.take_port(0),
+                       "dist": self.take_port(0), "epmd": self.take_port(0)}
+        remove_stale_dirs(DATA_PREFIX)
+        root = self._dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
+        root.chmod(0o755)  # the container's rabbitmq user reads the files
+        (root / "rabbitmq.conf").write_text(node_config(self._ports))
+        (root / "enabled_plugins").write_text(ENABLED_PLUGINS)
+        for name in ("rabbitmq.conf", "enabled_plugins"):
+            (root / name).chmod(0o644)
+        return {"STREAMBENCH_RABBITMQ_CONF": str(root / "rabbitmq.conf"),
+                "STREAMBENCH_RABBITMQ_PLUGINS": str(root / "enabled_plugins"),
+                "STREAMBENCH_RABBITMQ_NODE": f"streambench-{os.getpid()}@localhost",
+                "STREAMBENCH_RABBITMQ_DIST_PORT": str(self._ports["dist"]),
+                "STREAMBENCH_RABBITMQ_EPMD_PORT": str(self._ports["epmd"])}
+
+    def brokers(self) -> list[str]:
+        return ["rabbitmq"]
+
+    async def probe(self) -> bool:
+        try:
+            self._version = await hello("127.0.0.1", self._ports["stream"], "guest", "guest", 5.0)
+        except Exception:
+            return False
+        return port_in_use(self._ports["management"])
+
+    async def ready(self, timeout_s: float, progress: Progress) -> None:
+        await super().ready(timeout_s, progress)
+        check_version(self._version, f"the image {self._images.get('rabbitmq')}")
+
+    def endpoints(self) -> dict[str, str]:
+        p = self._ports
+        return {"stream": f"127.0.0.1:{p['stream']}", "amqp": f"127.0.0.1:{p['amqp']}",
+                "management": f"http://127.0.0.1:{p['management']}"}
+
+    def config(self) -> dict[str, str]:
+        return {"plugins": ",".join(PLUGINS), "epmd_port": str(self._ports.get("epmd", 0))}
+
+    async def down(self) -> None:
+        try:
+            await super().down()
+        finally:
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                self._dir = None
 
 
 class RabbitExternalStack(Stack):

@@ -45,7 +45,7 @@ from collectors.base import Collector
 from collectors.rabbitmq import RabbitTelemetry
 from collectors.resources import resource_collectors
 from compose.net import connect_failure
-from compose.rabbitmq import RabbitExternalStack, RabbitLocalStack, parse_address
+from compose.rabbitmq import RabbitDockerStack, RabbitExternalStack, RabbitLocalStack, parse_address
 from compose.stack import Stack, StackDescription
 from loadgen.errors import DriverError
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
@@ -364,6 +364,8 @@ class RabbitStreamsDriver(Driver):
 def _stack(target: Target) -> Stack:
     if target.runtime == "external":
         return RabbitExternalStack(target, target.label)
+    if target.runtime == "docker":
+        return RabbitDockerStack(target, target.label)
     return RabbitLocalStack(target, target.label)
 
 
@@ -389,7 +391,7 @@ PLATFORMS = [
         summary="RabbitMQ Streams (stream protocol, publish confirms, stored consumer offsets); "
                 "a partition is a stream",
         options={
-            "port": OptionSpec("loopback stream-protocol port of the local node (default: a free one)",
+            "port": OptionSpec("loopback stream-protocol port of the node (default: a free one)",
                                default=0, parse=parse_port),
             "store_interval_ms": OptionSpec("how often consumers store their offset (ms; always "
                                             "on close)", default=1000, parse=parse_non_negative),
@@ -403,9 +405,9 @@ PLATFORMS = [
             "management_port": OptionSpec("@ADDRESS: port of the management HTTP API on the same "
                                           "host, for broker counters (0 = none)", default=15672,
                                           parse=parse_non_negative),
-            **runtime_options(("local",)),
+            **runtime_options(("docker", "local")),
         },
-        runtimes=("local", "external"),
+        runtimes=("docker", "local", "external"),
         make_stack=_stack,
         make_driver=_driver,
         make_collectors=_collectors,
