@@ -225,8 +225,9 @@ class DashboardApp(App[DashboardResult]):
         self._last_repaint = time.monotonic()
         for column in self._columns.values():
             column.show()
-        if isinstance(self.screen, DetailScreen):
-            self.screen.show()
+        # (a timer may fire while the app closes, with no screen left)
+        if self.screen_stack and isinstance(self.screen_stack[-1], DetailScreen):
+            self.screen_stack[-1].show()
 
     # ---- actions (the key table in tui/keys.py names them) -------------------------------
 
