@@ -203,6 +203,8 @@ def profile(port: int, rate: float, size: int, seconds: float, top: int) -> None
         stats = pstats.Stats(profiler, stream=text)
         stats.sort_stats("tottime").print_stats(top)
         stats.sort_stats("cumulative").print_stats(top)
+        if os.environ.get("PROFILE_CALLERS"):
+            stats.print_callers(os.environ["PROFILE_CALLERS"])
         print(text.getvalue())
 
     run_precise(main())
