@@ -173,6 +173,9 @@ async def test_a_killed_run_replays_and_says_so(recorded_dir: Path, tmp_path: Pa
     (lambda d: (d.mkdir(), (d / "run.json").write_text(
         '{"schema_version": 9, "min_reader_version": 9}')), "upgrade streambench"),
     (lambda d: (d.mkdir(), (d / "run.json").write_text('{"schema_version": 2}')), "has no ticks"),
+    (lambda d: (d.mkdir(), (d / "run.json").write_text('{"schema_version": 2}'),
+                (d / "ticks").mkdir(), (d / "ticks" / "part-00000.parquet").write_bytes(b"PAR1 no")),
+     "cannot be read"),
 ])
 def test_a_bad_run_directory_is_one_line_and_exit_2(tmp_path: Path, make, message: str) -> None:
     run_dir = tmp_path / "run"
