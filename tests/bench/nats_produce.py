@@ -43,12 +43,12 @@ def in_msgs(monitor_port: int) -> int:
 
 
 def streambench_rate(port: int, monitor_port: int, size: int, producers: int, seconds: float,
-                     out: Path) -> float:
+                     out: Path, processes: int) -> float:
     workload = Workload(name="bench-nats", rate=0, message_size=size, producers=producers,
                         subscriptions=0, duration_s=seconds, warmup_s=2)
     before = in_msgs(monitor_port)
     run = Run(workload, unique_labels([resolve_target(f"nats@127.0.0.1:{port}")]), out_dir=out,
-              recorder=ParquetSink)
+              recorder=ParquetSink, processes=min(processes, producers))
     summary = run_precise(run.execute())
     acked, errors = summary.targets[0].produced, summary.targets[0].send_errors
     received = in_msgs(monitor_port) - before
@@ -77,6 +77,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--nats", help="the nats CLI (default: `nats` on PATH)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="load processes of streambench's runs (at most one per connection)")
     args = parser.parse_args()
     server = find_server()
     if server is None:
@@ -99,7 +101,8 @@ def main() -> int:
             print("no `nats` CLI found (--nats PATH): streambench's rate only")
         print(f"{'connections':>11} | {'streambench':>12} | {'nats bench js pub async':>24} | ratio")
         for n in args.connections:
-            ours = streambench_rate(port, monitor_port, args.size, n, args.seconds, work / f"run-{n}")
+            ours = streambench_rate(port, monitor_port, args.size, n, args.seconds, work / f"run-{n}",
+                                    args.processes)
             if cli is None:
                 print(f"{n:>11} | {ours:>10,.0f}/s | {'-':>24} | -")
                 continue
