@@ -42,6 +42,7 @@ from compose.process import (
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
 from loadgen.security import PLAINTEXT, ClientSecurity
+from loadgen.settings import settings_of
 from loadgen.target import Target
 
 # aiokafka logs connection failures at ERROR; without a handler Python prints them on stderr,
@@ -288,6 +289,7 @@ class KafkaLocalStack(Stack):
         self._zk: LocalNode | None = None
         self._brokers: list[LocalNode] = []
         self._layout: _Layout | None = None
+        self._written: dict[str, str] = {}  # the first broker's server.properties
 
     @property
     def _mode(self) -> str:
@@ -325,8 +327,6 @@ class KafkaLocalStack(Stack):
         return found
 
     def _broker_config(self, i: int, data: Path, cluster_rf: int) -> dict[str, object]:
-        assert self._layout is not None
-        lay = self._layout
         common: dict[str, object] = {
             "log.dirs": data,
             "num.partitions": 1,
@@ -337,6 +337,13 @@ class KafkaLocalStack(Stack):
             # of a new group get their partitions at once instead of after 3 s
             "group.initial.rebalance.delay.ms": 0,
         }
+        return {**self._layout_config(i), **common,
+                # `broker.` settings of the target (its profile, config file, its own)
+                **settings_of(self._target, "broker")}
+
+    def _layout_config(self, i: int) -> dict[str, object]:
+        assert self._layout is not None
+        lay = self._layout
         if self._zookeeper:
             return {
                 "broker.id": i,
@@ -344,7 +351,6 @@ class KafkaLocalStack(Stack):
                 "zookeeper.connection.timeout.ms": 18000,
                 "listeners": f"PLAINTEXT://127.0.0.1:{lay.ports[i]}",
                 "advertised.listeners": f"PLAINTEXT://127.0.0.1:{lay.ports[i]}",
-                **common,
             }
         voters = ",".join(f"{n + 1}@127.0.0.1:{p}" for n, p in enumerate(lay.controller_ports))
         return {
@@ -357,7 +363,6 @@ class KafkaLocalStack(Stack):
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            **common,
         }
 
     async def up(self, progress: Progress) -> None:
@@ -373,7 +378,10 @@ class KafkaLocalStack(Stack):
             node_dir = root / f"broker-{i + 1}"
             node_dir.mkdir()
             config = node_dir / "server.properties"
-            config.write_text(_properties(self._broker_config(i, node_dir / "data", rf)))
+            values = self._broker_config(i, node_dir / "data", rf)
+            if i == 0:
+                self._written = {k: str(v) for k, v in values.items()}
+            config.write_text(_properties(values))
             configs.append(config)
         if self._zookeeper:
             self._start_zookeeper(runtime, root)
@@ -533,7 +541,8 @@ class KafkaLocalStack(Stack):
                   "data_dir": str(self._dir)}
         pids = tuple(n.proc.pid for n in self._nodes() if n.proc is not None and n.running)
         return StackDescription(runtime="local", endpoints={"kafka": self._bootstrap()}, pids=pids,
-                                version=self._version, config=config)
+                                version=self._version, config=config,
+                                broker_settings=dict(self._written))
 
 
 def _reason(log: Path) -> str:

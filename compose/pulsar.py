@@ -45,6 +45,7 @@ from compose.process import (
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError, TargetError
 from loadgen.security import PLAINTEXT, ClientSecurity
+from loadgen.settings import settings_of, text
 from loadgen.target import Target
 
 PULSAR_VERSION = "4.0.8"
@@ -228,13 +229,22 @@ class PulsarTargetConfig:
     batch_max_bytes: int
     batch_delay_ms: int
     namespace: str
+    # `producer.` / `consumer.` settings: keyword arguments of create_producer / subscribe,
+    # over streambench's own
+    producer: tuple[tuple[str, Any], ...] = ()
+    consumer: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def of(cls, target: Target) -> PulsarTargetConfig:
         o = target.options
-        return cls(bool(o["persistent"]), str(o["subscription"]), bool(o["batching"]),
-                   int(o["batch_max_messages"]), int(o["batch_max_bytes"]),
-                   int(o["batch_delay_ms"]), str(o["namespace"]))
+        producer = settings_of(target, "producer")
+        return cls(bool(o["persistent"]), str(o["subscription"]),
+                   bool(producer.get("batching_enabled", o["batching"])),
+                   int(producer.get("batching_max_messages", o["batch_max_messages"])),
+                   int(producer.get("batching_max_allowed_size_in_bytes", o["batch_max_bytes"])),
+                   int(producer.get("batching_max_publish_delay_ms", o["batch_delay_ms"])),
+                   str(o["namespace"]), tuple(producer.items()),
+                   tuple(settings_of(target, "consumer").items()))
 
     def describe(self) -> dict[str, str]:
         config = {
@@ -349,6 +359,7 @@ class PulsarLocalStack(Stack):
         self._node: LocalNode | None = None
         self._dir: Path | None = None
         self._version = ""
+        self._written: dict[str, str] = {}  # what the standalone.conf sets over the stock one
 
     @property
     def _service_url(self) -> str:
@@ -387,6 +398,9 @@ class PulsarLocalStack(Stack):
             "listeningInterface": "lo",
             "journalSyncData": "true" if self._fsync else "false",
         }
+        # `broker.` settings of the target (its profile, its config file, its own) over these
+        overrides.update({k: text(v) for k, v in settings_of(self._target, "broker").items()})
+        self._written = overrides
         conf = self._dir / "standalone.conf"
         conf.write_text(standalone_conf((home / "conf" / "standalone.conf").read_text(), overrides))
         return conf
@@ -520,6 +534,7 @@ class PulsarLocalStack(Stack):
             pids=(node.proc.pid,) if node is not None and node.proc is not None and node.running else (),
             version=self._version,
             config=config,
+            broker_settings=dict(self._written),
         )
 
 

@@ -29,6 +29,7 @@ from compose.process import (
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
 from loadgen.security import PLAINTEXT, ClientSecurity
+from loadgen.settings import settings_of
 from loadgen.target import Target
 
 DATA_PREFIX = "streambench-redis-"
@@ -75,16 +76,23 @@ class RedisServerOptions:
     aof: bool
     fsync: str  # appendfsync: everysec | always | no (with aof)
     port: int  # 0: a free loopback port
+    # `conf.` settings: redis-server directives over streambench's own, (name, value)
+    conf: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, target: Target) -> RedisServerOptions:
         o = target.options
-        return cls(bool(o.get("aof")), str(o.get("fsync") or "everysec"), int(o.get("port") or 0))
+        conf = tuple((k, str(v)) for k, v in settings_of(target, "conf").items())
+        return cls(bool(o.get("aof")), str(o.get("fsync") or "everysec"), int(o.get("port") or 0),
+                   conf)
+
+    def directives(self) -> dict[str, str]:
+        """The persistence directives streambench sets, then the `conf.` settings."""
+        own = {"appendonly": "yes", "appendfsync": self.fsync} if self.aof else {"appendonly": "no"}
+        return {**own, **dict(self.conf)}
 
     def argv(self) -> list[str]:
-        if self.aof:
-            return ["--appendonly", "yes", "--appendfsync", self.fsync]
-        return ["--appendonly", "no"]
+        return [arg for name, value in self.directives().items() for arg in (f"--{name}", value)]
 
     def describe(self) -> dict[str, str]:
         config = {"appendonly": "yes" if self.aof else "no"}
@@ -107,9 +115,13 @@ class RedisLocalStack(Stack):
         self._version = ""
 
     def _argv(self, binary: str, port: int, data: Path) -> list[str]:
-        return [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
-                "--save", "", "--daemonize", "no", "--protected-mode", "yes",
-                "--logfile", str(data / "redis.log"), *self._opts.argv()]
+        return [binary, *(arg for name, value in self._own(port, data).items()
+                          for arg in (f"--{name}", value)), *self._opts.argv()]
+
+    @staticmethod
+    def _own(port: int, data: Path) -> dict[str, str]:
+        return {"port": str(port), "bind": "127.0.0.1", "dir": str(data), "save": "",
+                "daemonize": "no", "protected-mode": "yes", "logfile": str(data / "redis.log")}
 
     async def up(self, progress: Progress) -> None:
         announce_runtime(progress, self._label, self._target.options)
@@ -192,6 +204,8 @@ class RedisLocalStack(Stack):
             pids=(pid,) if pid is not None else (),
             version=self._version,
             config=config,
+            broker_settings=({**self._own(self._port, self._dir), **self._opts.directives()}
+                             if self._dir is not None else self._opts.directives()),
         )
 
 

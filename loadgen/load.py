@@ -155,6 +155,7 @@ class TargetLoad:
         self._saturated = ""
         self._reset_interval()
         self.totals = TargetTotals(label)
+        self.settings: dict[str, dict[str, Any]] = {}  # in force (loadgen.settings)
 
     def _reset_interval(self) -> None:
         self.produced = 0
@@ -182,6 +183,7 @@ class TargetLoad:
             await self.driver.create_topic(topic, w.partitions, self.subscriptions)
             self.collectors += self.platform.make_collectors(
                 self.target, self.desc, topic, w.partitions, self.subscriptions)
+        self.settings = await self.driver.settings_in_force()
         for c in self.collectors:
             await c.start()
         await self._start_clients()
@@ -230,6 +232,7 @@ class TargetLoad:
             "containers": list(desc.container_ids) if desc else [],
             "version": desc.version if desc else "",
             "config": desc.config if desc else {},
+            "settings": self.settings,
             "topics": self.topics,
             "subscriptions": self.subscriptions,
         }

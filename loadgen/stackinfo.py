@@ -22,3 +22,6 @@ class StackDescription:
     container_ids: tuple[str, ...] = ()  # broker containers (docker runtime)
     version: str = ""
     config: dict[str, str] = field(default_factory=dict)  # settings worth recording in run.json
+    # what streambench wrote into the brokers' configuration (its own choices and the target's
+    # `broker.` settings), name -> value
+    broker_settings: dict[str, str] = field(default_factory=dict)

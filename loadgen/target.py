@@ -24,6 +24,23 @@ class OptionSpec:
     # non-empty: the option is refused with this line, which never repeats the TARGET (e.g. a
     # password on the command line)
     refuse: str = ""
+    # a namespace of settings (`broker.NAME=VALUE`, loadgen.settings): the option's key is the
+    # namespace, this checks one NAME and VALUE and returns (NAME as recorded, typed value)
+    setting: SettingKind | None = None
+    # an option that stands for settings (profile=NAME, config=FILE): its parsed value gives
+    # `NAMESPACE.NAME` -> raw value, applied under the source `expands_as` unless the TARGET
+    # sets the same key itself
+    expands: Callable[[Any], dict[str, str]] | None = None
+    expands_as: str = ""
+
+
+@dataclass(frozen=True)
+class SettingKind:
+    """What a namespace of settings is: its check, and whether it configures brokers
+    streambench starts (refused for an existing cluster) or the clients and topics."""
+
+    check: Callable[[str, str], tuple[str, Any]]  # raises ValueError on a bad name or value
+    broker: bool = False
 
 
 def parse_bool(text: str) -> bool:
@@ -52,6 +69,9 @@ class Target:
     explicit: frozenset[str] = frozenset()  # options the user set
     address: str | None = None
     label: str = ""  # unique within a run; used in the dashboard and the run files
+    # `NAMESPACE.NAME` settings among the options -> where each came from: "user" (the TARGET
+    # or its config= file) or "profile"
+    sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def runtime(self) -> str:
@@ -85,11 +105,22 @@ def parse_target(spec: str, platforms: dict[str, dict[str, OptionSpec]]) -> Targ
             f"unknown platform {name!r} in target {spec!r}{hint}; known: {', '.join(sorted(platforms))}"
         )
     table = platforms[name]
-    options = {key: opt.default for key, opt in table.items() if not opt.refuse}
+    options = {key: opt.default for key, opt in table.items()
+               if not opt.refuse and opt.setting is None}
     explicit = set()
+    sources: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in opts_text.split(","))):
         key, has_value, raw = item.partition("=")
         key = key.strip()
+        if key not in table and "." in key and _namespace(table, key) is not None:
+            if not has_value:
+                raise TargetError(f"setting {key!r} of {name} needs a value: {key}=VALUE")
+            full = _setting(name, table, key, raw.strip(), options)
+            if full in explicit:
+                raise TargetError(f"setting {full} given twice in target {spec!r}")
+            explicit.add(full)
+            sources[full] = "user"
+            continue
         if key not in table:
             close = difflib.get_close_matches(key, list(table), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
@@ -112,7 +143,51 @@ def parse_target(spec: str, platforms: dict[str, dict[str, OptionSpec]]) -> Targ
         except ValueError as exc:
             raise TargetError(f"option {key}={raw!r} of {name}: {exc}") from None
         explicit.add(key)
-    return Target(spec, name, options, frozenset(explicit), address, label=spec.strip())
+    # profile= first, then config=: a file's settings win over a profile's, the TARGET's own
+    # over both
+    for key, opt in table.items():
+        if opt.expands is None or options.get(key) is None:
+            continue
+        for setting, raw in opt.expands(options[key]).items():
+            if _namespace(table, setting) is None:
+                known = ", ".join(sorted(k for k, o in table.items() if o.setting)) or "none"
+                raise TargetError(f"{key}={options[key]}: {setting!r} is not a NAMESPACE.NAME "
+                                  f"setting of {name} (namespaces: {known})")
+            checked: dict[str, Any] = {}
+            try:
+                full = _setting(name, table, setting, str(raw), checked)
+            except TargetError as exc:
+                raise TargetError(f"{key}={options[key]}: {exc}") from None
+            if full in explicit:  # the TARGET's own value stands
+                continue
+            options.update(checked)
+            sources[full] = opt.expands_as or "user"
+    return Target(spec, name, options, frozenset(explicit), address, label=spec.strip(),
+                  sources=sources)
+
+
+def _namespace(table: dict[str, OptionSpec], key: str) -> SettingKind | None:
+    opt = table.get(key.partition(".")[0])
+    return opt.setting if opt is not None else None
+
+
+def _setting(platform: str, table: dict[str, OptionSpec], key: str, raw: str,
+             into: dict[str, Any] | None = None) -> str:
+    """Check `NAMESPACE.NAME=raw` against its namespace; store the typed value under
+    `NAMESPACE.RECORDED_NAME` in `into`; returns that key."""
+    namespace, _, setting = key.partition(".")
+    kind = _namespace(table, key)
+    assert kind is not None
+    if not setting:
+        raise TargetError(f"setting {key!r} of {platform}: expected {namespace}.NAME=VALUE")
+    try:
+        recorded, value = kind.check(setting, raw)
+    except ValueError as exc:
+        raise TargetError(f"setting {key}={raw!r} of {platform}: {exc}") from None
+    full = f"{namespace}.{recorded}"
+    if into is not None:
+        into[full] = value
+    return full
 
 
 def unique_labels(targets: list[Target]) -> list[Target]:

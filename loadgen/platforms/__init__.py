@@ -68,4 +68,12 @@ def resolve_target(spec: str, runtime: str | None = None) -> Target:
         raise TargetError(f"target {spec!r}: an @ADDRESS target uses an existing server; "
                           "runtime= and port= do not apply")
     runtimes = tuple(r for r in PLATFORMS[target.platform].runtimes if r != "external")
-    return place(target, runtimes, runtime)
+    placed = place(target, runtimes, runtime)
+    table = PLATFORMS[target.platform].options
+    broker = sorted(k for k in placed.sources
+                    if (kind := table[k.partition(".")[0]].setting) is not None and kind.broker)
+    if broker and placed.runtime != "local":
+        where = "an existing cluster" if placed.runtime == "external" else f"the {placed.runtime} runtime"
+        raise TargetError(f"{', '.join(broker)}: broker settings apply to brokers streambench starts "
+                          f"itself (runtime=local), not to {where}; client and topic settings do")
+    return placed

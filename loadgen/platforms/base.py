@@ -6,6 +6,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -108,3 +109,9 @@ class Driver(ABC):
 
     def version(self) -> str:
         return ""
+
+    async def settings_in_force(self) -> dict[str, dict[str, Any]]:
+        """The target's settings in force, `NAMESPACE.NAME` -> {"value", "source",
+        "read_back"} (loadgen.settings.SettingsRecord), read back from the broker where it
+        tells them. Default: none known."""
+        return {}

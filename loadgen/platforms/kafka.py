@@ -16,6 +16,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.partitioner import DefaultPartitioner
 
@@ -35,9 +36,20 @@ from compose.net import connect_failure
 from compose.stack import Stack, StackDescription
 from loadgen.errors import DriverError, StackError
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
+from loadgen.platforms.config_names import KAFKA_BROKER, KAFKA_TOPIC
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
 from loadgen.security import KAFKA_SECURITY_OPTIONS, ClientSecurity
+from loadgen.settings import (
+    SettingsRecord,
+    config_option,
+    kwargs_check,
+    names_check,
+    namespace,
+    profile_option,
+    settings_of,
+    signature_defaults,
+)
 from loadgen.target import OptionSpec, Target, parse_bool, parse_positive_int
 
 INTENDED_HEADER = "t"
@@ -64,6 +76,12 @@ class KafkaClientOptions:
     topic: str | None  # a topic the user named (it outlives the run)
     reuse_topic: bool
     security: ClientSecurity  # SASL and TLS of every client (existing clusters)
+    # `producer.`, `consumer.`, `admin.` settings (aiokafka keyword arguments over streambench's
+    # own) and `topic.` settings (topic configs at creation), (name, value)
+    producer: tuple[tuple[str, Any], ...] = ()
+    consumer: tuple[tuple[str, Any], ...] = ()
+    admin: tuple[tuple[str, Any], ...] = ()
+    topic_configs: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, target: Target) -> KafkaClientOptions:
@@ -82,6 +100,10 @@ class KafkaClientOptions:
             replication=int(o.get("replication") or 0), flush_messages=maybe_int("flush_messages"),
             flush_ms=maybe_int("flush_ms"), topic=str(o["topic"]) if o.get("topic") else None,
             reuse_topic=bool(o.get("reuse_topic")), security=ClientSecurity.of(target),
+            producer=tuple(settings_of(target, "producer").items()),
+            consumer=tuple(settings_of(target, "consumer").items()),
+            admin=tuple(settings_of(target, "admin").items()),
+            topic_configs=tuple((k, str(v)) for k, v in settings_of(target, "topic").items()),
         )
 
     def client(self) -> dict[str, Any]:
@@ -226,7 +248,8 @@ class KafkaConsumer(Consumer):
 
 
 class KafkaDriver(Driver):
-    def __init__(self, target: Target, bootstrap: str, product: str) -> None:
+    def __init__(self, target: Target, bootstrap: str, product: str,
+                 desc: StackDescription | None = None) -> None:
         self._target = target
         self._bootstrap = bootstrap
         self._product = product
@@ -234,14 +257,13 @@ class KafkaDriver(Driver):
         self._admin: AIOKafkaAdminClient | None = None
         self._brokers = 0
         self._created: set[str] = set()
+        self._broker_written = dict(desc.broker_settings) if desc is not None else {}
 
     def _where(self) -> str:
         return f"{self._product} at {self._bootstrap}"
 
     async def connect(self) -> None:
-        self._admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap,
-                                          request_timeout_ms=REQUEST_TIMEOUT_MS,
-                                          client_id="streambench-admin", **self._opts.client())
+        self._admin = AIOKafkaAdminClient(**self._admin_kwargs())
         try:
             await asyncio.wait_for(self._admin.start(), 15)
             cluster = await asyncio.wait_for(self._admin.describe_cluster(), 15)
@@ -262,7 +284,97 @@ class KafkaDriver(Driver):
             configs["flush.messages"] = str(self._opts.flush_messages)
         if self._opts.flush_ms is not None:
             configs["flush.ms"] = str(self._opts.flush_ms)
-        return configs
+        return {**configs, **dict(self._opts.topic_configs)}
+
+    def _admin_kwargs(self) -> dict[str, Any]:
+        return {"bootstrap_servers": self._bootstrap, "request_timeout_ms": REQUEST_TIMEOUT_MS,
+                "client_id": "streambench-admin", **dict(self._opts.admin), **self._opts.client()}
+
+    def _producer_kwargs(self, index: int) -> dict[str, Any]:
+        """AIOKafkaProducer's keyword arguments: streambench's, then the `producer.` settings."""
+        opts = self._opts
+        return {"bootstrap_servers": self._bootstrap, "client_id": f"streambench-producer-{index}",
+                "acks": opts.acks, "linger_ms": opts.linger_ms, "max_batch_size": opts.batch_size,
+                "compression_type": opts.compression, "enable_idempotence": opts.idempotence,
+                "request_timeout_ms": REQUEST_TIMEOUT_MS, **dict(opts.producer), **opts.client()}
+
+    def _consumer_kwargs(self, group: str, index: int) -> dict[str, Any]:
+        """AIOKafkaConsumer's keyword arguments: streambench's, then the `consumer.` settings."""
+        opts = self._opts
+        return {"bootstrap_servers": self._bootstrap, "group_id": group,
+                "client_id": f"streambench-consumer-{index}", "enable_auto_commit": True,
+                "auto_commit_interval_ms": opts.commit_interval_ms,
+                "auto_offset_reset": "earliest", "fetch_min_bytes": opts.fetch_min_bytes,
+                "fetch_max_wait_ms": opts.fetch_max_wait_ms, "heartbeat_interval_ms": 1000,
+                "request_timeout_ms": REQUEST_TIMEOUT_MS, **dict(opts.consumer), **opts.client()}
+
+    async def settings_in_force(self) -> dict[str, dict[str, Any]]:
+        """The clients' keyword arguments, and the broker's and the topic's configs as the
+        first broker describes them (DescribeConfigs)."""
+        record = SettingsRecord(self._target)
+        explicit = self._target.explicit
+        # keyword arguments that follow a plain option of the target
+        plain = {"acks": "acks", "linger_ms": "linger_ms", "max_batch_size": "batch_size",
+                 "compression_type": "compression", "enable_idempotence": "idempotence",
+                 "fetch_min_bytes": "fetch_min_bytes", "fetch_max_wait_ms": "fetch_max_wait_ms",
+                 "auto_commit_interval_ms": "commit_interval_ms",
+                 "flush.messages": "flush_messages", "flush.ms": "flush_ms"}
+        user = [k for k, option in plain.items() if option in explicit]
+        secret = set(self._opts.client())
+        for space, kwargs in (("producer", self._producer_kwargs(0)),
+                              ("consumer", self._consumer_kwargs("GROUP", 0)),
+                              ("admin", self._admin_kwargs())):
+            # the address and the names are in the run files already
+            shown = {k: v for k, v in kwargs.items()
+                     if k not in secret and k not in ("client_id", "group_id", "bootstrap_servers")}
+            record.add(space, shown, read_back=False, streambench=shown, user=user)
+        if self._admin is not None:
+            for space, configs in await self._described_configs():
+                record.add(space, {k: v for k, (v, _d) in sorted(configs.items())}, read_back=True,
+                           streambench=self._written(space),
+                           defaults=[k for k, (_v, d) in configs.items() if d], user=user)
+        record.add_requested()
+        return record.result()
+
+    def _written(self, space: str) -> dict[str, str]:
+        if space == "broker":
+            return self._broker_written
+        return self._topic_configs()
+
+    async def _described_configs(self) -> list[tuple[str, dict[str, tuple[str, bool]]]]:
+        """(namespace, name -> (value, is the platform's default)) of the first broker and of
+        the run's first topic; nothing when the cluster refuses (e.g. no DESCRIBE_CONFIGS ACL)."""
+        assert self._admin is not None
+        resources = []
+        try:
+            cluster = await self._admin.describe_cluster()
+            node = min(int(b["node_id"]) for b in cluster["brokers"])
+            resources.append(("broker", ConfigResource(ConfigResourceType.BROKER, str(node))))
+        except (KafkaError, OSError, ValueError, KeyError):
+            pass
+        if self._created or self._opts.topic:
+            topic = sorted(self._created)[0] if self._created else str(self._opts.topic)
+            resources.append(("topic", ConfigResource(ConfigResourceType.TOPIC, topic)))
+        found = []
+        for space, resource in resources:
+            try:
+                (response,) = await asyncio.wait_for(self._admin.describe_configs([resource]), 15)
+            except (KafkaError, OSError, TimeoutError, ValueError):
+                continue
+            for error_code, _message, _type, _name, entries in response.resources:
+                if error_code:
+                    continue
+                configs = {}
+                for entry in entries:
+                    name, value, source = entry[0], entry[1], entry[3]
+                    # v0 tells is_default; later versions the source (4 static broker config,
+                    # 5 default: for a topic both are the broker's, not the topic's)
+                    default = bool(source) if response.API_VERSION == 0 else (
+                        source == 5 or (space == "topic" and source in (3, 4, 5)))
+                    configs[name] = ("(sensitive)" if value is None and entry[4] else value or "",
+                                     default)
+                found.append((space, configs))
+        return found
 
     async def create_topic(self, name: str, partitions: int, subscriptions: list[str]) -> None:
         assert self._admin is not None
@@ -341,15 +453,9 @@ class KafkaDriver(Driver):
 
     async def producer(self, topic: str, index: int) -> Producer:
         name = topic_name(self._target, topic)
-        opts = self._opts
         try:
-            producer = AIOKafkaProducer(
-                bootstrap_servers=self._bootstrap, client_id=f"streambench-producer-{index}",
-                acks=opts.acks, linger_ms=opts.linger_ms, max_batch_size=opts.batch_size,
-                compression_type=opts.compression, enable_idempotence=opts.idempotence,
-                request_timeout_ms=REQUEST_TIMEOUT_MS, **opts.client(),
-            )
-        except (ValueError, RuntimeError) as exc:
+            producer = AIOKafkaProducer(**self._producer_kwargs(index))
+        except (ValueError, RuntimeError, TypeError, AssertionError) as exc:
             raise DriverError(f"cannot make a Kafka producer with {self._target.spec}: {exc}") from None
         try:
             await producer.start()
@@ -362,14 +468,10 @@ class KafkaDriver(Driver):
     async def consumer(self, topic: str, subscription: str, index: int, track_ids: bool) -> Consumer:
         name = topic_name(self._target, topic)
         group = group_id(name, subscription)
-        opts = self._opts
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._bootstrap, group_id=group, client_id=f"streambench-consumer-{index}",
-            enable_auto_commit=True, auto_commit_interval_ms=opts.commit_interval_ms,
-            auto_offset_reset="earliest", fetch_min_bytes=opts.fetch_min_bytes,
-            fetch_max_wait_ms=opts.fetch_max_wait_ms, heartbeat_interval_ms=1000,
-            request_timeout_ms=REQUEST_TIMEOUT_MS, **opts.client(),
-        )
+        try:
+            consumer = AIOKafkaConsumer(**self._consumer_kwargs(group, index))
+        except (ValueError, RuntimeError, TypeError, AssertionError) as exc:
+            raise DriverError(f"cannot make a Kafka consumer with {self._target.spec}: {exc}") from None
         assignments = _Assignments()
         consumer.subscribe([name], listener=assignments)
         try:
@@ -432,6 +534,84 @@ TOPIC_OPTIONS = {
 }
 
 
+_CLIENT_SET_BY_STREAMBENCH = {
+    "loop": "streambench's event loop", "bootstrap_servers": "the target's address",
+    "client_id": "one per client", "group_id": "one group per topic and subscription",
+    "topics": "the run's topics", "key_serializer": "streambench sends bytes",
+    "value_serializer": "streambench sends bytes", "key_deserializer": "streambench reads bytes",
+    "value_deserializer": "streambench reads bytes", "partitioner": "not settable here",
+    "partition_assignment_strategy": "not settable here",
+    "enable_auto_commit": "the consumer group's committed lag counts on it",
+    "sasl_oauth_token_provider": "not settable here",
+    **{k: "use the TARGET's sasl=, user=, password_file=/password_env=, tls, ca=, cert= options"
+       for k in ("security_protocol", "ssl_context", "sasl_mechanism", "sasl_plain_username",
+                 "sasl_plain_password", "sasl_kerberos_service_name", "sasl_kerberos_domain_name")},
+}
+# Java client settings aiokafka lacks, with what comes closest
+_NO_EQUIVALENT = {
+    "buffer.memory": "aiokafka has no memory pool; max_batch_size bounds a partition's batch",
+    "max.block.ms": "aiokafka does not block a send", "retries": "aiokafka retries until "
+    "request_timeout_ms", "delivery.timeout.ms": "use request_timeout_ms",
+    "max.in.flight.requests.per.connection": "aiokafka keeps one request per partition in flight",
+    "partitioner.class": "aiokafka takes a partitioner object, not a class name",
+    "send.buffer.bytes": "not configurable in aiokafka",
+    "receive.buffer.bytes": "not configurable in aiokafka",
+    "default.api.timeout.ms": "use request_timeout_ms",
+    "allow.auto.create.topics": "streambench creates its topics",
+    "client.dns.lookup": "not configurable in aiokafka",
+}
+_BROKER_SET_BY_STREAMBENCH = {
+    **{k: "streambench lays out the brokers' loopback listeners (use port=N)"
+       for k in ("listeners", "advertised.listeners", "controller.listener.names",
+                 "controller.quorum.voters", "inter.broker.listener.name",
+                 "listener.security.protocol.map", "zookeeper.connect")},
+    **{k: "streambench numbers the brokers" for k in ("node.id", "broker.id")},
+    "process.roles": "combined broker+controller nodes (kafka) or brokers (kafka-zk)",
+    **{k: "each broker has a data directory of its own" for k in ("log.dirs", "log.dir")},
+}
+PROFILES = {
+    # what streambench already does, spelled out: no linger, a fetch answered by the first byte
+    "latency": {"producer.linger_ms": "0", "consumer.fetch_min_bytes": "1"},
+    "throughput": {"producer.linger_ms": "10", "producer.max_batch_size": "1048576",
+                   "consumer.fetch_min_bytes": "65536", "consumer.fetch_max_wait_ms": "100"},
+    # fsync of every message before it is acknowledged
+    "durable": {"topic.flush.messages": "1"},
+}
+
+
+def _setting_options(local_brokers: bool) -> dict[str, OptionSpec]:
+    producer = signature_defaults(AIOKafkaProducer.__init__)
+    consumer = signature_defaults(AIOKafkaConsumer.__init__)
+    admin = signature_defaults(AIOKafkaAdminClient.__init__)
+    found = {
+        "producer": namespace("producer.NAME=VALUE: an aiokafka producer setting (Java names "
+                              "such as linger.ms map to linger_ms)",
+                              kwargs_check(producer, "aiokafka's producer",
+                                           aliases={"batch.size": "max_batch_size"},
+                                           no_equivalent=_NO_EQUIVALENT,
+                                           controlled=_CLIENT_SET_BY_STREAMBENCH)),
+        "consumer": namespace("consumer.NAME=VALUE: an aiokafka consumer setting",
+                              kwargs_check(consumer, "aiokafka's consumer",
+                                           no_equivalent=_NO_EQUIVALENT,
+                                           controlled=_CLIENT_SET_BY_STREAMBENCH)),
+        "admin": namespace("admin.NAME=VALUE: an aiokafka admin client setting",
+                           kwargs_check(admin, "aiokafka's admin client",
+                                        no_equivalent=_NO_EQUIVALENT,
+                                        controlled=_CLIENT_SET_BY_STREAMBENCH)),
+        "topic": namespace("topic.NAME=VALUE: a topic config at creation (e.g. "
+                           "topic.min.insync.replicas=2)",
+                           names_check(KAFKA_TOPIC, "Kafka topic config")),
+        "profile": profile_option(PROFILES),
+        "config": config_option(),
+    }
+    if local_brokers:
+        found["broker"] = namespace("broker.NAME=VALUE: a server.properties setting of the local "
+                                    "brokers (e.g. broker.num.io.threads=8)",
+                                    names_check(KAFKA_BROKER, "Kafka broker config",
+                                                _BROKER_SET_BY_STREAMBENCH), broker=True)
+    return found
+
+
 def _local_options(version: OptionSpec) -> dict[str, OptionSpec]:
     return {
         "brokers": OptionSpec("brokers of the cluster, each on its own loopback ports (docker: "
@@ -480,7 +660,7 @@ def _redpanda_stack(target: Target) -> Stack:
 
 def _driver(product: str) -> Any:
     def make(target: Target, desc: StackDescription) -> Driver:
-        return KafkaDriver(target, desc.endpoints["kafka"], product)
+        return KafkaDriver(target, desc.endpoints["kafka"], product, desc)
     return make
 
 
@@ -502,6 +682,7 @@ PLATFORMS = [
             **_local_options(OptionSpec("Kafka release: 3.9, 4 or an exact 3.9.x / 4.x.y",
                                         default=KAFKA_3, parse=parse_version)),
             **CLIENT_OPTIONS, **TOPIC_OPTIONS, **KAFKA_SECURITY_OPTIONS,
+            **_setting_options(local_brokers=True),
         },
         runtimes=("docker", "local", "external"),
         address_example="HOST:PORT[,HOST:PORT...]",
@@ -516,6 +697,7 @@ PLATFORMS = [
             **_local_options(OptionSpec("Kafka release (ZooKeeper mode: 3.9 only)",
                                         default=KAFKA_3, parse=parse_zookeeper_version)),
             **CLIENT_OPTIONS, **TOPIC_OPTIONS, **KAFKA_SECURITY_OPTIONS,
+            **_setting_options(local_brokers=True),
         },
         runtimes=("docker", "local", "external"),
         address_example="HOST:PORT[,HOST:PORT...]",
@@ -533,6 +715,7 @@ PLATFORMS = [
                                "next ports (default: free ones)", default=0, parse=parse_port),
             **runtime_options(("docker",)),
             **CLIENT_OPTIONS, **TOPIC_OPTIONS, **KAFKA_SECURITY_OPTIONS,
+            **_setting_options(local_brokers=False),
         },
         runtimes=("docker", "external"),
         address_example="HOST:PORT[,HOST:PORT...]",

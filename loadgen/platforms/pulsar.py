@@ -70,9 +70,19 @@ from loadgen.platforms.base import (
     Producer,
     ReceivedBatch,
 )
+from loadgen.platforms.config_names import PULSAR_BROKER
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import Platform, parse_port
 from loadgen.security import PLAINTEXT, PULSAR_SECURITY_OPTIONS, ClientSecurity
+from loadgen.settings import (
+    SettingsRecord,
+    config_option,
+    kwargs_check,
+    names_check,
+    namespace,
+    profile_option,
+    signature_defaults,
+)
 from loadgen.target import OptionSpec, Target, parse_bool, parse_positive_int
 
 SEND_TIME = "t"
@@ -339,7 +349,10 @@ def client_security(security: ClientSecurity) -> dict[str, Any]:
 
 class PulsarDriver(Driver):
     def __init__(self, service_url: str, admin_url: str, config: PulsarTargetConfig,
-                 security: ClientSecurity = PLAINTEXT) -> None:
+                 security: ClientSecurity = PLAINTEXT, target: Target | None = None,
+                 desc: StackDescription | None = None) -> None:
+        self._target = target
+        self._desc = desc
         self._service_url = service_url
         self._admin = PulsarAdmin(admin_url, security=security)
         self._config = config
@@ -392,25 +405,69 @@ class PulsarDriver(Driver):
         with contextlib.suppress(AdminError):
             await self._admin.delete(f"{self._path(name)}/partitions?force=true")
 
+    def producer_kwargs(self) -> dict[str, Any]:
+        """create_producer's keyword arguments: streambench's, then the `producer.` settings."""
+        c = self._config
+        return {
+            "batching_enabled": c.batching,
+            "batching_max_messages": c.batch_max_messages,
+            "batching_max_allowed_size_in_bytes": c.batch_max_bytes,
+            "batching_max_publish_delay_ms": c.batch_delay_ms,
+            # key_shared consumers get whole batches: batch per key so keys stay together
+            "batching_type": (pulsar.BatchingType.KeyBased if c.subscription == "key_shared"
+                              else pulsar.BatchingType.Default),
+            "max_pending_messages": MAX_PENDING,
+            "block_if_queue_full": False,  # never block the event loop's thread
+            **dict(c.producer),
+        }
+
+    def consumer_kwargs(self) -> dict[str, Any]:
+        """subscribe's keyword arguments: streambench's, then the `consumer.` settings."""
+        return {"consumer_type": SUBSCRIPTION_TYPES[self._config.subscription],
+                "receiver_queue_size": RECEIVER_QUEUE,
+                "initial_position": pulsar.InitialPosition.Earliest, **dict(self._config.consumer)}
+
+    async def settings_in_force(self) -> dict[str, dict[str, Any]]:
+        if self._target is None:
+            return {}
+        record = SettingsRecord(self._target)
+        explicit = self._target.explicit
+        old = {"batching_enabled": "batching", "batching_max_messages": "batch_max_messages",
+               "batching_max_allowed_size_in_bytes": "batch_max_bytes",
+               "batching_max_publish_delay_ms": "batch_delay_ms"}
+        user = [k for k, option in old.items() if option in explicit]
+        record.add("producer", self.producer_kwargs(), read_back=False,
+                   streambench=self.producer_kwargs(), user=user)
+        record.add("consumer", self.consumer_kwargs(), read_back=False,
+                   streambench=self.consumer_kwargs(),
+                   user=["consumer_type"] if "subscription" in explicit else [])
+        written = self._desc.broker_settings if self._desc is not None else {}
+        try:
+            # the values the broker runs with (superuser only on a cluster with authorization)
+            runtime = await self._admin.get("/admin/v2/brokers/configuration/runtime")
+        except (OSError, AdminError, ValueError):
+            runtime = None
+        if isinstance(runtime, dict):
+            record.add("broker", {k: runtime[k] for k in sorted(runtime)}, read_back=True,
+                       streambench=written, user=["journalSyncData"] if "fsync" in explicit else [])
+        # what the standalone.conf sets that the broker's runtime configuration does not list
+        # (the in-process bookie's settings, e.g. journalSyncData)
+        rest = {k: v for k, v in written.items() if f"broker.{k}" not in record.entries}
+        record.add("broker", rest, read_back=False, streambench=written,
+                   user=["journalSyncData"] if "fsync" in explicit else [])
+        record.add_requested()
+        return record.result()
+
     async def producer(self, topic: str, index: int) -> Producer:
         assert self._client is not None
         c = self._config
+        kwargs = self.producer_kwargs()
         handles = []
         try:
             for partition in range(self._partitions.get(topic, 1)):
                 handles.append(await self._client.create_producer(
-                    f"{self._name(topic)}-partition-{partition}",
-                    batching_enabled=c.batching,
-                    batching_max_messages=c.batch_max_messages,
-                    batching_max_allowed_size_in_bytes=c.batch_max_bytes,
-                    batching_max_publish_delay_ms=c.batch_delay_ms,
-                    # key_shared consumers get whole batches: batch per key so keys stay together
-                    batching_type=(pulsar.BatchingType.KeyBased if c.subscription == "key_shared"
-                                   else pulsar.BatchingType.Default),
-                    max_pending_messages=MAX_PENDING,
-                    block_if_queue_full=False,  # never block the event loop's thread
-                ))
-        except pulsar_asyncio.PulsarException as exc:
+                    f"{self._name(topic)}-partition-{partition}", **kwargs))
+        except (pulsar_asyncio.PulsarException, TypeError, ValueError) as exc:
             for handle in handles:
                 with contextlib.suppress(pulsar_asyncio.PulsarException):
                     await handle.close()
@@ -428,10 +485,9 @@ class PulsarDriver(Driver):
                               "key_shared or failover")
         try:
             handle = await self._client.subscribe(
-                self._name(topic), subscription, consumer_type=SUBSCRIPTION_TYPES[kind],
-                consumer_name=f"{subscription}-{index}", receiver_queue_size=RECEIVER_QUEUE,
-                initial_position=pulsar.InitialPosition.Earliest)
-        except pulsar_asyncio.PulsarException as exc:
+                self._name(topic), subscription, consumer_name=f"{subscription}-{index}",
+                **self.consumer_kwargs())
+        except (pulsar_asyncio.PulsarException, TypeError, ValueError) as exc:
             raise DriverError(f"cannot subscribe {subscription} ({kind}) to {self._name(topic)}: "
                               f"{exc}") from None
         return PulsarConsumer(handle, track_ids, numbered=not self._config.persistent)
@@ -468,7 +524,7 @@ def _stack(target: Target) -> Stack:
 
 def _driver(target: Target, desc: StackDescription) -> Driver:
     return PulsarDriver(desc.endpoints["pulsar"], desc.endpoints[ADMIN_ENDPOINT],
-                        PulsarTargetConfig.of(target), ClientSecurity.of(target))
+                        PulsarTargetConfig.of(target), ClientSecurity.of(target), target, desc)
 
 
 def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
@@ -480,6 +536,53 @@ def _collectors(target: Target, desc: StackDescription, topic: str, partitions: 
                                               subscriptions, c.batching)]
     found[:0] = resource_collectors(target, desc)
     return found
+
+
+_SET_BY_STREAMBENCH = {
+    "topic": "the run's topics", "subscription_name": "the workload's subscriptions",
+    "consumer_name": "one per consumer", "producer_name": "the client names each producer",
+    "schema": "streambench sends bytes", "message_listener": "streambench receives itself",
+    "message_router": "streambench routes itself", "crypto_key_reader": "not settable here",
+    "properties": "not settable here", "batch_receive_policy": "not settable here",
+    "key_shared_policy": "not settable here", "dead_letter_policy": "not settable here",
+    "is_pattern_topic": "not settable here",
+    "consumer_type": "use pulsar:subscription=shared|key_shared|failover|exclusive",
+    "block_if_queue_full": "a full queue must never block the event loop's thread",
+}
+_BROKER_SET_BY_STREAMBENCH = {
+    "bindAddress": "the standalone listens on 127.0.0.1",
+    "advertisedAddress": "the standalone listens on 127.0.0.1",
+    "brokerServicePort": "use pulsar:port=N", "webServicePort": "use pulsar:admin_port=N",
+    "clusterName": "the standalone's cluster is 'standalone'",
+    "listeningInterface": "the bookie listens on loopback",
+    "functionsWorkerEnabled": "the function worker is off",
+}
+# the stock waits of a standalone at low rates (the README tells their measured effect)
+PROFILES = {
+    "latency": {"broker.managedLedgerNewEntriesCheckDelayInMillis": "0",
+                "broker.journalMaxGroupWaitMSec": "0", "producer.batching_enabled": "false"},
+    "durable": {"broker.journalSyncData": "true"},
+}
+
+
+def _setting_options() -> dict[str, OptionSpec]:
+    producer = signature_defaults(pulsar_asyncio.Client.create_producer)
+    consumer = signature_defaults(pulsar_asyncio.Client.subscribe)
+    return {
+        "broker": namespace("broker.KEY=VALUE: a key of the local standalone's standalone.conf",
+                            names_check(PULSAR_BROKER, "key of Pulsar's standalone.conf or "
+                                        "broker.conf", _BROKER_SET_BY_STREAMBENCH), broker=True),
+        "producer": namespace("producer.NAME=VALUE: a keyword argument of pulsar-client's "
+                              "create_producer (e.g. producer.batching_enabled=false)",
+                              kwargs_check(producer, "pulsar-client create_producer",
+                                           controlled=_SET_BY_STREAMBENCH)),
+        "consumer": namespace("consumer.NAME=VALUE: a keyword argument of pulsar-client's "
+                              "subscribe (e.g. consumer.receiver_queue_size=100)",
+                              kwargs_check(consumer, "pulsar-client subscribe",
+                                           controlled=_SET_BY_STREAMBENCH)),
+        "profile": profile_option(PROFILES),
+        "config": config_option(),
+    }
 
 
 PLATFORMS = [
@@ -511,6 +614,7 @@ PLATFORMS = [
                                     parse=parse_namespace),
             **runtime_options(("docker", "local")),
             **PULSAR_SECURITY_OPTIONS,
+            **_setting_options(),
         },
         runtimes=("docker", "local", "external"),
         address_example="pulsar://HOST:6650,http://HOST:8080",

@@ -31,10 +31,18 @@ from loadgen.platforms.base import (
     Producer,
     ReceivedBatch,
 )
+from loadgen.platforms.config_names import REDIS_DIRECTIVES
 from loadgen.platforms.resp import RespConnection, RespError, encode
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
 from loadgen.security import PLAINTEXT, REDIS_SECURITY_OPTIONS, ClientSecurity
+from loadgen.settings import (
+    SettingsRecord,
+    config_option,
+    names_check,
+    namespace,
+    profile_option,
+)
 from loadgen.target import OptionSpec, Target, parse_bool
 
 READ_COUNT = 1000
@@ -226,9 +234,16 @@ class RedisConsumer(Consumer):
         await self._conn.close()
 
 
+def _str(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
 class RedisStreamsDriver(Driver):
     def __init__(self, host: str, port: int, maxlen: int = 0,
-                 security: ClientSecurity = PLAINTEXT) -> None:
+                 security: ClientSecurity = PLAINTEXT, target: Target | None = None,
+                 desc: StackDescription | None = None) -> None:
+        self._target = target
+        self._desc = desc
         self._host = host
         self._port = port
         self._maxlen = maxlen
@@ -249,6 +264,26 @@ class RedisStreamsDriver(Driver):
 
     def version(self) -> str:
         return self._version
+
+    async def settings_in_force(self) -> dict[str, dict[str, Any]]:
+        """The server's directives (CONFIG GET *), each with its source."""
+        if self._target is None:
+            return {}
+        assert self._admin is not None
+        record = SettingsRecord(self._target)
+        written = self._desc.broker_settings if self._desc is not None else {}
+        try:
+            values = await self._admin.config_get("*")
+        except (OSError, RedisError):  # CONFIG may be renamed or refused on a managed server
+            values = None
+        if values:
+            explicit = self._target.explicit
+            record.add("conf", {_str(k): _str(v) for k, v in sorted(values.items())}, read_back=True,
+                       streambench=written,
+                       user=[k for k, option in (("appendonly", "aof"), ("appendfsync", "fsync"))
+                             if option in explicit])
+        record.add_requested()
+        return record.result()
 
     def adopt_topic(self, name: str, partitions: int) -> None:
         self._partitions[name] = partitions
@@ -308,7 +343,7 @@ def _stack(target: Target) -> Stack:
 def _driver(target: Target, desc: StackDescription) -> Driver:
     host, port = parse_address(desc.endpoints["redis"])
     return RedisStreamsDriver(host, port, maxlen=int(target.options.get("maxlen") or 0),
-                              security=ClientSecurity.of(target))
+                              security=ClientSecurity.of(target), target=target, desc=desc)
 
 
 def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
@@ -319,6 +354,14 @@ def _collectors(target: Target, desc: StackDescription, topic: str, partitions: 
     found[:0] = resource_collectors(target, desc)
     return found
 
+
+_SET_BY_STREAMBENCH = {
+    "port": "use redis:port=N", "bind": "the server listens on 127.0.0.1",
+    "dir": "each server has a data directory of its own", "daemonize": "streambench runs it",
+    "logfile": "streambench keeps its log with the run",
+}
+# fsync of every write to the append-only file (the README tells its measured effect)
+PROFILES = {"durable": {"conf.appendonly": "yes", "conf.appendfsync": "always"}}
 
 PLATFORMS = [
     Platform(
@@ -335,6 +378,12 @@ PLATFORMS = [
                                  default=0, parse=parse_non_negative),
             **runtime_options(("docker", "local")),
             **REDIS_SECURITY_OPTIONS,
+            "conf": namespace("conf.DIRECTIVE=VALUE: a redis-server directive of the local server "
+                              "(e.g. conf.appendfsync=always)",
+                              names_check(REDIS_DIRECTIVES, "redis-server directive",
+                                          _SET_BY_STREAMBENCH), broker=True),
+            "profile": profile_option(PROFILES),
+            "config": config_option(),
         },
         runtimes=("docker", "local", "external"),
         make_stack=_stack,

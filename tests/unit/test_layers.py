@@ -18,7 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tui", "loadgen", "collectors", "analysis", "compose")
 VOCABULARY = {"loadgen", "loadgen.errors", "loadgen.target", "loadgen.tick", "loadgen.histogram",
-              "loadgen.workload", "loadgen.stackinfo", "loadgen.interventions", "loadgen.security"}
+              "loadgen.workload", "loadgen.stackinfo", "loadgen.interventions", "loadgen.security",
+              "loadgen.settings"}
 # the layers each layer may import (a layer may always import itself)
 ALLOWED = {
     "vocabulary": {"vocabulary"},
