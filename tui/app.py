@@ -38,6 +38,7 @@ AfterRun = Callable[[RunSummary], Awaitable[str | None]]
 # that ended it, or None when the app was quit without a run
 DashboardResult = RunSummary | StreambenchError | None
 REPAINT_S = 0.25  # the columns repaint at most four times a second
+GATHER_S = 0.05  # a repaint waits this long for the other targets' ticks of the same second
 # palette entries of Textual's that the key table replaces
 _REPLACED_COMMANDS = {"Quit", "Keys"}
 
@@ -203,17 +204,13 @@ class DashboardApp(App[DashboardResult]):
         return event.target
 
     def _request_repaint(self) -> None:
-        """Repaint the columns now, or, within REPAINT_S of the last repaint, once when that
-        has passed: the ticks of several targets arriving in the same second cost at most two
-        repaints, and no widget repaints more than 1 / REPAINT_S times a second."""
+        """Repaint the columns shortly (GATHER_S: the ticks of every target of a second arrive
+        within it, and cost one repaint) and never sooner than REPAINT_S after the last one."""
         if self._repaint_pending:
             return
-        wait = self._last_repaint + REPAINT_S - time.monotonic()
-        if wait <= 0:
-            self._repaint_columns()
-        else:
-            self._repaint_pending = True
-            self.set_timer(wait, self._repaint_later)
+        wait = max(GATHER_S, self._last_repaint + REPAINT_S - time.monotonic())
+        self._repaint_pending = True
+        self.set_timer(wait, self._repaint_later)
 
     def _repaint_later(self) -> None:
         self._repaint_pending = False

@@ -153,7 +153,9 @@ class TargetColumn(Vertical):
         for view in self.query(PanelView):
             view.refresh()
         if self.view is not None:  # the charts' x axis, also where the panel has no row for it
-            self.border_subtitle = axis_text(self.view, 0)
+            axis = axis_text(self.view, 0)
+            if axis != self.border_subtitle:  # setting it repaints the whole column
+                self.border_subtitle = axis
 
 
 def help_table(keys: Sequence[Key] = KEY_TABLE) -> Table:
