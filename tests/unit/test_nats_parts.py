@@ -6,8 +6,29 @@ from __future__ import annotations
 import pytest
 
 from compose.nats import check_version, endpoint_of, parse_address
-from loadgen.errors import StackError
+from loadgen.errors import StackError, StreambenchError
+from loadgen.platforms import PLATFORMS, resolve_target
 from loadgen.platforms.nats import _parse_size, _stream_sequence, stream_name, subjects
+
+BAD_TARGETS = [
+    ("nats:storage=disk", "expected one of file, memory"),
+    ("nats:fetch=0", "must be a whole number of at least 1"),
+    ("nats:max_memory=lots", "expected a size like 512M"),
+    ("nats:port=70000", "port number between 1 and 65535"),
+    ("nats:monitor=ftp://x", "expected the monitoring endpoint's URL"),
+    ("nats:monitor=http://127.0.0.1:8222", "monitor= names the monitoring endpoint"),
+    ("nats:max_memory=1G@127.0.0.1:4222", "configure a server streambench starts"),
+    ("nats:max_file=1G,runtime=docker", "apply to the local runtime"),
+    ("nats:port=4222@127.0.0.1:4222", "runtime= and port= do not apply"),
+    ("nats@127.0.0.1:99999", "bad address"),
+]
+
+
+@pytest.mark.parametrize("spec, fragment", BAD_TARGETS, ids=[s for s, _ in BAD_TARGETS])
+def test_bad_targets_are_refused_before_anything_starts(spec, fragment):
+    with pytest.raises(StreambenchError) as caught:
+        PLATFORMS["nats"].make_stack(resolve_target(spec))
+    assert fragment in str(caught.value)
 
 
 @pytest.mark.parametrize("address, expected", [
