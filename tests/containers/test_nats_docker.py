@@ -1,0 +1,55 @@
+"""NATS JetStream with the server as a container: the real compose file (compose/nats.yml)
+running an offline-built image of Debian's nats-server in the public image's layout. Every
+message consumed once, the lag drained, both listeners on loopback, a kill and a start of the
+container, and nothing labelled with the run left afterwards."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pyarrow.dataset as ds
+import pytest
+
+from tests.containers import images
+from tests.containers.conftest import nothing_labelled
+from tests.integration.conftest import run_cli, run_json
+
+pytestmark = pytest.mark.integration
+
+IMAGE = "streambench-test/nats:2.9"
+
+
+@pytest.fixture(scope="module")
+def nats_image(docker_images: dict[str, str]) -> Iterator[str]:
+    images._build(IMAGE, "nats")
+    before = os.environ.get("STREAMBENCH_IMAGE_NATS")
+    os.environ["STREAMBENCH_IMAGE_NATS"] = IMAGE
+    yield IMAGE
+    if before is None:
+        os.environ.pop("STREAMBENCH_IMAGE_NATS", None)
+    else:
+        os.environ["STREAMBENCH_IMAGE_NATS"] = before
+
+
+def test_docker_run_with_a_kill_and_a_start(nats_image, tmp_path):
+    out = tmp_path / "run"
+    res = run_cli(["run", "nats:runtime=docker", "--rate", "500", "--duration", "6", "--warmup",
+                   "1", "--partitions", "2", "--track-delivery", "--headless", "--out", str(out),
+                   "--at", "2s:kill=nats", "--at", "3s:start=nats"], timeout_s=240)
+    assert res.returncode == 0, res.stderr[-2000:]
+    meta = run_json(out)
+    (target,) = meta["targets"]
+    assert target["runtime"] == "docker" and target["version"] == "2.9.10", target
+    assert all(v.startswith(("127.0.0.1:", "http://127.0.0.1:")) for v in target["endpoints"].values())
+    (totals,) = meta["totals"]
+    assert totals["drained"] and totals["final_lag"] == 0, totals
+    broker = ds.dataset(out / "broker", format="parquet").to_table().to_pydict()
+    stored = sum(v for n, v in zip(broker["name"], broker["value"], strict=True)
+                 if n.startswith("partition."))
+    # every stored message consumed once, however many publishes the kill cut off
+    assert totals["consumed"] - totals["duplicates"] == stored
+    assert 0 < totals["produced"] <= stored <= totals["produced"] + totals["send_errors"]
+    events = ds.dataset(out / "events", format="parquet").to_table().to_pydict()["kind"]
+    assert events.index("fault-kill") < events.index("fault-start") and "broker-died" not in events
+    nothing_labelled(meta["run_id"])
