@@ -669,6 +669,8 @@ def _method_section() -> Section:
 
 
 def build_document(data: ReportData) -> Document:
+    from analysis.configuration import configuration_section  # it builds on this module's blocks
+
     run_ids = ", ".join(r.run_id for r in data.runs)
     workloads = sorted({str(r.workload.get("name")) for r in data.runs if r.workload.get("name")})
     title = f"streambench report: {run_ids}"
@@ -676,6 +678,7 @@ def build_document(data: ReportData) -> Document:
         title += f" ({', '.join(workloads)})"
     sections = [
         _runs_section(data),
+        *(s for s in (configuration_section(data),) if s is not None),
         _comparison_section(data),
         *(s for s in (_changes_section(data), _segments_section(data)) if s is not None),
         _throughput_section(data),
