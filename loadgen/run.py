@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -17,7 +18,7 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +38,7 @@ from loadgen.load import TargetTotals
 from loadgen.pacing import now_ns
 from loadgen.placement import place
 from loadgen.platforms import PLATFORMS
+from loadgen.ratesearch import START_RATE, RateSearch
 from loadgen.recovery import DrainWatch, RecoveryWatch
 from loadgen.target import Target
 from loadgen.tick import BusItem, LagSnapshot, Phase, PhaseChange, RunEvent, RunMeta, Tick
@@ -182,8 +184,10 @@ class Run:
         self._recorder: Recorder | None = None
         self._prepared = False
         self.finished = threading.Event()  # set once execute() has closed everything
+        # a search for the highest sustainable rate starts its targets at its first rate
+        driven = dataclasses.replace(workload, rate=START_RATE) if workload.rate_search else workload
         self.runners: list[TargetWorker] = [
-            TargetWorker(i, t, workload, self.run_id, record_raw, track_ids, self.publish,
+            TargetWorker(i, t, driven, self.run_id, record_raw, track_ids, self.publish,
                          processes, log_dir(self.run_dir, i, t.label))
             for i, t in enumerate(targets)
         ]
@@ -200,13 +204,14 @@ class Run:
         # the faults each target's platform takes on its runtime
         self.faults = {t.label: PLATFORMS[t.platform].fault_actions(t.runtime) for t in targets}
         check_schedule(workload.schedule, self.labels, self.brokers, workload.duration_s, self.faults)
-        self.rates = {t.label: workload.rate for t in targets}  # each target's rate now
+        self.rates = {t.label: driven.rate for t in targets}  # each target's rate now
         self._recovery = RecoveryWatch(workload.subscriptions)
         self._drain = DrainWatch()
         self._backlog = (BacklogWatch(self.labels, workload.backlog_bytes, workload.drain_ratio,
                                       workload.message_size, workload.subscriptions)
                          if workload.backlog_bytes else None)
         self._actions: set[asyncio.Task[None]] = set()
+        self._search = RateSearch(self.labels, workload.subscriptions) if workload.rate_search else None
         self._measure_start_ns: int | None = None  # wall time the measuring phase started
         w = workload
         self.placement = place(w.topics * w.producers, w.topics * w.subscriptions * w.consumers,
@@ -344,6 +349,7 @@ class Run:
             with contextlib.suppress(asyncio.CancelledError):
                 await scheduler
             self._unrecovered()
+            self._search_results()
 
     async def _ticks(self, loop: asyncio.AbstractEventLoop, t0_mono: int, tick_ns: int,
                      warm_end: int, measure_end: int) -> int:
@@ -487,14 +493,15 @@ class Run:
     def _follow(self, ticks: list[Tick]) -> None:
         """Recoveries from faults and drains of backlogs, measured on each target's ticks."""
         for t in ticks:
+            found = self._search.tick(t) if self._search is not None else None
+            if found is not None:
+                self._act(self._search_step(t.target, *found))
             step = self._backlog.tick(t) if self._backlog is not None else None
             if step is not None:
                 kind, detail = step
                 self.publish(RunEvent(time.time_ns(), t.target, kind, detail))
                 if kind == "backlog-built":
-                    task = asyncio.get_running_loop().create_task(self._end_backlog(t.target))
-                    self._actions.add(task)
-                    task.add_done_callback(self._actions.discard)
+                    self._act(self._end_backlog(t.target))
             rec = self._recovery.tick(t)
             if rec is not None:
                 self.publish(RunEvent(time.time_ns(), t.target, "recovered", rec.detail()))
@@ -503,6 +510,35 @@ class Run:
                 backlog, at_ns = drained
                 self.publish(RunEvent(time.time_ns(), t.target, "backlog-drained",
                                       backlog.detail(at_ns)))
+
+    def _act(self, action: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(action)
+        self._actions.add(task)
+        task.add_done_callback(self._actions.discard)
+
+    async def _search_step(self, label: str, rate: float, detail: str, converged: bool) -> None:
+        """One step of the search for the highest sustainable rate: the target's new rate, as a
+        `rate-search` event (not a change of the load: the report does not cut segments)."""
+        (runner,) = self._runners_for(label)
+        try:
+            await runner.control(Intervention("rate", label, rate=rate))
+        except StreambenchError as exc:
+            self.publish(RunEvent(time.time_ns(), label, "intervention-failed",
+                                  f"rate search: {exc}"))
+            return
+        self.rates[label] = rate
+        self.publish(RunEvent(time.time_ns(), label, "rate-search", detail))
+        if converged:
+            self.publish(RunEvent(time.time_ns(), label, "rate-search-converged",
+                                  f"the highest sustainable rate found: {rate:,.0f} msg/s"))
+
+    def _search_results(self) -> None:
+        if self._search is None:
+            return
+        for label in self.labels:
+            state = "converged" if self._search.converged(label) else "NOT converged"
+            self.publish(RunEvent(time.time_ns(), label, "rate-search-result",
+                                  f"{state}; held {self._search.rate(label):,.0f} msg/s at the end"))
 
     async def _end_backlog(self, label: str) -> None:
         """The backlog is built: the target's consumers resume. Its drain is timed by the

@@ -41,6 +41,9 @@ _OMB_FIELDS = {
     "brokerMemory": "broker_memory",
     # interventions at fixed times of the measuring phase (rate changes, faults)
     "schedule": None,
+    # what producerRate 0 means: `search` for the highest sustainable rate (OMB's meaning, the
+    # default) or `fast`: as fast as acknowledgements allow
+    "maxRate": None,
 }
 # OMB fields read with their own rules (payloads, rate ramps) or not acted on (a warning each)
 _OMB_ACCEPTED = {
@@ -126,6 +129,9 @@ class Workload:
     # OMB's backlog phase (loadgen.backlog): bytes per subscription, 0 = none
     backlog_bytes: float = 0.0
     drain_ratio: float = 1.0
+    # with rate 0: search for the highest sustainable rate (loadgen.ratesearch) instead of
+    # sending as fast as acknowledgements allow
+    rate_search: bool = False
 
     def validate(self) -> Workload:
         def need(cond: bool, what: str) -> None:
@@ -178,6 +184,8 @@ class Workload:
             at_most(self.broker_cpus, MAX_CPUS, "brokerCpus")
         need(self.broker_memory is None or re.fullmatch(r"\d+(\.\d+)?[bkmgBKMG]?", self.broker_memory)
              is not None, f"brokerMemory must be a size like 2.67g or 512m (got {shown(self.broker_memory)})")
+        need(not (self.rate_search and self.rate != 0),
+             "the search for the highest sustainable rate needs producerRate 0")
         need(math.isfinite(self.backlog_bytes) and self.backlog_bytes >= 0,
              f"consumerBacklogSizeGB must be 0 or more (got {shown(self.backlog_bytes)})")
         need(0.0 <= self.drain_ratio <= 1.0,
@@ -206,6 +214,8 @@ class Workload:
         given = {k: v for k, v in overrides.items() if v is not None}
         if "rate" in given and given["rate"] <= 0:
             raise WorkloadError(f"--rate must be a positive number of msg/s (got {given['rate']})")
+        if "rate" in given:
+            given["rate_search"] = False  # a fixed rate replaces the search
         return dataclasses.replace(self, **given).validate()
 
     def to_omb(self) -> dict[str, Any]:
@@ -227,6 +237,7 @@ class Workload:
             **({"brokerMemory": self.broker_memory} if self.broker_memory is not None else {}),
             **({"schedule": [i.to_schedule() for i in self.schedule]} if self.schedule else {}),
             **({"payloadFile": self.payload_file} if self.payload_file else {}),
+            **({"maxRate": "search" if self.rate_search else "fast"} if self.rate == 0 else {}),
             **({"consumerBacklogSizeGB": self.backlog_bytes / 2**30,
                 "backlogDrainRatio": self.drain_ratio} if self.backlog_bytes else {}),
             **({"useRandomizedPayloads": True, "randomBytesRatio": self.random_ratio,
@@ -384,6 +395,11 @@ def parse_workload(doc: Any, src: str, base: str | None = None) -> Workload:
         kwargs["schedule"] = parse_schedule(doc["schedule"], src)
     if "warmupDurationMinutes" not in doc and "warmupDurationSeconds" not in doc:
         kwargs["warmup_s"] = 60.0  # OMB's default warm-up is one minute
+    mode = doc.get("maxRate", "search")
+    if mode not in ("search", "fast"):
+        raise WorkloadError(f"{src}: maxRate must be search or fast (got {shown(mode, quote=True)})")
+    if kwargs.get("rate", Workload.rate) == 0 and "producerRate" in doc:
+        kwargs["rate_search"] = mode == "search"
     if "consumerBacklogSizeGB" in doc:
         kwargs["backlog_bytes"] = _number(doc, "consumerBacklogSizeGB", float, src) * 2**30
     if "backlogDrainRatio" in doc:
@@ -417,6 +433,7 @@ def parse_workload(doc: Any, src: str, base: str | None = None) -> Workload:
         kwargs["rate"], ramp = _ramp(doc, kwargs.get("rate", Workload.rate) if "producerRate" in doc
                                      else 0.0, duration, src)
         kwargs["schedule"] = tuple(kwargs.get("schedule", ())) + ramp
+        kwargs["rate_search"] = False  # a ramp sets the rates itself
     elif "producerIncrementRate" in doc or "producerIncrementSeconds" in doc:
         warnings.append(f"{src}: producerIncrementRate and producerIncrementSeconds apply only "
                         "with producerStartRate")

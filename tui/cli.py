@@ -119,8 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workload", metavar="FILE|NAME", help="workload YAML file or bundled name")
     run.add_argument("--rate", type=_positive_float, metavar="MSG_S",
                      help="aggregate produce rate in msg/s over all producers")
-    run.add_argument("--max-rate", action="store_true",
-                     help="produce as fast as the broker acknowledges (producerRate 0)")
+    run.add_argument("--max-rate", nargs="?", const="fast", choices=("fast", "search"),
+                     metavar="fast|search",
+                     help="fast (the default): produce as fast as the broker acknowledges; search: "
+                          "find the highest sustainable rate, as OMB does for producerRate 0")
     run.add_argument("--size", type=_positive_int, metavar="BYTES", help="message payload size")
     run.add_argument("--duration", type=_positive_float, metavar="S",
                      help="measuring phase in seconds (after the warm-up)")
@@ -234,7 +236,7 @@ def _workload_from(args: argparse.Namespace) -> Any:
         # with_overrides refuses a zero --rate; max rate is asked for explicitly here
         import dataclasses
 
-        base = dataclasses.replace(base, rate=0.0)
+        base = dataclasses.replace(base, rate=0.0, rate_search=args.max_rate == "search")
         overrides["rate"] = None
     return base.with_overrides(**overrides)
 
@@ -621,7 +623,8 @@ def _cmd_workloads() -> int:
 
     for name in bundled_workloads():
         w = load_workload(name)
-        rate = f"{w.rate:,.0f} msg/s" if w.rate else "max rate"
+        rate = (f"{w.rate:,.0f} msg/s" if w.rate else
+                "rate search" if w.rate_search else "as fast as acknowledged")
         print(f"{name}: {w.topics} topic × {w.partitions} partitions, {w.message_size} B, {rate}, "
               f"{w.producers} producer(s), {w.subscriptions} × {w.consumers} consumer(s), "
               f"{w.warmup_s:.0f} s warm-up + {w.duration_s:.0f} s")

@@ -228,7 +228,7 @@ def test_maximum_rate_keyed_records_land_where_their_keys_say(tmp_path, kafka_cl
     workload = tmp_path / "keyed.yaml"
     workload.write_text("name: keyed\ntopics: 1\npartitionsPerTopic: 3\nmessageSize: 200\n"
                         "producersPerTopic: 1\nsubscriptionsPerTopic: 1\nconsumerPerSubscription: 2\n"
-                        "producerRate: 0\nkeyDistributor: KEY_ROUND_ROBIN\n"
+                        "producerRate: 0\nmaxRate: fast\nkeyDistributor: KEY_ROUND_ROBIN\n"
                         "testDurationSeconds: 3\nwarmupDurationSeconds: 0\n")
     res = run_cli(["run", f"kafka:topic=keyed,reuse_topic@{kafka_cluster.bootstrap}",
                    "--workload", str(workload), "--headless", "--track-delivery",

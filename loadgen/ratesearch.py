@@ -1,0 +1,135 @@
+"""The search for the highest sustainable rate (OpenMessaging Benchmark's `producerRate: 0`),
+per target. The rate starts at START_RATE msg/s and is decided again every PERIOD_TICKS ticks
+from that period's counts:
+
+- the receive backlog is what the broker holds unread (per subscription: produced − consumed,
+  since the start), the publish backlog what the producers fell behind their schedule in the
+  period (intended − acknowledged);
+- the publish backlog over BACKLOG_LIMIT messages, or the receive backlog over it and not
+  smaller than at the previous decision: the rate comes down to 0.2 × the achieved rate + 0.8 × the
+  rate that would clear the backlog within CLEAR_PERIODS periods (at least CLEAR_FLOOR × the
+  achieved rate, so that one large backlog does not throw the search back to nothing), the step
+  factor halves (to FACTOR_MIN at least), and the rate it failed at is remembered as a hint of
+  the maximum (when it failed at the ceiling below, the ceiling goes down by PROBE);
+- a receive backlog over the limit that is shrinking: the rate is held while it drains;
+- otherwise the rate goes up by (1 + factor), the factor doubling up to 1, but once there are two
+  hints never past the lower of the last two; there it holds, and probes PROBE higher every
+  HOLD_PERIODS + 1 periods.
+
+The search runs from the warm-up to the end of the measuring phase: the measured figures are
+those of the rates it held. It has converged when its last CONVERGED_STEPS rates are within
+PROBE of each other, each a healthy one (up, holding or probing)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from loadgen.tick import Phase, Tick
+
+START_RATE = 10_000.0
+PERIOD_TICKS = 3
+BACKLOG_LIMIT = 1000
+FACTOR_MIN = 0.01
+PROBE = 0.05
+CONVERGED_STEPS = 3
+HOLD_PERIODS = 2  # healthy periods at the hint before probing above it
+CLEAR_PERIODS = 5
+CLEAR_FLOOR = 0.25
+
+
+@dataclass
+class _Search:
+    rate: float = START_RATE
+    factor: float = 1.0
+    hints: list[float] = field(default_factory=list)
+    ticks: list[Tick] = field(default_factory=list)
+    held: int = 0
+    rates: list[float] = field(default_factory=list)  # the rate decided at each step
+    converged: bool = False
+    unread: float = 0.0  # the receive backlog at the previous decision
+
+
+class RateSearch:
+    """tick() returns the target's next rate with a line saying why, every PERIOD_TICKS ticks."""
+
+    def __init__(self, labels: list[str], subscriptions: int) -> None:
+        self.subscriptions = max(1, subscriptions)
+        self._targets = {label: _Search() for label in labels}
+
+    def rate(self, label: str) -> float:
+        return self._targets[label].rate
+
+    def converged(self, label: str) -> bool:
+        return self._targets[label].converged
+
+    def tick(self, tick: Tick) -> tuple[float, str, bool] | None:
+        """(next rate, what was seen, whether the search has just converged) at the end of a
+        period; None otherwise."""
+        s = self._targets.get(tick.target)
+        if s is None or tick.phase not in (Phase.WARMUP, Phase.MEASURING):
+            return None
+        s.ticks.append(tick)
+        if len(s.ticks) < PERIOD_TICKS:
+            return None
+        period, s.ticks = s.ticks, []
+        seconds = sum(t.interval_s for t in period)
+        if seconds <= 0:
+            return None
+        sent = sum(t.produced for t in period)
+        expected = sum(t.target_rate * t.interval_s for t in period)
+        received = sum(t.consumed for t in period) / self.subscriptions
+        last = period[-1]
+        subs = self.subscriptions
+        receive_backlog = (last.produced_total * subs - last.consumed_total) / subs
+        publish_backlog = max(0.0, expected - sent)
+        achieved = sent / seconds
+        seen = (f"achieved {achieved:,.0f} msg/s at {s.rate:,.0f}; unread {receive_backlog:,.0f}, "
+                f"behind schedule {publish_backlog:,.0f}")
+        old = s.rate
+        draining = BACKLOG_LIMIT < receive_backlog < s.unread
+        s.unread = receive_backlog
+        if publish_backlog > BACKLOG_LIMIT or (receive_backlog > BACKLOG_LIMIT and not draining):
+            clear = achieved
+            horizon = CLEAR_PERIODS * seconds
+            if receive_backlog > BACKLOG_LIMIT:
+                clear = min(clear, received / seconds - receive_backlog / horizon)
+            if publish_backlog > BACKLOG_LIMIT:
+                clear = min(clear, achieved - publish_backlog / horizon)
+            clear = max(clear, CLEAR_FLOOR * achieved)
+            ceiling = self._ceiling(s)
+            # failing at the ceiling lowers it by PROBE: the maximum was hinted too high
+            s.hints.append(old * (1 - PROBE) if ceiling is not None and old >= ceiling else old)
+            s.rate = max(min(old, 0.2 * achieved + 0.8 * clear), 1.0)
+            s.factor = max(s.factor / 2, FACTOR_MIN)
+            s.held = 0
+            verdict = "backlog growing: down"
+        elif draining:
+            verdict = "backlog draining: holding"
+        else:
+            ceiling = self._ceiling(s)
+            if ceiling is not None and old >= ceiling * (1 - PROBE):
+                s.held += 1
+                if s.held > HOLD_PERIODS:
+                    s.rate, s.held, verdict = old * (1 + PROBE), 0, "steady: probing higher"
+                else:
+                    s.rate, verdict = old, "steady: holding"
+            else:
+                s.rate = old * (1 + s.factor)
+                if ceiling is not None:
+                    s.rate = min(s.rate, ceiling)
+                s.factor = min(s.factor * 2, 1.0)
+                verdict = "steady: up"
+        # only healthy decisions count towards convergence
+        s.rates.append(s.rate if verdict.startswith("steady") else -1.0)
+        just = False
+        recent = s.rates[-CONVERGED_STEPS:]
+        if (not s.converged and len(s.hints) >= 2 and len(recent) == CONVERGED_STEPS
+                and min(recent) > 0 and max(recent) <= min(recent) * (1 + PROBE)):
+            s.converged = just = True
+        return s.rate, f"{verdict} {old:,.0f} → {s.rate:,.0f} msg/s ({seen})", just
+
+    @staticmethod
+    def _ceiling(s: _Search) -> float | None:
+        """The rate not to pass once the maximum has been hinted twice: the lower of the last
+        two rates that failed."""
+        return min(s.hints[-2:]) if len(s.hints) >= 2 else None
