@@ -11,8 +11,9 @@ Runs N local redis-server targets (default 3; 1,000 msg/s each, 4 partitions, 2 
 
 and prints for each the CPU of this process (user + system, psutil) over the measuring phase
 as % of one core, the dashboard's share (minus the headless figure), and the most repaints any
-one panel made in a second (the goal: at most 4). CPU figures on a shared machine depend on
-what else runs: the load average is printed beside each run; `--repeat` runs each mode again."""
+one panel made in a second of the measuring phase (the goal: at most 4). CPU figures on a
+shared machine depend on what else runs: the load average is printed beside each run;
+`--repeat` runs each mode again."""
 
 from __future__ import annotations
 
@@ -69,13 +70,16 @@ class Meter:
         return (self.end[0] - self.start[0]) / (self.end[1] - self.start[1]) * 100
 
 
-def count_repaints() -> tuple[Counter[tuple[int, int]], Callable[[], None]]:
-    """Counts PanelView renders per (panel, second); returns the counter and the undo."""
+def count_repaints(measuring: Callable[[], bool]
+                   ) -> tuple[Counter[tuple[int, int]], Callable[[], None]]:
+    """Counts PanelView renders per (panel, second) while `measuring()` (the start-up's layout
+    passes are not repaints of the figures); returns the counter and the undo."""
     counts: Counter[tuple[int, int]] = Counter()
     original = widgets.PanelView.render
 
     def render(self: widgets.PanelView) -> Any:
-        counts[(id(self), int(time.monotonic()))] += 1
+        if measuring():
+            counts[(id(self), int(time.monotonic()))] += 1
         return original(self)
 
     widgets.PanelView.render = render  # type: ignore[method-assign]
@@ -112,7 +116,7 @@ async def with_dashboard(run: Run, detail: bool) -> None:
 def one(args: argparse.Namespace, mode: str) -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as tmp:
         run, meter = make_run(args, Path(tmp) / "run")
-        counts, undo = count_repaints()
+        counts, undo = count_repaints(lambda: meter.start is not None and meter.end is None)
         try:
             if mode == "headless":
                 run_precise(run.execute())
