@@ -4,9 +4,9 @@
 #         (the PySpark report of `--report`)
 #   test  `make test` (the default): the demo's, plus redis-tools, nats-server (NATS JetStream
 #         as a local process), rabbitmq-server (RabbitMQ Streams as a local process), Maven
-#         (assembles the Kafka and Pulsar jars from Maven Central), and for the docker runtime's
-#         tests docker.io, docker-compose and debootstrap (the test images are built offline from
-#         Debian's archive)
+#         (assembles the Kafka, Pulsar and Pravega jars from Maven Central), and for the docker
+#         runtime's tests docker.io, docker-compose and debootstrap (the test images are built
+#         offline from Debian's archive)
 # As root it installs them from Debian's archive; otherwise it says in one line what to install
 # and fails. Starting a Docker engine is .ci/docker-engine.sh's job (`make test` only).
 set -euo pipefail

@@ -13,18 +13,22 @@ Readers write their positions back at most every 3 s, so the lag trails consumpt
 about 4 s, as Kafka's committed offsets trail by the auto-commit interval.
 
 The client's calls block while a broker does not answer, so they run in a client host process
-of the collector's own (collectors.pravega_host) and a sample waits for it 0.8 s at most."""
+of the collector's own (collectors.pravega_host); the queries run one after another beside the
+samples, and a sample takes the newest answer (none when it is older than 5 s)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import time
 
 from collectors.base import Collector, CounterDeltas, Reading
 from collectors.pravega_host import ClientHost
 from loadgen.tick import LagSnapshot
 
 SAMPLE_TIMEOUT_S = 0.8
+STALE_S = 5.0  # an answer older than this is no reading
 SOURCE = "reader groups' unread bytes"
 
 
@@ -55,54 +59,63 @@ class PravegaTelemetry(Collector):
         self._partitions = partitions
         self._groups = [reader_group_name(stream, s) for s in subscriptions]
         self._host: ClientHost | None = None
-        self._busy = False
+        self._query_task: asyncio.Future[tuple[dict[int, int], dict[int, int]]] | None = None
+        self._latest: tuple[dict[int, int], dict[int, int], float] | None = None
         self._event_bytes: int | None = None
         self._sizing: asyncio.Future[int | None] | None = None
         self._deltas = CounterDeltas()
 
-    async def read(self, timeout_s: float = SAMPLE_TIMEOUT_S) -> tuple[dict[int, int], dict[int, int]]:
-        """Unread bytes and tail per segment."""
-        if self._host is None:
-            self._host = ClientHost(self._controller)
-            await self._host.start()
-        if self._busy:  # the last query still waits on a broker that does not answer
-            raise TimeoutError("the previous query to Pravega has not returned yet")
-        self._busy = True
-        future = self._host.call("unread", self._scope, self._stream, self._groups, timeout_s=3600)
-        task = asyncio.ensure_future(future)
-        task.add_done_callback(lambda _t: setattr(self, "_busy", False))
-        unread, tail = await asyncio.wait_for(asyncio.shield(task), timeout_s)
+    async def _query(self) -> tuple[dict[int, int], dict[int, int]]:
+        assert self._host is not None
+        unread, tail = await self._host.call("unread", self._scope, self._stream, self._groups,
+                                             timeout_s=3600)
         return dict(unread), dict(tail)
 
-    async def event_bytes(self, tail: dict[int, int]) -> int | None:
-        """The size of one event on the wire, read once from the stream when it has one; the
-        read runs beside the samples (a sample does not wait for it)."""
-        if self._event_bytes is None and any(tail.values()) and self._host is not None \
-                and self._sizing is None:
-            self._sizing = asyncio.ensure_future(self._host.call("event_bytes", self._scope,
-                                                                 self._stream, timeout_s=30.0))
-        if self._sizing is not None and self._sizing.done():
-            sizing, self._sizing = self._sizing, None
-            if sizing.exception() is None:
-                self._event_bytes = sizing.result()
-        return self._event_bytes
-
     async def start(self) -> None:
-        _unread, tail = await self.read(timeout_s=30.0)
+        self._host = ClientHost(self._controller)
+        await self._host.start()
+        _unread, tail = await asyncio.wait_for(self._query(), 60.0)
         self._deltas.delta("stream_bytes", float(sum(tail.values())))
 
+    def _sizing_done(self) -> None:
+        if self._sizing is not None and self._sizing.done():
+            sizing, self._sizing = self._sizing, None
+            if not sizing.cancelled() and sizing.exception() is None:
+                self._event_bytes = sizing.result()
+
     async def sample(self) -> Reading:
-        unread, tail = await self.read()
-        size = await self.event_bytes(tail)
+        """The newest answer of the queries that run one after another beside the samples (a
+        query can take longer than a tick on a busy host, and waits as long as a broker does
+        not answer); a sample waits for the one under way SAMPLE_TIMEOUT_S at most."""
+        if self._host is None:
+            raise TimeoutError("the collector is not started")
+        if self._query_task is None:
+            self._query_task = asyncio.ensure_future(self._query())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._query_task), SAMPLE_TIMEOUT_S)
+        if self._query_task.done():
+            task, self._query_task = self._query_task, None
+            unread, tail = task.result()  # a failed query fails this sample
+            self._latest = (unread, tail, time.monotonic())
+        if self._latest is None:
+            raise TimeoutError("no answer from Pravega yet")
+        unread, tail, at = self._latest
+        if time.monotonic() - at > STALE_S:
+            raise TimeoutError(f"no answer from Pravega for {time.monotonic() - at:.0f} s")
+        if self._event_bytes is None and any(tail.values()) and self._sizing is None:
+            self._sizing = asyncio.ensure_future(self._host.call("event_bytes", self._scope,
+                                                                 self._stream, timeout_s=30.0))
+        self._sizing_done()
         total = float(sum(tail.values()))
         broker = {"unread_bytes": float(sum(unread.values())),
                   "stream_bytes": total,
                   "bytes_in": self._deltas.delta("stream_bytes", total)}
-        return Reading(lag=lag_of(unread, self._partitions, size), broker=broker)
+        return Reading(lag=lag_of(unread, self._partitions, self._event_bytes), broker=broker)
 
     async def close(self) -> None:
-        if self._sizing is not None:
-            self._sizing.cancel()
+        for task in (self._sizing, self._query_task):
+            if task is not None:
+                task.cancel()
         host, self._host = self._host, None
         if host is not None:
-            await host.close(grace_s=1.0)
+            await host.close(grace_s=0.5)

@@ -10,11 +10,19 @@ with its parent, its stderr, where the client logs, discarded) and talks to it o
 - requests `(id, op, args)`, answered `(id, error, result)`;
 - each writer has a thread in the host that writes what it is handed, then flushes, and answers
   every batch written before the flush (the flush returning is the acknowledgement);
-- each reader is an asyncio task in the host that awaits slices, decodes the event headers and
-  sends `(None, reader id, batch)` without being asked; the pipe's back-pressure paces it.
+- each reader is an asyncio task in the host that awaits slices, decodes the event headers,
+  releases the slice (which moves the reader's position) and sends `(None, reader id, batch)`
+  without being asked, at most READ_AHEAD batches ahead of what the parent has taken (`take`):
+  a consumer that stops taking leaves the rest of its backlog unread in the group's eyes too.
 
 A broker that stops answering stalls the host, never the load: its requests just go
-unanswered until the broker is back (or the run ends and the host is killed)."""
+unanswered until the broker is back (or the run ends and the host is killed).
+
+One host serves one writer, or one reader, or the stream management and telemetry calls, never
+a mix: a blocking call holds the GIL while it waits for the client's Rust runtime, whose few
+worker threads may themselves wait for the GIL to complete an awaitable of the same process
+(a reader's next slice), and then neither goes on. For the same reason a host awaits one
+request's awaitable before it takes the next request."""
 
 from __future__ import annotations
 
@@ -29,7 +37,7 @@ import signal
 import struct
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -38,6 +46,7 @@ from loadgen.errors import DriverError
 # event header: intended send time (ns), partition, producer id, producer sequence number
 HEADER = struct.Struct("<qHQQ")
 EVENT_FRAME_BYTES = 8  # type and length before each event in a segment
+READ_AHEAD = 2  # batches a reader may have sent that its consumer has not taken yet
 GROUP_BATCHES = 64  # most queued batches one flush acknowledges
 WRITER_INFLIGHT = 10_000
 START_TIMEOUT_S = 30.0
@@ -45,6 +54,17 @@ _PR_SET_PDEATHSIG = 1
 
 
 # ---- the host process ---------------------------------------------------------------------------
+
+class _ReaderState:
+    def __init__(self, reader: Any, track: bool) -> None:
+        self.reader = reader
+        self.track = track
+        self.credit = READ_AHEAD
+        self.closing = False
+        self.wake = asyncio.Event()
+        self.done = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
 
 class _Host:
     def __init__(self, conn: Connection, controller: str) -> None:
@@ -55,9 +75,8 @@ class _Host:
         self._send_lock = threading.Lock()
         self._manager = pravega_client.StreamManager(controller)
         self._writers: dict[int, queue.SimpleQueue[Any]] = {}
-        self._readers: dict[int, tuple[Any, asyncio.Task[None]]] = {}
+        self._readers: dict[int, _ReaderState] = {}
         self._tails = itertools.count()
-        self._tasks: set[asyncio.Task[None]] = set()
 
     def send(self, message: Any) -> None:
         with self._send_lock, contextlib.suppress(OSError):
@@ -158,41 +177,67 @@ class _Host:
 
     def op_reader(self, rid: int, scope: str, stream: str, group: str, name: str, track: bool) -> None:
         rg = self._manager.create_reader_group(group, scope, stream, False)
-        reader = rg.create_reader(name)
-        task = asyncio.get_running_loop().create_task(self._read_loop(rid, reader, track))
-        self._readers[rid] = (reader, task)
+        state = _ReaderState(rg.create_reader(name), track)
+        state.task = asyncio.get_running_loop().create_task(self._read_loop(rid, state))
+        self._readers[rid] = state
 
-    async def _read_loop(self, rid: int, reader: Any, track: bool) -> None:
+    async def _read_loop(self, rid: int, state: _ReaderState) -> None:
+        """Await slices and send their events to the parent, at most READ_AHEAD batches ahead
+        of what it has taken. The client's reader is one lock: a release, or going offline,
+        while an acquisition is pending would wait for that lock with the GIL held while the
+        acquisition waits for the GIL. So both happen here, between acquisitions."""
+        reader = state.reader
         unpack, skip = HEADER.unpack_from, HEADER.size
-        while True:
-            try:
-                segment_slice = await reader.get_segment_slice_async()
-            except Exception as exc:
-                self.send((None, rid, f"receive failed: {exc}"))
-                await asyncio.sleep(1.0)
-                continue
-            receive_ns = time.time_ns()
-            intended: list[int] = []
-            size = 0
-            ids: list[tuple[int, str]] | None = [] if track else None
-            for event in segment_slice:
-                data = event.data()
-                sent, partition, producer, seq = unpack(data)
-                intended.append(sent)
-                size += len(data) - skip
-                if ids is not None:
-                    ids.append((partition, f"{producer:x}:{seq}"))
-            # writes the reader's positions to its group every 3 s or so (the lag's source)
-            reader.release_segment(segment_slice)
-            if intended:
-                await asyncio.to_thread(self.send, (None, rid, (receive_ns, intended, size, ids)))
+        try:
+            while not state.closing:
+                if state.credit <= 0:
+                    state.wake.clear()
+                    await state.wake.wait()
+                    continue
+                try:
+                    segment_slice = await reader.get_segment_slice_async()
+                except Exception as exc:
+                    self.send((None, rid, f"receive failed: {exc}"))
+                    await asyncio.sleep(1.0)
+                    continue
+                receive_ns = time.time_ns()
+                intended: list[int] = []
+                size = 0
+                ids: list[tuple[int, str]] | None = [] if state.track else None
+                for event in segment_slice:
+                    data = event.data()
+                    sent, partition, producer, seq = unpack(data)
+                    intended.append(sent)
+                    size += len(data) - skip
+                    if ids is not None:
+                        ids.append((partition, f"{producer:x}:{seq}"))
+                # moves the reader's position; about every 3 s a release also writes the
+                # positions back to the group (the lag's source); an empty slice comes about
+                # once a second while nothing is there to read
+                reader.release_segment(segment_slice)
+                if intended:
+                    state.credit -= 1
+                    await asyncio.to_thread(self.send, (None, rid, (receive_ns, intended, size, ids)))
+        finally:
+            with contextlib.suppress(Exception):
+                reader.reader_offline()
+            state.done.set()
 
-    def op_close_reader(self, rid: int) -> None:
-        found = self._readers.pop(rid, None)
-        if found is not None:
-            reader, task = found
-            task.cancel()
-            reader.reader_offline()
+    def take(self, rid: int) -> None:
+        """The parent took one of a reader's batches: it may read one more."""
+        state = self._readers.get(rid)
+        if state is not None:
+            state.credit += 1
+            state.wake.set()
+
+    async def op_close_reader(self, rid: int) -> None:
+        """Stop the reader between two acquisitions (within about a second) and take it
+        offline, so that its segments go to the group's other readers."""
+        state = self._readers.pop(rid, None)
+        if state is not None:
+            state.closing = True
+            state.wake.set()
+            await state.done.wait()
 
     # -- the request loop --
 
@@ -216,25 +261,19 @@ class _Host:
             if op == "write":
                 self.write(req, *args)
                 continue
+            if op == "take":
+                self.take(*args)
+                continue
             if op == "exit":
                 self.send((req, "", None))
                 return
             try:
                 result = getattr(self, f"op_{op}")(*args)
-                if asyncio.iscoroutine(result):  # answered when done; the loop goes on meanwhile
-                    task = loop.create_task(self._answer_later(req, result))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
-                    continue
+                if asyncio.iscoroutine(result):  # awaited before the next request: see below
+                    result = await result
                 self.send((req, "", result))
             except Exception as exc:
                 self.send((req, str(exc) or type(exc).__name__, None))
-
-    async def _answer_later(self, req: int, work: Coroutine[Any, Any, Any]) -> None:
-        try:
-            self.send((req, "", await work))
-        except Exception as exc:
-            self.send((req, str(exc) or type(exc).__name__, None))
 
 
 def _host_main(conn: Connection, controller: str) -> None:
@@ -243,6 +282,7 @@ def _host_main(conn: Connection, controller: str) -> None:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a load worker ignores it, and spawn keeps that
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
@@ -268,6 +308,10 @@ class ClientHost:
         self._pending: dict[int, Callable[[str, Any], None]] = {}
         self._inboxes: dict[int, Callable[[Any], None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        # requests go out through a thread of their own: a host stuck on a broker stops reading
+        # its pipe, and a full pipe must block that thread, never the loop
+        self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._sender: threading.Thread | None = None
         self.gone = ""
 
     async def start(self) -> None:
@@ -291,6 +335,19 @@ class ClientHost:
             raise DriverError(f"cannot start the Pravega client: {error}")
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(ours.fileno(), self._readable)
+        self._sender = threading.Thread(target=self._send_loop, args=(ours,), daemon=True,
+                                        name="pravega-client-sender")
+        self._sender.start()
+
+    def _send_loop(self, conn: Connection) -> None:
+        while True:
+            message = self._outbox.get()
+            if message is None:
+                return
+            try:
+                conn.send(message)
+            except (OSError, ValueError):  # the host is gone: _readable sees the end of the pipe
+                return
 
     def _readable(self) -> None:
         assert self._conn is not None
@@ -326,11 +383,12 @@ class ClientHost:
             return
         req = next(self._ids)
         self._pending[req] = answer
-        try:
-            self._conn.send((req, op, args))
-        except OSError:
-            self._pending.pop(req, None)
-            self._ended()
+        self._outbox.put((req, op, args))
+
+    def tell(self, op: str, *args: Any) -> None:
+        """Send a request that has no answer (writes answer through post, not this)."""
+        if not self.gone and self._conn is not None:
+            self._outbox.put((0, op, args))
 
     async def call(self, op: str, *args: Any, timeout_s: float = 30.0) -> Any:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -352,22 +410,32 @@ class ClientHost:
     def subscribe(self, rid: int, inbox: Callable[[Any], None]) -> None:
         self._inboxes[rid] = inbox
 
-    def stop(self) -> None:
-        """Kill the host at once (its requests stay unanswered: the run is over)."""
+    def _detach(self) -> None:
         if self._loop is not None and self._conn is not None:
-            with contextlib.suppress(ValueError, OSError):
+            with contextlib.suppress(ValueError, OSError, RuntimeError):
                 self._loop.remove_reader(self._conn.fileno())
+
+    def _kill(self) -> None:
+        self._outbox.put(None)
         if self._proc is not None and self._proc.is_alive():
             self._proc.kill()
-            self._proc.join(5)
+            self._proc.join(2)
         if self._conn is not None:
             self._conn.close()
         self._conn = None
+
+    def stop(self) -> None:
+        """Kill the host at once (its requests stay unanswered: the run is over)."""
+        self._detach()
+        self._kill()
         self.gone = self.gone or "the Pravega client is closed"
 
-    async def close(self, grace_s: float = 5.0) -> None:
-        """Let the host finish what it was asked (readers offline), then stop it."""
-        if not self.gone and self._conn is not None:
-            with contextlib.suppress(Exception):
-                await self.call("exit", timeout_s=grace_s)
-        await asyncio.to_thread(self.stop)
+    async def close(self, grace_s: float = 2.0) -> None:
+        """Let the host finish what it was asked (readers offline) for up to grace_s, then
+        stop it; stopped also when the close itself is cancelled."""
+        try:
+            if not self.gone and self._conn is not None:
+                with contextlib.suppress(Exception):
+                    await self.call("exit", timeout_s=grace_s)
+        finally:
+            self.stop()

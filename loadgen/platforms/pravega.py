@@ -65,6 +65,7 @@ from loadgen.target import OptionSpec, Target
 RECEIVE_WAIT_S = 0.1
 CALL_TIMEOUT_S = 30.0
 MAX_IN_FLIGHT = 8
+SEND_TIMEOUT_S = 10.0  # a batch not acknowledged by then fails (the client itself waits on)
 
 # ---- routing ----------------------------------------------------------------------------------
 
@@ -200,10 +201,21 @@ class PravegaProducer(Producer):
             events.append(pack(m.intended_ns, p, self._id, self._seq) + m.payload)
             keys.append(routing)
         loop = asyncio.get_running_loop()
+        settled = False
+
+        def settle(error: BaseException | None) -> None:
+            nonlocal settled
+            if not settled:
+                settled = True
+                timer.cancel()
+                done(error)
 
         def answer(error: str, _result: Any) -> None:
-            loop.call_soon(done, DriverError(error) if error else None)
+            loop.call_soon(settle, DriverError(error) if error else None)
 
+        # a broker that stops answering leaves the flush waiting: the batch fails after a while
+        timer = loop.call_later(SEND_TIMEOUT_S, settle, DriverError(
+            f"messages not acknowledged within {SEND_TIMEOUT_S:g} s"))
         self._host.post("write", (self._wid, events, keys), answer)
 
     async def send_batch(self, batch: Sequence[OutMessage]) -> None:
@@ -222,7 +234,8 @@ class PravegaProducer(Producer):
         if not self._closed:
             self._closed = True
             with contextlib.suppress(DriverError, TimeoutError):
-                await self._host.call("close_writer", self._wid, timeout_s=5.0)
+                await self._host.call("close_writer", self._wid, timeout_s=2.0)
+            await self._host.close(grace_s=0.5)
 
 
 # ---- consumer ---------------------------------------------------------------------------------
@@ -251,12 +264,14 @@ class PravegaConsumer(Consumer):
         item = self._inbox.popleft()
         if isinstance(item, str):
             raise DriverError(item)
+        self._host.tell("take", self._rid)  # its slice may be released now
         receive_ns, intended, size, ids = item
         return ReceivedBatch(receive_ns, intended, size, ids)
 
     async def close(self) -> None:
         with contextlib.suppress(DriverError, TimeoutError):  # the group notices a gone reader itself
-            await self._host.call("close_reader", self._rid, timeout_s=10.0)
+            await self._host.call("close_reader", self._rid, timeout_s=3.0)
+        await self._host.close(grace_s=0.5)
 
 
 # ---- driver -----------------------------------------------------------------------------------
@@ -304,23 +319,34 @@ class PravegaDriver(Driver):
         with contextlib.suppress(DriverError, TimeoutError):
             await self._client().call("delete_topic", self._scope, name, self._groups.pop(name, []))
 
+    async def _own_host(self) -> ClientHost:
+        """A client host for one producer or consumer (see collectors.pravega_host)."""
+        self._client()
+        host = ClientHost(self._controller)
+        await host.start()
+        return host
+
     async def producer(self, topic: str, index: int) -> Producer:
         wid = next(self._ids)
+        host = await self._own_host()
         try:
-            await self._client().call("writer", wid, self._scope, topic)
+            await host.call("writer", wid, self._scope, topic)
         except (DriverError, TimeoutError) as exc:
+            await host.close(grace_s=0.5)
             raise DriverError(f"cannot create a writer on {self._scope}/{topic}: {exc}") from None
-        return PravegaProducer(self._client(), wid, self._scope, topic, self._partitions.get(topic, 1))
+        return PravegaProducer(host, wid, self._scope, topic, self._partitions.get(topic, 1))
 
     async def consumer(self, topic: str, subscription: str, index: int, track_ids: bool) -> Consumer:
         group = reader_group_name(topic, subscription)
         rid = next(self._ids)
         name = f"{subscription}-{index}-{os.getpid()}-{rid}"
+        host = await self._own_host()
         try:
-            await self._client().call("reader", rid, self._scope, topic, group, name, track_ids)
+            await host.call("reader", rid, self._scope, topic, group, name, track_ids)
         except (DriverError, TimeoutError) as exc:
+            await host.close(grace_s=0.5)
             raise DriverError(f"cannot join reader group {group} of {self._scope}/{topic}: {exc}") from None
-        return PravegaConsumer(self._client(), rid)
+        return PravegaConsumer(host, rid)
 
     async def close(self) -> None:
         host, self._host = self._host, None
