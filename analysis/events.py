@@ -23,7 +23,9 @@ RECOVERY_KINDS: tuple[str, ...] = ("recovered", "not-recovered")
 BACKLOG_KIND = "backlog-drained"
 # listed beside the changes: they say which seconds describe streambench rather than the broker
 NOTE_KINDS: tuple[str, ...] = ("loadgen-saturated", "coordinator-late", "intervention-failed",
-                               "backlog-built", "backlog-drain-done")  # and OMB's backlog phase
+                               # OMB's backlog phase and rate search
+                               "backlog-built", "backlog-drain-done", "rate-search-converged",
+                               "rate-search-result")
 READ_KINDS: tuple[str, ...] = (*CHANGE_KINDS, *RECOVERY_KINDS, BACKLOG_KIND, *NOTE_KINDS)
 
 
