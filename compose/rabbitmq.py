@@ -170,6 +170,10 @@ class RabbitLocalStack(Stack):
             "RABBITMQ_DIST_PORT": str(p["dist"]),
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": erl_args,
             "RABBITMQ_CTL_ERL_ARGS": erl_args,
+            # the script then execs the VM instead of running it as its own child: beam.smp is
+            # the process streambench started, so it dies with streambench (the death signal of
+            # compose.process) and receives the signals of the fault hooks itself
+            "RUNNING_UNDER_SYSTEMD": "true",
         }
 
     def _choose_ports(self) -> None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import rbfly.streams as rbs
+from rbfly.streams.error import ProtocolError
 from rbfly.util import Option
 from rstream.client import Client, ClientPool
 from rstream.exceptions import StreamAlreadyExists
@@ -58,6 +59,7 @@ RECEIVE_WAIT_S = 0.1
 BUFFER_LIMIT = 20_000  # messages a consumer holds before its readers wait for receive()
 CONNECT_TIMEOUT_S = 10.0
 RECONNECT_PAUSE_S = 0.5
+NO_OFFSET = 0x13  # the stream protocol's answer to a query for an offset never stored
 
 # both clients log every connection they lose at warning level and above; a benchmark breaks
 # connections on purpose (faults), and the run records what matters as events
@@ -186,29 +188,51 @@ class RabbitConsumer(Consumer):
         self._failure: BaseException | None = None
         self._tasks = [asyncio.create_task(self._read(p, s)) for p, s in streams.items()]
 
+    async def _start(self, partition: int, stream: str) -> rbs.Offset:
+        """Where a (re)subscription starts: after the last message handed over, else after the
+        subscription's stored offset, else at the stream's first message."""
+        if partition in self._last:
+            return rbs.Offset.offset(self._last[partition] + 1)
+        protocol = await self._client.get_protocol()
+        try:
+            stored = await protocol.query_offset(stream, self._reference)
+        except ProtocolError as exc:
+            if exc.code == NO_OFFSET:
+                return rbs.Offset.FIRST  # type: ignore[misc]
+            raise
+        return rbs.Offset.offset(stored + 1)
+
     async def _read(self, partition: int, stream: str) -> None:
+        """Until cancelled: subscribe and hand messages over; after a failure (e.g. the stream
+        not yet available on a restarted node) subscribe again where it left off."""
+        while True:
+            try:
+                await self._subscription(partition, stream)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._failure = exc
+                self._arrived.set()
+                await asyncio.sleep(RECONNECT_PAUSE_S)
+
+    async def _subscription(self, partition: int, stream: str) -> None:
         get_ctx = rbs.get_message_ctx
         track = self._track
         last = self._last
-        try:
-            async for body in self._client.subscribe(stream, offset=rbs.Offset.reference(self._reference)):
-                ctx = get_ctx()
-                # receive() swaps the lists: look them up on every message
-                self._intended.append(ctx.app_properties[INTENDED_PROPERTY])  # type: ignore[arg-type]
-                self._sizes += len(body)  # type: ignore[arg-type]
-                offset = ctx.stream_offset
-                last[partition] = offset
-                if track:
-                    self._ids.append((partition, str(offset)))
-                self._arrived.set()
-                if len(self._intended) >= BUFFER_LIMIT:
-                    self._room.clear()
-                    await self._room.wait()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._failure = exc
+        start = await self._start(partition, stream)
+        async for body in self._client.subscribe(stream, offset=start):
+            ctx = get_ctx()
+            # receive() swaps the lists: look them up on every message
+            self._intended.append(ctx.app_properties[INTENDED_PROPERTY])  # type: ignore[arg-type]
+            self._sizes += len(body)  # type: ignore[arg-type]
+            offset = ctx.stream_offset
+            last[partition] = offset
+            if track:
+                self._ids.append((partition, str(offset)))
             self._arrived.set()
+            if len(self._intended) >= BUFFER_LIMIT:
+                self._room.clear()
+                await self._room.wait()
 
     def _take(self) -> ReceivedBatch | None:
         if not self._intended:

@@ -224,6 +224,16 @@ def test_bad_input_one_line_exit_2(args, fragment):
     assert not _erlang_pids() - before
 
 
+def test_a_taken_port_is_one_line(node):
+    before = _erlang_pids()
+    res = run_cli(["run", f"rabbitmq:port={_port(node)}", "--headless", "--duration", "1"],
+                  timeout_s=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("streambench: error")
+    assert "already in use" in res.stderr and "Traceback" not in res.stderr
+    assert not _erlang_pids() - before
+
+
 def test_kill_and_start_keep_every_confirmed_message(node):
     """Messages the broker confirmed survive a SIGKILL of the node; after `start` the node
     answers on the same port with the same data, and a subscription reads each message once."""
