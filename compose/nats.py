@@ -26,12 +26,10 @@ from compose.docker import ComposeStack
 from compose.net import connect_failure
 from compose.process import (
     LocalNode,
+    OneNodeLocalStack,
     free_port,
-    node_fault,
-    nodes_down,
     port_in_use,
     remove_stale_dirs,
-    stop_and_remove,
     tail,
 )
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
@@ -175,9 +173,10 @@ class NatsServerOptions:
                 f"  max_file_store: {self.max_file}\n}}\n")
 
 
-class NatsLocalStack(Stack):
-    runtime = "local"
-    NODE = "nats"  # the fault hooks' name of the one server
+class NatsLocalStack(OneNodeLocalStack):
+    NODE = "nats"
+    SERVER = "nats-server"
+    LOGS = ("nats.log", "nats.stdout")
 
     def __init__(self, target: Target, label: str) -> None:
         self._target = target
@@ -253,27 +252,10 @@ class NatsLocalStack(Stack):
                              f"{exc}") from None
         check_version(self._version, "the local nats-server")
 
-    def brokers(self) -> list[str]:
-        return [self.NODE]
-
     async def _node_ready(self, node: LocalNode, timeout_s: float) -> None:
         if not await self._wait_ready(node, timeout_s):
             raise StackError(f"{self._label}: nats-server did not answer on port {self._port} "
                              f"after a start: {self._log(node) or 'no output'}")
-
-    def down_brokers(self) -> dict[str, str]:
-        return nodes_down([self._node] if self._node is not None else [])
-
-    async def _apply_fault(self, action: str, broker: str) -> str:
-        if self._node is None:
-            raise StackError(f"{self._label}: nats-server is not running (the stack is not up)")
-        return await node_fault(self._label, self._node, action, self._node_ready)
-
-    async def down(self) -> None:
-        node, data_dir, self._node, self._dir = self._node, self._dir, None, None
-        logs = [data_dir / "nats.log", data_dir / "nats.stdout"] if data_dir is not None else []
-        await stop_and_remove(node.proc if node is not None else None, data_dir, logs,
-                              self.context.log_dir)
 
     def describe(self) -> StackDescription:
         pid = self._node.pid if self._node is not None and self._node.running else None

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 
+from compose.stack import Stack
 from loadgen.errors import StackError
 
 _PR_SET_PDEATHSIG = 1
@@ -244,3 +245,37 @@ def nodes_down(nodes: list[LocalNode]) -> dict[str, str]:
             down[node.name] = (f"killed by signal {-code}" if code < 0
                                else f"exited with code {code}")
     return down
+
+
+class OneNodeLocalStack(Stack):
+    """A local stack of one broker process in a data dir of its own: the fault hooks, the death
+    watch and the tear-down (logs kept, data removed). Subclasses start `_node` in `_dir` and
+    say when a (re)started node answers."""
+
+    runtime = "local"
+    NODE = "broker"  # the fault hooks' name of the one broker
+    SERVER = "the broker"  # the process as messages name it, e.g. "redis-server"
+    LOGS: tuple[str, ...] = ()  # the data dir's log files kept at down()
+    _node: LocalNode | None = None
+    _dir: Path | None = None
+
+    async def _node_ready(self, node: LocalNode, timeout_s: float) -> None:
+        """Return once a node started by a fault answers; StackError when it does not."""
+        raise NotImplementedError
+
+    def brokers(self) -> list[str]:
+        return [self.NODE]
+
+    def down_brokers(self) -> dict[str, str]:
+        return nodes_down([self._node] if self._node is not None else [])
+
+    async def _apply_fault(self, action: str, broker: str) -> str:
+        if self._node is None:
+            raise StackError(f"{self._label}: {self.SERVER} is not running (the stack is not up)")
+        return await node_fault(self._label, self._node, action, self._node_ready)
+
+    async def down(self) -> None:
+        node, data_dir, self._node, self._dir = self._node, self._dir, None, None
+        logs = [data_dir / name for name in self.LOGS] if data_dir is not None else []
+        await stop_and_remove(node.proc if node is not None else None, data_dir, logs,
+                              self.context.log_dir)

@@ -18,12 +18,10 @@ from redis.exceptions import RedisError
 from compose.net import connect_failure
 from compose.process import (
     LocalNode,
+    OneNodeLocalStack,
     free_port,
-    node_fault,
-    nodes_down,
     port_in_use,
     remove_stale_dirs,
-    stop_and_remove,
     tail,
 )
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
@@ -101,9 +99,10 @@ class RedisServerOptions:
         return config
 
 
-class RedisLocalStack(Stack):
-    runtime = "local"
-    NODE = "redis"  # the fault hooks' name of the one broker
+class RedisLocalStack(OneNodeLocalStack):
+    NODE = "redis"
+    SERVER = "redis-server"
+    LOGS = ("redis.log", "redis.stdout")
 
     def __init__(self, target: Target, label: str) -> None:
         self._target = target
@@ -171,29 +170,12 @@ class RedisLocalStack(Stack):
                              f"PING: {exc}") from None
         check_version(self._version, "the local redis-server")
 
-    def brokers(self) -> list[str]:
-        return [self.NODE]
-
     async def _node_ready(self, node: LocalNode, timeout_s: float) -> None:
         if not await self._wait_listening(node, self._port, timeout_s):
             assert self._dir is not None
             log = tail(self._dir / "redis.log") or tail(node.log)
             raise StackError(f"{self._label}: redis-server did not answer on port {self._port} "
                              f"after a start: {log or 'no output'}")
-
-    def down_brokers(self) -> dict[str, str]:
-        return nodes_down([self._node] if self._node is not None else [])
-
-    async def _apply_fault(self, action: str, broker: str) -> str:
-        if self._node is None:
-            raise StackError(f"{self._label}: redis-server is not running (the stack is not up)")
-        return await node_fault(self._label, self._node, action, self._node_ready)
-
-    async def down(self) -> None:
-        node, data_dir, self._node, self._dir = self._node, self._dir, None, None
-        logs = [data_dir / "redis.log", data_dir / "redis.stdout"] if data_dir is not None else []
-        await stop_and_remove(node.proc if node is not None else None, data_dir, logs,
-                              self.context.log_dir)
 
     def describe(self) -> StackDescription:
         config = {**self._opts.describe(), "data_dir": str(self._dir)}
