@@ -38,6 +38,7 @@ from compose.process import (
 )
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
+from loadgen.security import read_secret
 from loadgen.target import Target
 
 DATA_PREFIX = "streambench-rabbitmq-"
@@ -391,7 +392,9 @@ class RabbitExternalStack(Stack):
         self._label = label
         self._host, self._port = parse_address(target.address)
         opts = target.options
-        self._user, self._password = str(opts.get("user") or "guest"), str(opts.get("password") or "guest")
+        secret = read_secret(target, "password")
+        self._user = str(opts.get("user") or "guest")
+        self._password = secret.reveal() if secret else "guest"
         self._management_port = int(opts.get("management_port") or 0)
         self._version = ""
 

@@ -48,10 +48,11 @@ from collectors.resources import resource_collectors
 from compose.net import connect_failure
 from compose.rabbitmq import RabbitDockerStack, RabbitExternalStack, RabbitLocalStack, parse_address
 from compose.stack import Stack, StackDescription
-from loadgen.errors import DriverError
+from loadgen.errors import DriverError, TargetError
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
+from loadgen.security import REDIS_SECURITY_OPTIONS, read_secret
 from loadgen.target import OptionSpec, Target
 
 INTENDED_PROPERTY = "t"
@@ -94,6 +95,18 @@ def assigned(partitions: int, consumers: int, index: int) -> list[int]:
     return [p for p in range(partitions) if p % max(1, consumers) == index]
 
 
+EXISTING_SERVER_ONLY = ("user", "password_file", "password_env", "management_port")
+
+
+def check_options(target: Target) -> None:
+    """Options that apply to an existing server only (a node streambench starts lets guest in
+    on loopback and has its management port chosen by streambench)."""
+    misplaced = [k for k in EXISTING_SERVER_ONLY if k in target.explicit]
+    if misplaced and target.address is None:
+        raise TargetError(f"target {target.spec!r}: {', '.join(misplaced)} apply to an existing "
+                          "server (rabbitmq@HOST:PORT); leave them out")
+
+
 @dataclass(frozen=True)
 class RabbitOptions:
     """The client and stream settings of a RabbitMQ target, typed once from its options."""
@@ -106,8 +119,10 @@ class RabbitOptions:
 
     @classmethod
     def of(cls, target: Target) -> RabbitOptions:
+        check_options(target)
         o = target.options
-        return cls(str(o.get("user") or "guest"), str(o.get("password") or "guest"),
+        secret = read_secret(target, "password")
+        return cls(str(o.get("user") or "guest"), secret.reveal() if secret else "guest",
                    int(o.get("store_interval_ms") or 0), int(o.get("max_length_bytes") or 0),
                    int(o.get("segment_bytes") or 0))
 
@@ -386,6 +401,7 @@ class RabbitStreamsDriver(Driver):
 
 
 def _stack(target: Target) -> Stack:
+    RabbitOptions.of(target)  # its checks, before anything starts
     if target.runtime == "external":
         return RabbitExternalStack(target, target.label)
     if target.runtime == "docker":
@@ -423,9 +439,9 @@ PLATFORMS = [
                                            "(0 = no limit)", default=0, parse=parse_non_negative),
             "segment_bytes": OptionSpec("size of a stream's segment files (0 = the server's "
                                         "default, 500 MB)", default=0, parse=parse_non_negative),
-            "user": OptionSpec("user name (default: guest, which RabbitMQ lets in on loopback only)",
-                               default="guest"),
-            "password": OptionSpec("password", default="guest"),
+            "user": OptionSpec("existing server: user name (default: guest, which RabbitMQ lets "
+                               "in on loopback only)", default=None),
+            **{k: REDIS_SECURITY_OPTIONS[k] for k in ("password_file", "password_env", "password")},
             "management_port": OptionSpec("@ADDRESS: port of the management HTTP API on the same "
                                           "host, for broker counters (0 = none)", default=15672,
                                           parse=parse_non_negative),

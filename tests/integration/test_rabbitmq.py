@@ -206,6 +206,8 @@ BAD_INPUTS = [
     (["run", "rabbitmq:store_interval_ms=-1", "--headless"], "store_interval_ms"),
     (["run", "rabbitmq:cpus=2", "--headless"], "cpus"),
     (["run", "rabbitmq:sotre_interval_ms=5", "--headless"], "did you mean store_interval_ms"),
+    (["run", "rabbitmq:user=bench", "--headless"], "existing server"),
+    (["run", "rabbitmq:password=secret@127.0.0.1:5552", "--headless"], "password_env"),
     (["run", "rabbitmq@127.0.0.1:1", "--headless", "--duration", "1"], "cannot reach rabbitmq"),
     (["run", "rabbitmq@127.0.0.1:99999", "--headless", "--duration", "1"], "bad address"),
 ]
