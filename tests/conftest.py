@@ -9,6 +9,7 @@ broker, no container."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -121,23 +122,35 @@ def port_listening(port: int) -> bool:
                for c in psutil.net_connections("tcp"))
 
 
-def redis_pids() -> set[int]:
-    """redis-servers this test process could have started: its descendants, and orphans (a
-    leaked broker is re-parented to init). Other test runs on the machine are not counted."""
+def server_pids(name: str) -> set[int]:
+    """Processes called `name` this test process could have started: its descendants, and
+    orphans (a leaked broker is re-parented to init). Other test runs on the machine are not
+    counted."""
     mine = {p.pid for p in psutil.Process().children(recursive=True)}
     found = set()
     for p in psutil.process_iter(["name", "ppid"]):
-        if p.info["name"] == "redis-server" and (p.pid in mine or p.info["ppid"] == 1):
+        if p.info["name"] == name and (p.pid in mine or p.info["ppid"] == 1):
             found.add(p.pid)
     return found
+
+
+def redis_pids() -> set[int]:
+    return server_pids("redis-server")
+
+
+@contextlib.contextmanager
+def none_left(name: str, timeout_s: float = 10) -> Iterator[None]:
+    """Fails if the block leaves a process called `name` running that was not there before."""
+    before = server_pids(name)
+    yield
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and server_pids(name) - before:
+        time.sleep(0.1)
+    assert server_pids(name) - before == set(), f"a {name} started by the test is still running"
 
 
 @pytest.fixture
 def no_leftover_redis() -> Iterator[None]:
     """Fails the test if it leaves a redis-server running that was not there before."""
-    before = redis_pids()
-    yield
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and redis_pids() - before:
-        time.sleep(0.1)
-    assert redis_pids() - before == set(), "a redis-server started by the test is still running"
+    with none_left("redis-server"):
+        yield

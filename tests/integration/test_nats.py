@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nats
-import psutil
 import pyarrow.dataset as ds
 import pytest
 
@@ -33,6 +32,7 @@ from loadgen.platforms.nats import NatsDriver, stream_name
 from loadgen.run import Run, RunSummary
 from loadgen.target import unique_labels
 from loadgen.workload import Workload
+from tests.conftest import none_left
 from tests.integration.conftest import run_cli, run_json
 from tests.integration.test_redis_run import _one_error_line, _wait_gone
 
@@ -45,22 +45,11 @@ def _table(run_dir: Path, name: str) -> dict:
     return ds.dataset(run_dir / name, format="parquet").to_table().to_pydict()
 
 
-def server_pids() -> set[int]:
-    """nats-servers this test process could have started: its descendants, and orphans."""
-    mine = {p.pid for p in psutil.Process().children(recursive=True)}
-    return {p.pid for p in psutil.process_iter(["name", "ppid"])
-            if p.info["name"] == "nats-server" and (p.pid in mine or p.info["ppid"] == 1)}
-
-
 @pytest.fixture
 def nothing_left_running() -> Iterator[None]:
     """Fails the test if it leaves a nats-server running that was not there before."""
-    before = server_pids()
-    yield
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and server_pids() - before:
-        time.sleep(0.1)
-    assert server_pids() - before == set(), "a nats-server started by the test still runs"
+    with none_left("nats-server", 15):
+        yield
 
 
 # ---- runs that start their own server (local runtime) -----------------------------------------
