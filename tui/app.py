@@ -291,8 +291,12 @@ class DashboardApp(App[DashboardResult]):
         """An SVG of the screen as it is, into the run directory; the path in the status line."""
         directory = self.run_dir if self.run_dir is not None else Path.cwd()
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        name, n = f"screenshot-{stamp}.svg", 1
+        while (directory / name).exists():  # twice in one second: -2, -3 …
+            n += 1
+            name = f"screenshot-{stamp}-{n}.svg"
         try:
-            path = self.save_screenshot(f"screenshot-{stamp}.svg", str(directory))
+            path = self.save_screenshot(name, str(directory))
         except OSError as exc:
             self.notify(f"no screenshot: {exc.strerror or exc}", severity="error")
             return

@@ -139,6 +139,10 @@ async def test_screenshot_key_writes_an_svg_into_the_run_directory(tmp_path: Pat
         shots = list(run_dir.glob("screenshot-*.svg"))
         assert len(shots) == 1 and shots[0].read_text().startswith("<svg")
         assert app.status.message == f"screenshot: {shots[0]}"
+        assert "redis:aof" in shots[0].read_text()  # the screen as it was
+        await pilot.press("x", "x")  # within the same second or not: no file is overwritten
+        await pilot.pause()
+        assert len(list(run_dir.glob("screenshot-*.svg"))) == 3
         assert "screenshot:" in screen_lines(app)[0]
 
 
