@@ -201,6 +201,22 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--baseline", metavar="RUN_DIR[:TARGET]",
                         help="another recorded run drawn under each chart as a ghost series")
 
+    suite = sub.add_parser("suite", help="run a matrix of targets x workloads back to back")
+    suite.add_argument("suite", metavar="NAME|FILE", help="a bundled suite (streambench suites) "
+                                                          "or a suite YAML file")
+    suite.add_argument("targets", nargs="*", metavar="TARGET",
+                       help="targets instead of the suite's own")
+    suite.add_argument("--scale", type=_positive_float, default=1.0, metavar="F",
+                       help="multiply durations and fixed rates by F (0 < F <= 1) for small "
+                            "machines; the suite's record and report say so")
+    suite.add_argument("--out", type=Path, metavar="DIR",
+                       help="suite directory (default runs/suite-<time>-<name>)")
+    suite.add_argument("--resume", type=Path, metavar="DIR",
+                       help="go on with a suite that was stopped: cells done are kept, the "
+                            "others run (again)")
+    suite.add_argument("--no-report", action="store_true",
+                       help="skip the comparison report at the end")
+    sub.add_parser("suites", help="list the bundled suites")
     sub.add_parser("platforms", help="list platforms and their TARGET options")
     sub.add_parser("workloads", help="list the bundled workloads")
     sub.add_parser("doctor", help="check the installation: packages shadowed by other "
@@ -651,6 +667,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_replay(args)
         if args.command == "stacks":
             return _cmd_stacks(args)
+        if args.command == "suite":
+            from tui.suite import run_suite
+
+            if not args.no_report:
+                _require_report_extra()
+            return run_suite(args.suite, list(args.targets), args.out, args.scale, args.resume,
+                             not args.no_report)
+        if args.command == "suites":
+            from tui.suite import bundled_suites, load_suite
+
+            for name in bundled_suites():
+                s = load_suite(name)
+                print(f"{name}: {s.description}\n  targets: {', '.join(s.targets)}\n"
+                      f"  workloads: {', '.join(label for label, _ in s.workloads)}")
+            return 0
         if args.command == "platforms":
             return _cmd_platforms()
         if args.command == "workloads":
