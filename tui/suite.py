@@ -88,7 +88,7 @@ def load_suite(spec: str) -> Suite:
     doc, src, base = _read(spec)
     if not isinstance(doc, dict):
         raise WorkloadError(f"{src}: a suite must be a YAML mapping (name, targets, workloads)")
-    known = {"name", "description", "source", "targets", "workloads", "options"}
+    known = {"name", "description", "source", "targets", "workloads", "options", "published"}
     unknown = [k for k in doc if k not in known]
     if unknown:
         raise WorkloadError(f"{src}: unknown suite key {shown(unknown[0], quote=True)}; "
@@ -267,7 +267,97 @@ def run_suite(spec: str, targets: list[str], out: Path | None, scale: float,
         state["report"] = str(path)
         save()
         print(f"report: {path}", flush=True)
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(path.parent / "summary.parquet").to_pylist()
+        lines = compare_published(state, rows)
+        if lines:
+            (root / "published.md").write_text("\n".join(lines))
+            print("\n".join(line for line in lines if line.startswith("- ")), flush=True)
+            print(f"published figures beside the measured ones: {root / 'published.md'}", flush=True)
     if stop:
         return {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}.get(
             signal.Signals(stop[0]), 130)
     return 4 if failed else 0
+
+
+# -- published figures beside the measured ones ------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One published comparison: a metric of one workload on several platforms."""
+
+    workload: str
+    metric: str  # a column of the report's summary table, e.g. e2e_mean_ms, consume_msg_s
+    values: dict[str, float]  # platform -> the published figure
+    lower_is_better: bool
+    text: str
+
+
+def _findings(spec: str) -> tuple[list[Finding], str]:
+    doc, src, _ = _read(spec)
+    entries = doc.get("published", []) if isinstance(doc, dict) else []
+    if not isinstance(entries, list):
+        raise WorkloadError(f"{src}: published must be a list")
+    found = []
+    for i, e in enumerate(entries):
+        try:
+            values = {str(k): float(v) for k, v in e["values"].items()}
+            found.append(Finding(str(e["workload"]), str(e["metric"]), values,
+                                 bool(e.get("lower_is_better", True)), str(e.get("finding", ""))))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise WorkloadError(f"{src}: published[{i}] needs workload, metric and values "
+                                "(platform: number)") from None
+    return found, str(doc.get("source", "")) if isinstance(doc, dict) else ""
+
+
+def _platform(target: str) -> str:
+    return re.split(r"[:@]", target, maxsplit=1)[0]
+
+
+def compare_published(state: dict[str, Any], summary_rows: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: per published finding, the published and measured figures per platform,
+    the ranking in each, the ratios to the first platform, and a verdict."""
+    findings, source = _findings(state["suite_spec"])
+    if not findings:
+        return []
+    by_run = {row["run_id"]: row for row in summary_rows}
+    measured: dict[tuple[str, str], dict[str, Any]] = {}  # (workload, platform) -> summary row
+    for cell in state["cells"]:
+        if cell["state"] != "done":
+            continue
+        run_id = json.loads((Path(cell["run_dir"]) / "run.json").read_text())["run_id"]
+        if run_id in by_run:
+            measured[(cell["workload"], _platform(cell["target"]))] = by_run[run_id]
+    lines = ["# Published figures beside the measured ones", ""]
+    if source:
+        lines += [f"Published: {source}. Absolute figures depend on the machine; what is compared "
+                  "is the shape: the ranking of the platforms and the ratios between them.", ""]
+    lines += ["| workload | metric | platform | published | measured | published ratio | "
+              "measured ratio |", "|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for f in findings:
+        platforms = [p for p in f.values if (f.workload, p) in measured]
+        raw = {p: measured[(f.workload, p)].get(f.metric) for p in platforms}
+        got = {p: float(v) for p, v in raw.items() if v is not None}
+        first = next(iter(f.values))
+        for p, published in f.values.items():
+            m = got.get(p)
+            pr = published / f.values[first] if f.values[first] else float("nan")
+            mr = m / got[first] if m is not None and got.get(first) else None
+            lines.append(f"| {f.workload} | {f.metric} | {p} | {published:,.6g} | "
+                         f"{'n/a' if m is None else f'{m:,.6g}'} | {pr:.2f} | "
+                         f"{'n/a' if mr is None else f'{mr:.2f}'} |")
+        if len(got) < len(f.values):
+            verdict = "not comparable: not every platform ran"
+        elif state.get("scaled"):
+            verdict = "not comparable: scaled"
+        else:
+            order = sorted(f.values, key=f.values.__getitem__, reverse=not f.lower_is_better)
+            mine = sorted(got, key=got.__getitem__, reverse=not f.lower_is_better)
+            sign = " < " if f.lower_is_better else " > "
+            verdict = "reproduced" if order == mine else (
+                f"not reproduced: published {sign.join(order)}, measured {sign.join(mine)}")
+        about = f": {f.text}" if f.text else ""
+        verdicts.append(f"- {f.workload}, {f.metric}{about}: **{verdict}**")
+    return [*lines, "", "Verdicts:", "", *verdicts, ""]
