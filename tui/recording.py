@@ -82,7 +82,8 @@ def read_table(run_dir: Path, table: str) -> pa.Table:
 
 def read_meta(run_dir: Path) -> dict[str, Any]:
     if not run_dir.is_dir():
-        raise RecordingError(f"{run_dir} is not a run directory (no such directory)")
+        why = "not a directory" if run_dir.exists() else "no such directory"
+        raise RecordingError(f"{run_dir} is not a run directory ({why})")
     return read_run_meta(run_dir, RecordingError)
 
 
@@ -130,6 +131,13 @@ def _per_tick(run_dir: Path, table: str, key: str, value: str) -> dict[tuple[str
     return out
 
 
+def _phase(name: Any, run_dir: Path) -> Phase:
+    try:
+        return Phase(name)
+    except ValueError:
+        raise RecordingError(f"{run_dir}: a tick of unknown phase {str(name)[:40]!r}") from None
+
+
 def _micros(table: pa.Table) -> list[int]:
     """The `time` column as integer microseconds since the epoch."""
     return [int(v) for v in table["time"].cast(pa.int64()).to_pylist()]
@@ -160,7 +168,7 @@ def _ticks(run_dir: Path) -> list[Tick]:
             lag = LagSnapshot(int(r["lag_total"]), per_partition, source)
         ticks.append(Tick(
             target=target, seq=seq, time_ns=time_us * 1000,
-            interval_s=r["interval_s"] or 0.0, phase=Phase(r["phase"]),
+            interval_s=r["interval_s"] or 0.0, phase=_phase(r["phase"], run_dir),
             elapsed_s=r["elapsed_s"] or 0.0,
             produced=r["produced"] or 0, produced_bytes=r["produced_bytes"] or 0,
             consumed=r["consumed"] or 0, consumed_bytes=r["consumed_bytes"] or 0,
