@@ -35,6 +35,7 @@ from compose.kafka import (
 from compose.net import connect_failure
 from compose.stack import Stack, StackDescription
 from loadgen.errors import DriverError, StackError
+from loadgen.omb_driver import driver_option, kafka_driver
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
 from loadgen.platforms.config_names import KAFKA_BROKER, KAFKA_TOPIC
 from loadgen.platforms.runtime import runtime_options
@@ -580,28 +581,29 @@ PROFILES = {
 
 
 def _setting_options(local_brokers: bool) -> dict[str, OptionSpec]:
-    producer = signature_defaults(AIOKafkaProducer.__init__)
-    consumer = signature_defaults(AIOKafkaConsumer.__init__)
-    admin = signature_defaults(AIOKafkaAdminClient.__init__)
+    checks = {
+        "producer": kwargs_check(signature_defaults(AIOKafkaProducer.__init__), "aiokafka's producer",
+                                 aliases={"batch.size": "max_batch_size"},
+                                 no_equivalent=_NO_EQUIVALENT,
+                                 controlled=_CLIENT_SET_BY_STREAMBENCH),
+        "consumer": kwargs_check(signature_defaults(AIOKafkaConsumer.__init__), "aiokafka's consumer",
+                                 no_equivalent=_NO_EQUIVALENT,
+                                 controlled=_CLIENT_SET_BY_STREAMBENCH),
+        "admin": kwargs_check(signature_defaults(AIOKafkaAdminClient.__init__),
+                              "aiokafka's admin client", no_equivalent=_NO_EQUIVALENT,
+                              controlled=_CLIENT_SET_BY_STREAMBENCH),
+        "topic": names_check(KAFKA_TOPIC, "Kafka topic config"),
+    }
     found = {
         "producer": namespace("producer.NAME=VALUE: an aiokafka producer setting (Java names "
-                              "such as linger.ms map to linger_ms)",
-                              kwargs_check(producer, "aiokafka's producer",
-                                           aliases={"batch.size": "max_batch_size"},
-                                           no_equivalent=_NO_EQUIVALENT,
-                                           controlled=_CLIENT_SET_BY_STREAMBENCH)),
+                              "such as linger.ms map to linger_ms)", checks["producer"]),
         "consumer": namespace("consumer.NAME=VALUE: an aiokafka consumer setting",
-                              kwargs_check(consumer, "aiokafka's consumer",
-                                           no_equivalent=_NO_EQUIVALENT,
-                                           controlled=_CLIENT_SET_BY_STREAMBENCH)),
-        "admin": namespace("admin.NAME=VALUE: an aiokafka admin client setting",
-                           kwargs_check(admin, "aiokafka's admin client",
-                                        no_equivalent=_NO_EQUIVALENT,
-                                        controlled=_CLIENT_SET_BY_STREAMBENCH)),
+                              checks["consumer"]),
+        "admin": namespace("admin.NAME=VALUE: an aiokafka admin client setting", checks["admin"]),
         "topic": namespace("topic.NAME=VALUE: a topic config at creation (e.g. "
-                           "topic.min.insync.replicas=2)",
-                           names_check(KAFKA_TOPIC, "Kafka topic config")),
+                           "topic.min.insync.replicas=2)", checks["topic"]),
         "profile": profile_option(PROFILES),
+        "driver": driver_option(lambda path: kafka_driver(path, checks)),
         "config": config_option(),
     }
     if local_brokers:

@@ -62,6 +62,7 @@ from compose.pulsar import (
 )
 from compose.stack import Stack, StackDescription
 from loadgen.errors import DriverError, TargetError
+from loadgen.omb_driver import driver_option, pulsar_driver
 from loadgen.platforms.base import (
     Acknowledged,
     Consumer,
@@ -568,19 +569,22 @@ PROFILES = {
 def _setting_options() -> dict[str, OptionSpec]:
     producer = signature_defaults(pulsar_asyncio.Client.create_producer)
     consumer = signature_defaults(pulsar_asyncio.Client.subscribe)
+    checks = {"producer": kwargs_check(producer, "pulsar-client create_producer",
+                                       controlled=_SET_BY_STREAMBENCH),
+              "consumer": kwargs_check(consumer, "pulsar-client subscribe",
+                                       controlled=_SET_BY_STREAMBENCH)}
     return {
         "broker": namespace("broker.KEY=VALUE: a key of the local standalone's standalone.conf",
                             names_check(PULSAR_BROKER, "key of Pulsar's standalone.conf or "
                                         "broker.conf", _BROKER_SET_BY_STREAMBENCH), broker=True),
         "producer": namespace("producer.NAME=VALUE: a keyword argument of pulsar-client's "
                               "create_producer (e.g. producer.batching_enabled=false)",
-                              kwargs_check(producer, "pulsar-client create_producer",
-                                           controlled=_SET_BY_STREAMBENCH)),
+                              checks["producer"]),
         "consumer": namespace("consumer.NAME=VALUE: a keyword argument of pulsar-client's "
                               "subscribe (e.g. consumer.receiver_queue_size=100)",
-                              kwargs_check(consumer, "pulsar-client subscribe",
-                                           controlled=_SET_BY_STREAMBENCH)),
+                              checks["consumer"]),
         "profile": profile_option(PROFILES),
+        "driver": driver_option(lambda path: pulsar_driver(path, checks)),
         "config": config_option(),
     }
 

@@ -127,3 +127,65 @@ def test_cli_refuses_a_bad_setting_in_one_line_before_starting(tmp_path: Path) -
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "did you mean num.io.threads?" in lines[0], res.stderr
     assert not (tmp_path / "run").exists()  # nothing started, nothing written
+
+
+KAFKA_DRIVER = """name: Kafka
+driverClass: io.openmessaging.benchmark.driver.kafka.KafkaBenchmarkDriver
+replicationFactor: 3
+topicConfig: |
+  min.insync.replicas=2
+commonConfig: |
+  bootstrap.servers=localhost:9092
+  request.timeout.ms=20000
+producerConfig: |
+  acks=all
+  linger.ms=1
+  batch.size=1048576
+  buffer.memory=33554432
+consumerConfig: |
+  auto.offset.reset=earliest
+  enable.auto.commit=false
+"""
+PULSAR_DRIVER = """name: Pulsar
+driverClass: io.openmessaging.benchmark.driver.pulsar.PulsarBenchmarkDriver
+client:
+  serviceUrl: pulsar://localhost:6650
+  ioThreads: 8
+producer:
+  batchingEnabled: false
+  batchingMaxPublishDelayMs: 2
+  blockIfQueueFull: true
+consumer:
+  receiverQueueSize: 500
+"""
+
+
+def test_omb_driver_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kafka = tmp_path / "kafka.yaml"
+    kafka.write_text(KAFKA_DRIVER)
+    t = resolve_target(f"kafka:driver={kafka}@127.0.0.1:9092")
+    assert settings_of(t, "producer") == {"acks": "all", "linger_ms": 1, "max_batch_size": 1048576,
+                                          "request_timeout_ms": 20000}
+    assert settings_of(t, "consumer") == {"auto_offset_reset": "earliest",
+                                          "request_timeout_ms": 20000}
+    assert settings_of(t, "admin") == {"request_timeout_ms": 20000}
+    assert settings_of(t, "topic") == {"min.insync.replicas": "2"}
+    warned = capsys.readouterr().err
+    for field in ("buffer.memory", "enable.auto.commit", "bootstrap.servers",
+                  "replicationFactor 3: give replication=3"):
+        assert field in warned and "not acted on" in warned
+    assert "linger.ms" not in warned
+
+    pulsar_file = tmp_path / "pulsar.yaml"
+    pulsar_file.write_text(PULSAR_DRIVER)
+    t = resolve_target(f"pulsar:runtime=local,driver={pulsar_file},producer.batching_enabled=true")
+    assert settings_of(t, "producer") == {"batching_enabled": True,  # the TARGET's own wins
+                                          "batching_max_publish_delay_ms": 2}
+    assert settings_of(t, "consumer") == {"receiver_queue_size": 500}
+    warned = capsys.readouterr().err
+    assert "client.serviceUrl" in warned and "client.ioThreads" in warned
+    assert "producer.blockIfQueueFull" in warned
+    with pytest.raises(TargetError, match="not valid YAML"):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text("producer: [\n")
+        resolve_target(f"pulsar:driver={bad}")

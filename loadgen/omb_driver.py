@@ -1,0 +1,138 @@
+"""`driver=FILE`: an OpenMessaging Benchmark driver YAML file as a target's settings. Kafka
+files (`producerConfig`, `consumerConfig`, `commonConfig`, `topicConfig` as properties text)
+and Pulsar files (`producer:`, `consumer:` sections) map field by field onto the namespaced
+settings; every field streambench does not act on is named in a warning on stderr, with what to
+use instead where there is something."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loadgen.target import OptionSpec
+
+Check = Callable[[str, str], tuple[str, Any]]
+# fields that name the driver, not a setting
+_IDENTITY = ("name", "driverClass")
+
+
+def _load(path: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).expanduser().read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError:
+        raise ValueError(f"{path} is not valid YAML") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected an OpenMessaging Benchmark driver (a mapping)")
+    return data
+
+
+def _properties(text: Any) -> dict[str, str]:
+    out = {}
+    for line in str(text or "").splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", "!")):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _warn(path: str, notes: list[str]) -> None:
+    for note in notes:
+        sys.stderr.write(f"streambench: warning: driver {path}: {note} (not acted on)\n")
+
+
+def _mapped(space: str, name: str, value: str, checks: Mapping[str, Check],
+            settings: dict[str, str], notes: list[str], field: str) -> None:
+    try:
+        checks[space](name, value)
+    except ValueError as exc:
+        notes.append(f"{field} {name}={value}: {exc}")
+        return
+    settings[f"{space}.{name}"] = value
+
+
+def kafka_driver(path: str, checks: Mapping[str, Check]) -> dict[str, str]:
+    data = _load(path)
+    settings: dict[str, str] = {}
+    notes: list[str] = []
+    for field, spaces in (("producerConfig", ("producer",)), ("consumerConfig", ("consumer",)),
+                          ("topicConfig", ("topic",)),
+                          ("commonConfig", ("producer", "consumer", "admin"))):
+        for name, value in _properties(data.get(field)).items():
+            if name == "bootstrap.servers":
+                notes.append(f"{field} bootstrap.servers: give the cluster as kafka@HOST:PORT")
+                continue
+            for space in spaces:
+                _mapped(space, name, value, checks, settings, notes, field)
+    for field, value in data.items():
+        if field == "replicationFactor":
+            notes.append(f"replicationFactor {value}: give replication={value}")
+        elif field not in (*_IDENTITY, "producerConfig", "consumerConfig", "topicConfig",
+                           "commonConfig"):
+            notes.append(f"{field}")
+    _warn(path, notes)
+    return settings
+
+
+# OMB's Pulsar driver fields -> pulsar-client keyword arguments
+_PULSAR_PRODUCER = {"batchingEnabled": "batching_enabled",
+                    "batchingMaxPublishDelayMs": "batching_max_publish_delay_ms",
+                    "batchingMaxBytes": "batching_max_allowed_size_in_bytes",
+                    "batchingMaxMessages": "batching_max_messages",
+                    "pendingQueueSize": "max_pending_messages",
+                    "maxPendingMessagesAcrossPartitions": "max_pending_messages_across_partitions"}
+_PULSAR_CONSUMER = {"receiverQueueSize": "receiver_queue_size"}
+_PULSAR_INSTEAD = {
+    "blockIfQueueFull": "streambench never blocks on a full queue",
+    "topicType": "give persistent=false for non-persistent topics",
+    "namespacePrefix": "give namespace=TENANT/NAMESPACE",
+    "serviceUrl": "give the cluster as pulsar@pulsar://HOST:6650,http://HOST:8080",
+    "httpUrl": "give the cluster as pulsar@pulsar://HOST:6650,http://HOST:8080",
+}
+
+
+def pulsar_driver(path: str, checks: Mapping[str, Check]) -> dict[str, str]:
+    data = _load(path)
+    settings: dict[str, str] = {}
+    notes: list[str] = []
+    for section, space, names in (("producer", "producer", _PULSAR_PRODUCER),
+                                  ("consumer", "consumer", _PULSAR_CONSUMER)):
+        fields = data.get(section) or {}
+        if not isinstance(fields, dict):
+            raise ValueError(f"{path}: {section}: expected a mapping")
+        for field, value in fields.items():
+            text = "true" if value is True else "false" if value is False else str(value)
+            if field == "pendingQueueSize" and str(value) == "0":
+                notes.append(f"{section}.pendingQueueSize 0 (unbounded in the Java client): "
+                             "pulsar-client needs a bound")
+            elif field in names:
+                _mapped(space, names[field], text, checks, settings, notes, section)
+            else:
+                why = _PULSAR_INSTEAD.get(field)
+                notes.append(f"{section}.{field}" + (f": {why}" if why else ""))
+    client = data.get("client") or {}
+    for field in (client if isinstance(client, dict) else {}):
+        why = _PULSAR_INSTEAD.get(field)
+        notes.append(f"client.{field}" + (f": {why}" if why else ""))
+    for field in data:
+        if field not in (*_IDENTITY, "client", "producer", "consumer"):
+            notes.append(field)
+    _warn(path, notes)
+    return settings
+
+
+def _readable(text: str) -> str:
+    _load(text)
+    return text
+
+
+def driver_option(expand: Callable[[str], dict[str, str]]) -> OptionSpec:
+    return OptionSpec("an OpenMessaging Benchmark driver YAML file: its producer, consumer and "
+                      "topic settings (a warning names each field not acted on)", default=None,
+                      parse=_readable, expands=expand, expands_as="user")
