@@ -183,6 +183,17 @@ def _redis_line() -> str:
     return f"redis-server: {m.group(1) if m else 'version unknown'} ({server})"
 
 
+def _nats_line() -> str:
+    from compose.nats import find_server
+
+    server = find_server()
+    if server is None:
+        return ("nats-server: not found; the local NATS runtime needs it "
+                "(Debian/Ubuntu: apt-get install nats-server)")
+    m = re.search(r"v(\d\S*)", _run([server, "--version"]) or "")
+    return f"nats-server: {m.group(1) if m else 'version unknown'} ({server})"
+
+
 def _java_line() -> str:
     import shutil
 
@@ -266,7 +277,7 @@ def _self_line() -> str:
 
 
 # one line each, in this order, after the shadows
-CHECKS = (_redis_line, _java_line, _maven_line, _docker_line, _compose_line, _report_line)
+CHECKS = (_redis_line, _nats_line, _java_line, _maven_line, _docker_line, _compose_line, _report_line)
 
 
 def doctor(out: Callable[[str], object] = print) -> int:
