@@ -5,6 +5,7 @@ as version 1 files (no loadgen_* columns) replays too, marked as older."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -94,3 +95,34 @@ async def test_a_version_1_run_replays_marked_as_older(real_run: Path, tmp_path:
         await pilot.pause()
         assert "files v1" in screen_lines(app)[0]
         assert app.histories[rec.labels[0]].ticks == len(ticks)
+
+
+def test_a_real_run_killed_mid_way_replays_what_it_wrote(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    import psutil
+
+    from tests.conftest import CliRun
+
+    run_dir = tmp_path / "killed"
+    cli = CliRun(["run", "redis:runtime=local", "--headless", "--rate", "500", "--warmup", "1",
+                  "--duration", "60", "--out", str(run_dir)])
+    try:
+        cli.wait_for_line("measuring", 60)
+        for _ in range(8):  # past the sink's first rotation (5 s)
+            cli.wait_for_line("measuring", 10)
+    finally:
+        started: list[psutil.Process] = []
+        with contextlib.suppress(psutil.NoSuchProcess):  # its broker among them
+            started = psutil.Process(cli.proc.pid).children(recursive=True)
+        os.killpg(cli.proc.pid, signal.SIGKILL)  # the CLI leads its own session
+        cli.finish(timeout_s=30)
+        for child in started:  # one in a session of its own outlives the group
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+    rows = ds.dataset(run_dir / "ticks", format="parquet").to_table().num_rows
+    assert rows >= 5
+    rec = load_recording(run_dir)
+    assert not rec.complete and "killed" in rec.notes[0]
+    assert sum(isinstance(i, Tick) for i in rec.items) == rows
