@@ -346,7 +346,7 @@ class ClientHost:
                 return
             try:
                 conn.send(message)
-            except (OSError, ValueError):  # the host is gone: _readable sees the end of the pipe
+            except Exception:  # the host or the pipe is gone: _readable sees the end of the pipe
                 return
 
     def _readable(self) -> None:

@@ -13,9 +13,7 @@ gateway and REST listener are off."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import re
 import tempfile
 import urllib.parse
 from pathlib import Path
@@ -34,6 +32,7 @@ from compose.process import (
     stop_and_remove,
     tail,
 )
+from compose.pulsar import probe_tcp
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError, TargetError
 from loadgen.target import Target
@@ -69,12 +68,6 @@ log4j.appender.out.layout.ConversionPattern=%d{ISO8601} %-5p [%t] %c{1} - %m%n
 """
 
 
-def parse_heap(text: str) -> str:
-    if not re.fullmatch(r"\d+[mMgG]", text) or int(text[:-1]) == 0:
-        raise ValueError("expected a JVM heap size like 512m or 1g")
-    return text.lower()
-
-
 def parse_address(address: str) -> str:
     """`tcp://HOST:PORT` or `HOST:PORT` (or `HOST`, port 9090) -> the controller URI
     `tcp://HOST:PORT` the client takes."""
@@ -94,14 +87,6 @@ def parse_address(address: str) -> str:
 def host_port(uri: str) -> tuple[str, int]:
     parts = urllib.parse.urlsplit(uri)
     return parts.hostname or "127.0.0.1", parts.port or DEFAULT_CONTROLLER_PORT
-
-
-async def probe_tcp(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-    """Open and close one TCP connection; raises OSError/TimeoutError."""
-    _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
 
 
 async def controller_answers(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
@@ -246,8 +231,8 @@ class PravegaLocalStack(Stack):
                 return False
             if _logged_since(node.log, since, READY_LINE):
                 try:
-                    await probe_tcp("127.0.0.1", self._port)
-                    await probe_tcp("127.0.0.1", self._ss_port)
+                    await probe_tcp("127.0.0.1", self._port, PROBE_TIMEOUT_S)
+                    await probe_tcp("127.0.0.1", self._ss_port, PROBE_TIMEOUT_S)
                     return True
                 except (OSError, TimeoutError):
                     pass
@@ -299,7 +284,8 @@ class PravegaLocalStack(Stack):
                        SEGMENT_STORE_ENDPOINT: f"tcp://127.0.0.1:{self._ss_port}"},
             pids=(node.proc.pid,) if node is not None and node.proc is not None and node.running else (),
             version=PRAVEGA_VERSION,
-            config={"heap": self._heap, "storage": "in-memory (standalone)", "data_dir": str(self._dir)},
+            config={"scope": str(self._target.options["scope"]), "heap": self._heap,
+                    "storage": "in-memory (standalone)", "data_dir": str(self._dir)},
         )
 
 
@@ -360,7 +346,8 @@ class PravegaDockerStack(ComposeStack):
                 SEGMENT_STORE_ENDPOINT: f"tcp://127.0.0.1:{self._ss_port}"}
 
     def config(self) -> dict[str, str]:
-        return {"heap": str(self._target.options["heap"]), "storage": "in-memory (standalone)"}
+        return {"scope": str(self._target.options["scope"]), "heap": str(self._target.options["heap"]),
+                "storage": "in-memory (standalone)"}
 
 
 class PravegaExternalStack(Stack):
@@ -373,6 +360,7 @@ class PravegaExternalStack(Stack):
             raise TargetError(f"target {target.spec!r}: {', '.join(local_only)} apply to a "
                               "standalone streambench starts, not to an existing cluster")
         self._label = label
+        self._scope = str(target.options["scope"])
         self._controller = parse_address(target.address)
 
     async def up(self, progress: Progress) -> None:
@@ -388,4 +376,5 @@ class PravegaExternalStack(Stack):
         return None
 
     def describe(self) -> StackDescription:
-        return StackDescription(runtime="external", endpoints={CONTROLLER_ENDPOINT: self._controller})
+        return StackDescription(runtime="external", endpoints={CONTROLLER_ENDPOINT: self._controller},
+                                config={"scope": self._scope})

@@ -46,8 +46,8 @@ from compose.pravega import (
     PravegaExternalStack,
     PravegaLocalStack,
     controller_answers,
-    parse_heap,
 )
+from compose.pulsar import parse_heap
 from compose.stack import Stack, StackDescription
 from loadgen.errors import DriverError
 from loadgen.platforms.base import (

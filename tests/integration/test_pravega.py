@@ -1,0 +1,350 @@
+"""End-to-end runs against a real Pravega standalone (0.13, from its Maven Central jars): a run
+that starts its own and kills it (local runtime, a fault), then one standalone started once for
+the module, which the other runs reach as an existing cluster (`pravega@tcp://…`), so that only
+one standalone runs at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pyarrow.dataset as ds
+import pytest
+
+from analysis.report import build_report
+from analysis.sink import ParquetSink
+from collectors.base import Reading
+from collectors.pravega import PravegaTelemetry, reader_group_name
+from collectors.pravega_host import EVENT_FRAME_BYTES, HEADER
+from compose.pravega import CONTROLLER_ENDPOINT, MAIN_CLASS, PravegaLocalStack
+from compose.process import port_in_use
+from loadgen.pacing import run_precise
+from loadgen.platforms import resolve_target
+from loadgen.platforms.base import OutMessage
+from loadgen.platforms.pravega import PravegaDriver, partition_keys, segment_of
+from loadgen.run import Run, RunSummary
+from loadgen.target import unique_labels
+from loadgen.workload import Workload
+from tests.integration.conftest import run_cli, run_json
+from tests.integration.test_redis_run import _one_error_line, _wait_gone
+
+pytestmark = pytest.mark.integration
+
+CLI_TIMEOUT_S = 300  # the first run fetches the standalone's jars
+SCOPE = "streambench"
+
+
+def _table(run_dir: Path, name: str) -> dict:
+    return ds.dataset(run_dir / name, format="parquet").to_table().to_pydict()
+
+
+def started_pids() -> set[int]:
+    """Standalones and client host processes this test process could have started: its
+    descendants, and orphans."""
+    mine = {p.pid for p in psutil.Process().children(recursive=True)}
+    found = set()
+    for p in psutil.process_iter(["cmdline", "ppid"]):
+        cmdline = " ".join(p.info["cmdline"] or [])
+        if (MAIN_CLASS in cmdline or "collectors.pravega_host" in cmdline) and (
+                p.pid in mine or p.info["ppid"] == 1):
+            found.add(p.pid)
+    return found
+
+
+@pytest.fixture
+def nothing_left_running() -> Iterator[None]:
+    """Fails the test if it leaves a standalone or a client host running that was not there before."""
+    before = started_pids()
+    yield
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and started_pids() - before:
+        time.sleep(0.2)
+    assert started_pids() - before == set(), "a process started by the test still runs"
+
+
+# ---- a run with a standalone of its own, killed half-way ---------------------------------------
+# (first in the module, before the module's standalone exists)
+
+def test_kill_fault_on_the_local_standalone(tmp_path, nothing_left_running):
+    run_dir = tmp_path / "run"
+    res = run_cli(["run", "pravega", "--runtime", "local", "--rate", "500", "--duration", "6",
+                   "--warmup", "1", "--partitions", "2", "--consumers", "2",
+                   "--at", "2s:kill=pravega", "--headless", "--out", str(run_dir)],
+                  timeout_s=CLI_TIMEOUT_S)
+    assert "Traceback" not in res.stderr
+    assert "starting Pravega 0.13.0 standalone" in res.stderr
+    assert res.returncode == 0, res.stderr[-3000:]
+    meta = run_json(run_dir)
+    (target,) = meta["targets"]
+    assert target["runtime"] == "local" and target["version"] == "0.13.0"
+    events = _table(run_dir, "events")
+    kinds = events["kind"]
+    assert "fault-kill" in kinds
+    (detail,) = [d for k, d in zip(kinds, events["detail"], strict=True) if k == "fault-kill"]
+    assert "SIGKILL" in detail
+    assert "broker-died" not in kinds  # a fault's kill is expected
+    assert "drain-skipped" in kinds  # no broker left to drain from
+    (totals,) = meta["totals"]
+    assert totals["produced"] > 0 and not totals["drained"]
+    assert _wait_gone(target["pids"])
+    assert not Path(target["config"]["data_dir"]).exists()
+    for url in target["endpoints"].values():
+        assert not port_in_use(int(url.rsplit(":", 1)[1]))
+    (logs,) = (run_dir / "logs").iterdir()
+    assert "running locally now" in (logs / "pravega.out").read_text(errors="replace")
+
+
+# ---- one standalone for the rest of the module -------------------------------------------------
+
+@dataclass(frozen=True)
+class Standalone:
+    controller: str
+    pid: int
+
+    def target(self, options: str = "") -> str:
+        return f"pravega{':' + options if options else ''}@{self.controller}"
+
+
+@pytest.fixture(scope="module")
+def standalone() -> Iterator[Standalone]:
+    stack = PravegaLocalStack(resolve_target("pravega:runtime=local"), "pravega")
+
+    async def up() -> None:
+        await stack.up(print)
+        await stack.ready(60, print)
+
+    try:
+        run_precise(up())
+        desc = stack.describe()
+        yield Standalone(desc.endpoints[CONTROLLER_ENDPOINT], desc.pids[0])
+    finally:
+        run_precise(stack.down())
+
+
+def _run(workload: Workload, specs: list[str], run_dir: Path, track_ids: bool = False) -> RunSummary:
+    run = Run(workload, unique_labels([resolve_target(s) for s in specs]), out_dir=run_dir,
+              track_ids=track_ids, recorder=ParquetSink)
+    return run_precise(run.execute())
+
+
+def test_every_message_consumed_once(standalone, tmp_path):
+    """7 s at 1,000 msg/s of 1 KiB over 2 segments, 2 readers in one reader group, delivery
+    tracked: every acknowledged message read exactly once, the backlog drained to 0."""
+    run_dir = tmp_path / "run"
+    workload = Workload(name="pravega-once", rate=1000, duration_s=6, warmup_s=1, partitions=2,
+                        consumers=2, message_size=1024)
+    summary = _run(workload, [standalone.target()], run_dir, track_ids=True)
+    (t,) = summary.targets
+    assert t.send_errors == 0 and t.receive_errors == 0
+    assert t.produced == 7000  # warm-up + measuring slots, none skipped
+    assert t.consumed == t.produced == t.expected
+    assert t.duplicates == 0
+    assert t.drained and t.final_lag == 0
+    ticks = _table(run_dir, "ticks")
+    assert sum(ticks["produced_bytes"]) == t.produced * 1024
+    assert sum(ticks["consumed_bytes"]) == t.consumed * 1024
+    lag = _table(run_dir, "lag")
+    last = max(lag["seq"])
+    assert {p: v for s, p, v in zip(lag["seq"], lag["partition"], lag["lag"], strict=True)
+            if s == last} == {0: 0, 1: 0}
+    (target,) = run_json(run_dir)["targets"]
+    assert target["runtime"] == "external"
+
+
+def _tail(manager, stream: str) -> dict[int, int]:
+    name = f"tail-{time.time_ns()}"
+    cut = manager.create_reader_group(name, SCOPE, stream, True).get_streamcut().get_segment_offset_map()
+    manager.delete_reader_group(name, SCOPE)
+    return dict(cut)
+
+
+def test_routing_keys_land_on_their_segments(standalone):
+    """The driver's copy of Pravega's key hash agrees with where the broker puts an event:
+    each partition's routing key, and some message keys, land on the segment computed here."""
+    import pravega_client
+
+    manager = pravega_client.StreamManager(standalone.controller)
+    stream = f"routing-{time.time_ns()}"
+    manager.create_scope(SCOPE)
+    policy = pravega_client.StreamScalingPolicy.fixed_scaling_policy(4)
+    manager.create_stream_with_policy(SCOPE, stream, policy, pravega_client.StreamRetentionPolicy.none(), [])
+    writer = manager.create_writer(SCOPE, stream, 0)
+    keys = partition_keys(4)
+    assert [segment_of(k, 4) for k in keys] == [0, 1, 2, 3]
+    landed = {}
+    before = _tail(manager, stream)
+    for key in [*keys, *(f"order-{n}" for n in range(8))]:
+        writer.write_event_bytes(b"x", key)
+        writer.flush()
+        after = _tail(manager, stream)
+        (landed[key],) = [s for s in after if after[s] != before.get(s, 0)]
+        before = after
+    assert landed == {k: segment_of(k, 4) for k in landed}
+    assert len(set(landed.values())) == 4
+
+
+def test_lag_matches_the_reader_groups(standalone):
+    """Two subscriptions, a consumer on the first only, 600 events written: once the first
+    group's reader has written its position back, the lag streambench reports is the second
+    group's 600 unread events (its unread bytes, tail − its stream cut as the client reads
+    them, over the bytes of one event), on both segments."""
+    import pravega_client
+
+    topic, subs = f"groups-{time.time_ns()}", ["streambench-sub-0", "streambench-sub-1"]
+    size = 100
+    event_bytes = EVENT_FRAME_BYTES + HEADER.size + size
+
+    def messages(n: int) -> list[OutMessage]:
+        now = time.time_ns()
+        return [OutMessage(b"x" * size, None, now) for _ in range(n)]
+
+    def unread_per_group() -> list[int]:
+        manager = pravega_client.StreamManager(standalone.controller)
+        tail = sum(_tail(manager, topic).values())
+        return [tail - sum(manager.create_reader_group(reader_group_name(topic, s), SCOPE, topic, False)
+                           .get_streamcut().get_segment_offset_map().values()) for s in subs]
+
+    async def scenario() -> tuple[Reading, list[int]]:
+        driver = PravegaDriver(standalone.controller, SCOPE)
+        await driver.connect()
+        telemetry = PravegaTelemetry(standalone.controller, SCOPE, topic, 2, subs)
+        try:
+            await driver.create_topic(topic, 2, subs)
+            await telemetry.start()
+            consumer = await driver.consumer(topic, subs[0], 0, track_ids=False)
+            producer = await driver.producer(topic, 0)
+            await producer.send_batch(messages(150))
+            await producer.send_batch(messages(450))
+            consumed = 0
+            deadline = time.monotonic() + 30
+            while consumed < 600 and time.monotonic() < deadline:
+                batch = await consumer.receive()
+                consumed += batch.count if batch else 0
+            assert consumed == 600
+            # the reader writes its position back every 3 s; the first samples may still show
+            # an older answer
+            reading = await telemetry.sample()
+            deadline = time.monotonic() + 20
+            while (reading.lag is None or reading.lag.total != 600) and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                reading = await telemetry.sample()
+            groups = await asyncio.to_thread(unread_per_group)
+            await producer.close()
+            await consumer.close()
+            return reading, groups
+        finally:
+            await telemetry.close()
+            await driver.delete_topic(topic)
+            await driver.close()
+
+    reading, groups = run_precise(scenario())
+    assert groups == [0, 600 * event_bytes]
+    assert reading.lag is not None and reading.lag.total == 600
+    assert set(reading.lag.per_partition) == {0, 1} and all(reading.lag.per_partition.values())
+    assert reading.broker["unread_bytes"] == sum(groups)
+
+
+def test_lag_against_the_reader_groups_own_stream_cut(standalone):
+    """The collector's unread bytes equal tail − the group's stream cut as the client reports
+    them for a group that read nothing: every byte written."""
+    import pravega_client
+
+    topic, sub = f"cut-{time.time_ns()}", "streambench-sub-0"
+
+    async def scenario() -> tuple[int, int]:
+        driver = PravegaDriver(standalone.controller, SCOPE)
+        await driver.connect()
+        telemetry = PravegaTelemetry(standalone.controller, SCOPE, topic, 3, [sub])
+        try:
+            await driver.create_topic(topic, 3, [sub])
+            await telemetry.start()
+            producer = await driver.producer(topic, 0)
+            await producer.send_batch([OutMessage(b"y" * 200, None, time.time_ns()) for _ in range(300)])
+            await producer.close()
+            manager = pravega_client.StreamManager(standalone.controller)
+            group = manager.create_reader_group(reader_group_name(topic, sub), SCOPE, topic, False)
+            position = group.get_streamcut().get_segment_offset_map()
+            own = sum(_tail(manager, topic).values()) - sum(position.values())
+            reported = -1
+            deadline = time.monotonic() + 15  # the first samples may show an older answer
+            while reported != own and time.monotonic() < deadline:
+                reported = int((await telemetry.sample()).broker["unread_bytes"])
+                await asyncio.sleep(0.3)
+            return own, reported
+        finally:
+            await telemetry.close()
+            await driver.delete_topic(topic)
+            await driver.close()
+
+    own, reported = run_precise(scenario())
+    assert own == reported == 300 * (EVENT_FRAME_BYTES + HEADER.size + 200)
+
+
+def test_beside_redis_in_one_report(standalone, spark, tmp_path):
+    """Pravega and Redis side by side at 1,000 msg/s each, then the report on the run: both
+    targets with the messages and the rate they had."""
+    run_dir = tmp_path / "run"
+    res = run_cli(["run", standalone.target(), "redis:runtime=local", "--rate", "1000",
+                   "--duration", "5", "--warmup", "1", "--headless", "--out", str(run_dir)],
+                  timeout_s=CLI_TIMEOUT_S)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert [t["produced"] for t in run_json(run_dir)["totals"]] == [6000, 6000]
+    report = build_report([run_dir], out_dir=tmp_path / "report", formats="md")
+    text = (report if report.suffix == ".md" else report.parent / "report.md").read_text()
+    label = standalone.target()
+    throughput = text[text.index("## Throughput"):]
+    throughput = throughput[:throughput.index("\n## ", 4)]
+    assert f"| {label} | redis:runtime=local |" in throughput
+    for row in ("messages produced", "messages consumed"):
+        (line,) = [ln for ln in throughput.splitlines() if ln.startswith(f"| {row} |")]
+        counts = [int(c.strip().replace(",", "")) for c in line.split("|")[2:4]]
+        assert all(4900 <= c <= 5100 for c in counts), line
+    (line,) = [ln for ln in throughput.splitlines() if ln.startswith("| produce mean (msg/s) |")]
+    assert all(abs(float(c.strip().replace(",", "")) - 1000) < 20 for c in line.split("|")[2:4]), line
+    assert re.search(rf"\| {re.escape(label)} \| \d{{8}}T\d{{6}}Z \| pravega \| external \|", text)
+
+
+# ---- mistakes: one line, exit 2, nothing left running -----------------------------------------
+
+def _fails(args: list[str], fragment: str, env: dict[str, str] | None = None) -> None:
+    import os
+    import subprocess
+
+    from tests.integration.conftest import CLI
+
+    res = subprocess.run([*CLI, *args, "--headless", "--duration", "1"], capture_output=True,
+                         text=True, timeout=CLI_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                         env={**os.environ, **(env or {})})
+    assert res.returncode == 2, res.stderr
+    _one_error_line(res.stderr, fragment)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["run", "pravega@tcp://127.0.0.1:1"],
+     "cannot reach the Pravega controller at tcp://127.0.0.1:1: connection refused"),
+    (["run", "pravega@http://127.0.0.1:9090"], "bad Pravega address 'http://127.0.0.1:9090'"),
+    (["run", "pravega:scope=a/b"], "expected a Pravega scope name"),
+    (["run", "pravega:heap=lots"], "expected a JVM heap size"),
+    (["run", "pravega@tcp://127.0.0.1:1:heap=1g"], "pravega"),
+], ids=["unreachable", "bad-address", "bad-scope", "bad-heap", "malformed"])
+def test_bad_input(args, fragment, nothing_left_running):
+    _fails(args, fragment)
+
+
+def test_java_missing(tmp_path, nothing_left_running):
+    _fails(["run", "pravega:runtime=local"], "java not found",
+           env={"PATH": str(tmp_path), "JAVA_HOME": ""})
+
+
+def test_port_taken(nothing_left_running):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        _fails(["run", f"pravega:runtime=local,port={port}"], f"port {port} on 127.0.0.1 is already in use")
