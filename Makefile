@@ -54,6 +54,7 @@ bench: setup-test
 	$(BIN)/python tests/bench/paced_cost.py
 	$(BIN)/python tests/bench/kafka_produce.py
 	$(BIN)/python tests/bench/pulsar_produce.py
+	$(BIN)/python tests/bench/pulsar_latency_profile.py
 	$(BIN)/python tests/bench/nats_produce.py
 	$(BIN)/python tests/bench/report_scale.py
 	$(BIN)/python tests/bench/dashboard_cpu.py
