@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import sys
 import threading
 import time
 import zlib
@@ -98,6 +99,7 @@ RECEIVER_QUEUE = 1000
 CHUNK_BYTES = 6 * 1024 * 1024
 MAX_IN_FLIGHT = 8
 MAX_PENDING = 50_000
+UNBATCHED_SWITCH_INTERVAL_S = 0.0002
 
 SUBSCRIPTION_TYPES = {
     "shared": pulsar.ConsumerType.Shared,
@@ -373,6 +375,11 @@ class PulsarDriver(Driver):
             await probe_tcp(host, port, 10.0)
         except (OSError, TimeoutError) as exc:
             raise DriverError(f"cannot reach Pulsar at {self._service_url}: {unreachable(exc)}") from None
+        if not self._config.batching:
+            # every message is its own entry: the client's I/O threads run a Python callback
+            # per message and wait for the GIL each time; at the default 5 ms switch interval
+            # they get it a few hundred times a second while the event loop is busy
+            sys.setswitchinterval(min(sys.getswitchinterval(), UNBATCHED_SWITCH_INTERVAL_S))
         self._client = pulsar_asyncio.Client(self._service_url, logger=_client_logger(),
                                              operation_timeout_seconds=30,
                                              **client_security(self._security))
