@@ -17,6 +17,7 @@ from collectors.kafka import COMMITTED_SOURCE, KafkaLag
 from loadgen.platforms import resolve_target
 from loadgen.platforms.base import OutMessage
 from loadgen.platforms.kafka import KafkaDriver, group_id
+from tests.integration.backlog_support import WORKLOAD_FIELDS, assert_backlog_phase
 from tests.integration.conftest import run_cli, run_json
 from tests.integration.kafka_support import (  # noqa: F401  (fixtures)
     Cluster,
@@ -248,3 +249,14 @@ def test_maximum_rate_keyed_records_land_where_their_keys_say(tmp_path, kafka_cl
         columns=["e2e_count", "e2e_min"]).to_pydict()
     assert sum(e2e["e2e_count"]) == produced
     assert all(m is None or m > 0 for m in e2e["e2e_min"])
+
+
+def test_backlog_phase_on_kafka(kafka_cluster: Cluster, tmp_path) -> None:  # noqa: F811
+    """OMB's consumerBacklogSizeGB on a real broker: the backlog is built, then drained."""
+    workload = tmp_path / "backlog.yaml"
+    workload.write_text(f"name: kafka-backlog\n{WORKLOAD_FIELDS}")
+    out = tmp_path / "run"
+    res = run_cli(["run", f"kafka@{kafka_cluster.bootstrap}", "--workload", str(workload),
+                   "--headless", "--out", str(out)], timeout_s=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert_backlog_phase(out)

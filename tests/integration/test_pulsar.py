@@ -30,7 +30,8 @@ from loadgen.platforms.pulsar import PulsarDriver
 from loadgen.run import Run, RunSummary
 from loadgen.target import unique_labels
 from loadgen.workload import Workload
-from tests.integration.conftest import CLI, run_json
+from tests.integration.backlog_support import WORKLOAD_FIELDS, assert_backlog_phase
+from tests.integration.conftest import CLI, run_cli, run_json
 from tests.integration.test_redis_run import _one_error_line
 
 pytestmark = pytest.mark.integration
@@ -300,3 +301,14 @@ def test_exclusive_with_two_consumers(standalone, tmp_path, nothing_left_running
                 "--headless", "--duration", "1", "--out", str(tmp_path / "run")])
     _fails(res, "subscription=exclusive admits one consumer per subscription")
     assert standalone.pid in standalone_pids()  # an existing cluster is left alone
+
+
+def test_backlog_phase_on_pulsar(standalone: Standalone, tmp_path: Path) -> None:
+    """OMB's consumerBacklogSizeGB on a real standalone: the backlog is built, then drained."""
+    workload = tmp_path / "backlog.yaml"
+    workload.write_text(f"name: pulsar-backlog\n{WORKLOAD_FIELDS}")
+    out = tmp_path / "run"
+    res = run_cli(["run", standalone.target(), "--workload", str(workload), "--headless",
+                   "--out", str(out)], timeout_s=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert_backlog_phase(out)
