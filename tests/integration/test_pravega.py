@@ -73,7 +73,7 @@ def nothing_left_running() -> Iterator[None]:
 
 def test_kill_fault_on_the_local_standalone(tmp_path, nothing_left_running):
     run_dir = tmp_path / "run"
-    res = run_cli(["run", "pravega", "--runtime", "local", "--rate", "500", "--duration", "6",
+    res = run_cli(["run", "pravega", "--runtime", "local", "--rate", "500", "--duration", "4",
                    "--warmup", "1", "--partitions", "2", "--consumers", "2",
                    "--at", "2s:kill=pravega", "--headless", "--out", str(run_dir)],
                   timeout_s=CLI_TIMEOUT_S)
@@ -291,10 +291,10 @@ def test_beside_redis_in_one_report(standalone, spark, tmp_path):
     targets with the messages and the rate they had."""
     run_dir = tmp_path / "run"
     res = run_cli(["run", standalone.target(), "redis:runtime=local", "--rate", "1000",
-                   "--duration", "5", "--warmup", "1", "--headless", "--out", str(run_dir)],
+                   "--duration", "3", "--warmup", "1", "--headless", "--out", str(run_dir)],
                   timeout_s=CLI_TIMEOUT_S)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert [t["produced"] for t in run_json(run_dir)["totals"]] == [6000, 6000]
+    assert [t["produced"] for t in run_json(run_dir)["totals"]] == [4000, 4000]
     report = build_report([run_dir], out_dir=tmp_path / "report", formats="md")
     text = (report if report.suffix == ".md" else report.parent / "report.md").read_text()
     label = standalone.target()
@@ -304,7 +304,7 @@ def test_beside_redis_in_one_report(standalone, spark, tmp_path):
     for row in ("messages produced", "messages consumed"):
         (line,) = [ln for ln in throughput.splitlines() if ln.startswith(f"| {row} |")]
         counts = [int(c.strip().replace(",", "")) for c in line.split("|")[2:4]]
-        assert all(4900 <= c <= 5100 for c in counts), line
+        assert all(2900 <= c <= 3100 for c in counts), line
     (line,) = [ln for ln in throughput.splitlines() if ln.startswith("| produce mean (msg/s) |")]
     assert all(abs(float(c.strip().replace(",", "")) - 1000) < 20 for c in line.split("|")[2:4]), line
     assert re.search(rf"\| {re.escape(label)} \| \d{{8}}T\d{{6}}Z \| pravega \| external \|", text)
