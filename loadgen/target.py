@@ -130,6 +130,9 @@ def parse_target(spec: str, platforms: dict[str, dict[str, OptionSpec]]) -> Targ
             raise TargetError(f"option {key} given twice in target {spec!r}; give each option once "
                               "(also when the values agree)")
         opt = table[key]
+        if opt.setting is not None:
+            raise TargetError(f"option {key!r} of {name} is a namespace of settings: give "
+                              f"{key}.NAME=VALUE ({opt.help})")
         if not has_value:
             if not opt.flag:
                 raise TargetError(f"option {key!r} of {name} needs a value: {key}=VALUE ({opt.help})")

@@ -93,6 +93,7 @@ BAD = [
     ("redis:conf.hz=20@127.0.0.1:6379", "not to an existing cluster"),
     ("redis:config=/nonexistent/settings.yaml", "no such file"),
     ("redis:conf.hz", "needs a value"),
+    ("kafka:broker=8", "give broker.NAME=VALUE"),
 ]
 
 
