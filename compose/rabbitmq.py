@@ -27,10 +27,8 @@ from compose.docker import ComposeStack
 from compose.net import connect_failure
 from compose.process import (
     LocalNode,
+    OneNodeLocalStack,
     free_port,
-    keep_logs,
-    node_fault,
-    nodes_down,
     port_in_use,
     remove_stale_dirs,
     stop_process,
@@ -120,9 +118,10 @@ def node_config(ports: dict[str, int]) -> str:
     ])
 
 
-class RabbitLocalStack(Stack):
-    runtime = "local"
+class RabbitLocalStack(OneNodeLocalStack):
     NODE = "rabbitmq"  # the fault hooks' name of the one broker
+    SERVER = "rabbitmq-server"
+    LOGS = ("rabbitmq.log", "epmd.log")
 
     def __init__(self, target: Target, label: str) -> None:
         self._target = target
@@ -257,21 +256,10 @@ class RabbitLocalStack(Stack):
                              f"not answer the stream protocol: {connect_failure(exc)}") from None
         check_version(self._version, "the local rabbitmq-server")
 
-    def brokers(self) -> list[str]:
-        return [self.NODE]
-
     async def _node_ready(self, node: LocalNode, timeout_s: float) -> None:
         if not await self._wait_listening(node, timeout_s):
             raise StackError(f"{self._label}: rabbitmq-server did not answer on port "
                              f"{self._ports['stream']} after a start: {tail(node.log) or 'no output'}")
-
-    def down_brokers(self) -> dict[str, str]:
-        return nodes_down([self._node] if self._node is not None else [])
-
-    async def _apply_fault(self, action: str, broker: str) -> str:
-        if self._node is None:
-            raise StackError(f"{self._label}: rabbitmq-server is not running (the stack is not up)")
-        return await node_fault(self._label, self._node, action, self._node_ready)
 
     def _stop_children(self) -> None:
         node, epmd, self._node, self._epmd = self._node, self._epmd, None, None
@@ -281,11 +269,10 @@ class RabbitLocalStack(Stack):
             stop_process(epmd.proc, grace_s=2.0)
 
     async def down(self) -> None:
-        await asyncio.to_thread(self._stop_children)
-        data_dir, self._dir = self._dir, None
-        if data_dir is not None:
-            keep_logs([data_dir / "rabbitmq.log", data_dir / "epmd.log"], data_dir, self.context.log_dir)
-            shutil.rmtree(data_dir, ignore_errors=True)
+        epmd, self._epmd = self._epmd, None
+        await super().down()  # the node, then its files (logs kept)
+        if epmd is not None and epmd.proc is not None:
+            await asyncio.to_thread(stop_process, epmd.proc, 2.0)
 
     # -- the node's CLI tools -----------------------------------------------------------------
 
