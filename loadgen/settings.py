@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import enum
 import inspect
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,12 @@ USER = "user"
 SOURCES = (PLATFORM_DEFAULT, STREAMBENCH_DEFAULT, PROFILE, USER)
 
 Check = Callable[[str, str], tuple[str, Any]]
+# settings whose values are (or hold) secrets: a broker's configuration read back may carry
+# its own token or password (e.g. Pulsar's brokerClientAuthenticationParameters, Redis's
+# requirepass); recorded as HIDDEN
+SECRET_NAME = re.compile(r"pass|secret|token|credential|auth\w*param|private|keystore|jaas|"
+                         r"\bkey$|key[-_.]?file|sasl|auth$", re.IGNORECASE)
+HIDDEN = "(hidden)"
 
 
 def _hint(name: str, known: Iterable[str]) -> str:
@@ -265,6 +272,8 @@ class SettingsRecord:
             source = self.source(full, name in ours)
             if source == STREAMBENCH_DEFAULT and name in users:
                 source = USER
+            if SECRET_NAME.search(name) and text(value):
+                value = HIDDEN
             if default_names is not None and source == PLATFORM_DEFAULT and name not in default_names:
                 source = STREAMBENCH_DEFAULT
             self.entries[full] = {"value": text(value), "source": source, "read_back": read_back}
@@ -274,8 +283,10 @@ class SettingsRecord:
         tell that part of its configuration), as requested."""
         for full, source in self._target.sources.items():
             if full not in self.entries:
-                self.entries[full] = {"value": text(self._target.options[full]), "source": source,
-                                      "read_back": False}
+                value = text(self._target.options[full])
+                if SECRET_NAME.search(full.partition(".")[2]) and value:
+                    value = HIDDEN
+                self.entries[full] = {"value": value, "source": source, "read_back": False}
 
     def result(self) -> dict[str, dict[str, Any]]:
         return dict(sorted(self.entries.items()))
