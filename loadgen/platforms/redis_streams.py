@@ -359,6 +359,8 @@ _SET_BY_STREAMBENCH = {
     "port": "use redis:port=N", "bind": "the server listens on 127.0.0.1",
     "dir": "each server has a data directory of its own", "daemonize": "streambench runs it",
     "logfile": "streambench keeps its log with the run",
+    **{k: "a secret is not taken on the command line, and streambench's clients reach the local "
+          "server without one" for k in ("requirepass", "masterauth", "tls-key-file-pass")},
 }
 # fsync of every write to the append-only file (the README tells its measured effect)
 PROFILES = {"durable": {"conf.appendonly": "yes", "conf.appendfsync": "always"}}

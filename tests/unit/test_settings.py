@@ -94,6 +94,7 @@ BAD = [
     ("redis:config=/nonexistent/settings.yaml", "no such file"),
     ("redis:conf.hz", "needs a value"),
     ("kafka:broker=8", "give broker.NAME=VALUE"),
+    ("redis:conf.requirepass=x", "a secret is not taken on the command line"),
 ]
 
 
@@ -195,15 +196,16 @@ def test_omb_driver_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_secrets_read_back_are_hidden() -> None:
     from loadgen.settings import HIDDEN, SettingsRecord
 
-    record = SettingsRecord(resolve_target("redis:runtime=local,conf.masterauth=hunter2"))
+    record = SettingsRecord(resolve_target("redis:runtime=local,conf.masteruser=hunter2"))
     record.add("conf", {"requirepass": "s3cret", "masterauth": "hunter2", "hz": "10"},
                read_back=True)
     record.add("broker", {"brokerClientAuthenticationParameters": "token:abc",
                           "tokenSecretKey": "file:///k", "journalSyncData": "true"}, read_back=True)
     entries = record.result()
     assert entries["conf.requirepass"]["value"] == HIDDEN
-    assert entries["conf.masterauth"] == {"value": HIDDEN, "source": "user", "read_back": True}
+    assert entries["conf.masterauth"] == {"value": HIDDEN, "source": "platform default",
+                                          "read_back": True}
     assert entries["broker.brokerClientAuthenticationParameters"]["value"] == HIDDEN
     assert entries["broker.tokenSecretKey"]["value"] == HIDDEN
     assert entries["conf.hz"]["value"] == "10" and entries["broker.journalSyncData"]["value"] == "true"
-    assert "s3cret" not in str(entries) and "hunter2" not in str(entries)
+    assert "s3cret" not in str(entries) and "hunter2" not in str(entries["conf.masterauth"])
