@@ -149,7 +149,8 @@ class TargetLoad:
         self._delay = Histogram()
         self._e2e = Histogram()
         self._raw: dict[str, list[int]] = {"e2e": [], "publish": [], "delay": []}
-        self._seen: set[tuple[int, str]] = set()
+        # message ids read, per subscription: each subscription reads every message once
+        self._seen: dict[str, set[tuple[int, str]]] = {}
         self._interval_start = time.monotonic_ns()
         self._watch = SelfWatch()
         self._saturated = ""
@@ -434,9 +435,10 @@ class TargetLoad:
             self.consumed_bytes += batch.payload_bytes
             self.totals.consumed += k
             if batch.ids is not None:
-                before = len(self._seen)
-                self._seen.update(batch.ids)
-                self.totals.duplicates += len(batch.ids) - (len(self._seen) - before)
+                seen = self._seen.setdefault(self._consumer_specs[slot][1], set())
+                before = len(seen)
+                seen.update(batch.ids)
+                self.totals.duplicates += len(batch.ids) - (len(seen) - before)
 
     async def stop_producers(self) -> None:
         self.stop_producing_at(time.monotonic_ns())

@@ -322,3 +322,16 @@ def test_report_percentiles_equal_numpy_over_raw_samples(fixed_rate_run, spark, 
             # within the histogram's resolution: 0.1 % relative, or one exact-range step (1 ns)
             assert abs(ours - exact) <= max(exact * 1e-3, 1e-6), (kind, p, ours, exact)
     assert target.throughput.produce_msg_s == pytest.approx(RATE, rel=0.02)
+
+
+def test_each_subscription_reads_every_message_once(tmp_path: Path) -> None:
+    """With two subscriptions every message is read twice, once by each: --track-delivery
+    counts duplicates per subscription, so there are none."""
+    res = run_cli(["run", "redis", "--rate", "500", "--duration", "3", "--warmup", "0",
+                   "--subscriptions", "2", "--partitions", "2", "--track-delivery", "--headless",
+                   "--out", str(tmp_path / "run")])
+    assert res.returncode == 0, res.stderr
+    totals = run_json(tmp_path / "run")["totals"][0]
+    assert totals["produced"] == 1500
+    assert totals["expected"] == totals["consumed"] == 3000
+    assert totals["duplicates"] == 0 and totals["drained"]
