@@ -170,8 +170,14 @@ def parse_target(spec: str, platforms: dict[str, dict[str, OptionSpec]]) -> Targ
 
 
 def _namespace(table: dict[str, OptionSpec], key: str) -> SettingKind | None:
-    opt = table.get(key.partition(".")[0])
-    return opt.setting if opt is not None else None
+    """The namespace of `NAMESPACE.NAME`: the table's option NAMESPACE, or `NAMESPACE.` when a
+    plain option has the namespace's name (Kafka's topic=NAME beside topic.NAME=VALUE)."""
+    prefix = key.partition(".")[0]
+    for name in (prefix, prefix + "."):
+        opt = table.get(name)
+        if opt is not None and opt.setting is not None:
+            return opt.setting
+    return None
 
 
 def _setting(platform: str, table: dict[str, OptionSpec], key: str, raw: str,

@@ -600,7 +600,8 @@ def _setting_options(local_brokers: bool) -> dict[str, OptionSpec]:
         "consumer": namespace("consumer.NAME=VALUE: an aiokafka consumer setting",
                               checks["consumer"]),
         "admin": namespace("admin.NAME=VALUE: an aiokafka admin client setting", checks["admin"]),
-        "topic": namespace("topic.NAME=VALUE: a topic config at creation (e.g. "
+        # "topic." beside the topic=NAME option of the topic's name
+        "topic.": namespace("topic.NAME=VALUE: a topic config at creation (e.g. "
                            "topic.min.insync.replicas=2)", checks["topic"]),
         "profile": profile_option(PROFILES),
         "driver": driver_option(lambda path: kafka_driver(path, checks)),
