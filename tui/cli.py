@@ -152,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "difference in %% (default target: the same label, or its only one)")
     run.add_argument("--record-raw-samples", action="store_true",
                      help="also keep every latency sample (large; for verifying the report)")
+    run.add_argument("--driver", metavar="FILE",
+                     help="an OpenMessaging Benchmark driver file (producerConfig, consumerConfig, "
+                          "topicConfig, commonConfig; Pulsar's client/producer/consumer) for every "
+                          "Kafka, Redpanda and Pulsar target: the target option driver=FILE")
     run.add_argument("--track-delivery", action="store_true",
                      help="check that every message is consumed exactly once (uses memory)")
     run.add_argument("--runtime", choices=("docker", "local"),
@@ -255,6 +259,29 @@ def _workload_from(args: argparse.Namespace) -> Any:
         base = dataclasses.replace(base, rate=0.0, rate_search=args.max_rate == "search")
         overrides["rate"] = None
     return base.with_overrides(**overrides)
+
+
+def _with_driver(specs: Sequence[str], driver: str | None) -> list[str]:
+    """--driver FILE: the option driver=FILE added to every target (each must take it)."""
+    if driver is None:
+        return list(specs)
+    from loadgen.platforms import PLATFORMS
+    from loadgen.workload import shown
+
+    if any(c in driver for c in ",@=") or not driver:
+        raise WorkloadError(f"--driver {shown(driver, 100)}: a driver file's path cannot contain "
+                            "',', '@' or '=' (the TARGET syntax uses them); use driver=FILE")
+    out = []
+    for spec in specs:
+        head, at, address = spec.partition("@")
+        platform = head.split(":", 1)[0]
+        takes = [name for name, p in PLATFORMS.items() if "driver" in p.options]
+        if platform in PLATFORMS and "driver" not in PLATFORMS[platform].options:
+            raise WorkloadError(f"--driver: target {shown(spec, 100, quote=True)} takes no OMB "
+                                f"driver file (those that do: {', '.join(takes)})")
+        head += ("," if ":" in head else ":") + f"driver={driver}"
+        out.append(head + at + address)
+    return out
 
 
 def _check_backlog_room(workload: Any, targets: Sequence[Any]) -> None:
@@ -497,7 +524,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     memory = args.memory if args.memory is not None else workload.broker_memory
     targets = unique_labels([
         with_run_settings(resolve_target(spec, args.runtime), cpus, memory, args.resources, args.keep)
-        for spec in args.targets])
+        for spec in _with_driver(args.targets, args.driver)])
     _check_backlog_room(workload, targets)
     if not args.headless and not (sys.stdout.isatty() and sys.stdin.isatty()):
         raise StreambenchError("the dashboard needs a terminal; use --headless for scripts and CI")

@@ -312,3 +312,33 @@ def test_backlog_phase_on_pulsar(standalone: Standalone, tmp_path: Path) -> None
                    "--out", str(out)], timeout_s=180)
     assert res.returncode == 0, res.stderr[-3000:]
     assert_backlog_phase(out)
+
+
+OMB_PULSAR_DRIVER = """name: Pulsar
+driverClass: io.openmessaging.benchmark.driver.pulsar.PulsarBenchmarkDriver
+client:
+  serviceUrl: pulsar://localhost:6650
+  httpUrl: http://localhost:8080
+  ioThreads: 8
+  connectionsPerBroker: 8
+producer:
+  batchingEnabled: true
+  batchingMaxPublishDelayMs: 1
+  blockIfQueueFull: true
+  pendingQueueSize: 0
+"""
+
+
+def test_an_omb_driver_file_runs_through_driver(standalone: Standalone, tmp_path: Path) -> None:
+    driver = tmp_path / "pulsar-driver.yaml"
+    driver.write_text(OMB_PULSAR_DRIVER)
+    out = tmp_path / "run"
+    res = run_cli(["run", standalone.target(), "--driver", str(driver), "--rate", "500",
+                   "--duration", "3", "--warmup", "0", "--headless", "--out", str(out)])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "client.serviceUrl" in res.stderr and "not acted on" in res.stderr
+    meta = run_json(out)
+    settings = meta["targets"][0]["settings"]
+    assert settings["producer.batching_enabled"]["value"] in ("True", "true")
+    assert settings["producer.batching_max_publish_delay_ms"]["value"] == "1"
+    assert meta["totals"][0]["produced"] == meta["totals"][0]["consumed"] == 1500
