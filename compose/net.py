@@ -106,8 +106,13 @@ def connect_failure(exc: BaseException, tls: bool | None = None) -> str:
     if why is not None:
         return why
     failure = classify(exc)
-    if failure in (Failure.TIMED_OUT, Failure.RESET) and tls:
+    if failure is Failure.TIMED_OUT and tls:
         return f"{failure.value} (TLS is on: does the port take TLS connections?)"
+    if failure is Failure.RESET and tls:
+        # a TLS 1.3 server that wants a client certificate may drop the connection after the
+        # handshake instead of sending its alert in time
+        return (f"{failure.value} (TLS is on: does the port take TLS connections, and does the "
+                "server want a client certificate: cert= and key=?)")
     if failure is Failure.RESET and tls is False:
         return f"{failure.value} (a port that takes TLS only? add tls or ca=PATH to the target)"
     if failure is not None:
