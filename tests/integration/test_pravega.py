@@ -89,7 +89,9 @@ def test_kill_fault_on_the_local_standalone(tmp_path, nothing_left_running):
     (detail,) = [d for k, d in zip(kinds, events["detail"], strict=True) if k == "fault-kill"]
     assert "SIGKILL" in detail
     assert "broker-died" not in kinds  # a fault's kill is expected
-    assert "drain-skipped" in kinds  # no broker left to drain from
+    # no broker left to drain from: the drain is skipped, or (when the kill is noticed after the
+    # drain began) the run records that the target never recovered
+    assert "drain-skipped" in kinds or "not-recovered" in kinds
     (totals,) = meta["totals"]
     assert totals["produced"] > 0 and not totals["drained"]
     assert _wait_gone(target["pids"])
