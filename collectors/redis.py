@@ -53,11 +53,14 @@ class RedisTelemetry(Collector):
             pipe.xinfo_groups(stream)
             # undecoded: the reply carries the first and last entries, whose payloads are bytes
             pipe.execute_command("XINFO", "STREAM", stream, **{NEVER_DECODE: True})
-        replies = await pipe.execute()
+        # a stream no XADD has made yet (a produce-only run has no group to create it) answers
+        # "no such key": nothing stored, nothing to read
+        replies = [None if isinstance(r, Exception) else r
+                   for r in await pipe.execute(raise_on_error=False)]
         per_partition: dict[int, int] = {}
         counters: dict[str, float] = {}
         for partition in range(len(self._streams)):
-            groups, info = replies[2 * partition], replies[2 * partition + 1]
+            groups, info = replies[2 * partition] or [], replies[2 * partition + 1]
             total = 0
             read: float | None = 0.0
             for g in groups:
