@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient
 from aiokafka.conn import create_conn
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
@@ -212,16 +212,20 @@ def _properties(values: dict[str, object]) -> str:
 
 async def broker_count(bootstrap: str, timeout_s: float,
                        security: ClientSecurity = PLAINTEXT) -> int:
-    """How many brokers the cluster's metadata lists; raises KafkaError/OSError/TimeoutError."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
-                                client_id="streambench-ready", **security.kafka_kwargs())
+    """How many brokers the cluster's metadata lists, as the first bootstrap server that answers
+    tells it; raises KafkaError/OSError/TimeoutError.
+
+    The metadata comes from the bootstrap connection itself: a request to a broker picked from
+    the metadata (what the admin client's describe_cluster does) can pick one that was just
+    killed and is still listed until its session times out."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
+                            client_id="streambench-ready", **security.kafka_kwargs())
     try:
-        await asyncio.wait_for(admin.start(), timeout_s)
-        cluster = await asyncio.wait_for(admin.describe_cluster(), timeout_s)
-        return len(cluster["brokers"])
+        await asyncio.wait_for(client.bootstrap(), timeout_s)
+        return len(client.cluster.brokers())
     finally:
         with contextlib.suppress(Exception):
-            await admin.close()
+            await client.close()
 
 
 async def handshake(servers: Sequence[tuple[str, int]], timeout_s: float,

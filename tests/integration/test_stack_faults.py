@@ -233,9 +233,17 @@ def test_kafka_kill_one_broker_of_three_and_start_it(kafka3):
     assert "broker-2" in events.items[-1][1]
 
 
+def _all_up(stack: KafkaLocalStack) -> None:
+    """Start any broker an earlier test of the module left down, so that each test starts from
+    three running brokers."""
+    for name in stack.down_brokers():
+        asyncio.run(stack.fault("start", name))
+
+
 def test_kafka_restart_one_broker(kafka3):
     """A graceful stop (controlled shutdown) and a start: the cluster has three brokers again."""
     stack, events = kafka3
+    _all_up(stack)
     pids = stack.describe().pids
     asyncio.run(stack.restart("broker-3"))
     assert asyncio.run(_count(_bootstrap(stack))) == 3
