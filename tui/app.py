@@ -82,29 +82,35 @@ class DashboardApp(App[DashboardResult]):
                  clock: Callable[[], int] = time.time_ns,
                  baselines: dict[str, Baseline] | None = None) -> None:
         super().__init__()
+        self.clock = clock  # wall clock in ns, for the length of the waiting phases
+        self._events = EventStrip(id="events")
+        self._last_repaint = -math.inf  # monotonic time of the last repaint of the columns
+        self._repaint_pending = False
+        self._set_run(run, labels, workload, after_run, baselines)
+        self._status_bar = self._make_status_bar(clock)
+
+    def _set_run(self, run: Run | None, labels: list[str], workload: Workload,
+                 after_run: AfterRun | None, baselines: dict[str, Baseline] | None) -> None:
+        """What the dashboard shows and steers: one run's targets, from their first tick."""
         self.bench = run
         self.after_run = after_run
-        self.clock = clock  # wall clock in ns, for the length of the waiting phases
         self.histories = {label: TargetHistory(label) for label in labels}
         self.view = ChartView(self.histories)
         self.status = RunStatus(workload)
         self.summary: RunSummary | None = None
         self.report_path: str | None = None
         self.run_dir: Path | None = run.run_dir if run is not None else None  # for screenshots
-        self._status_bar = self._make_status_bar(clock)
         self._columns = {label: TargetColumn(h, self.view) for label, h in self.histories.items()}
         self.view.baselines = dict(baselines or {})
         for label, baseline in self.view.baselines.items():  # the ghost series' source
             self._columns[label].border_title = f"{label} vs {baseline.name}"
-        self._events = EventStrip(id="events")
+        self._events.clear()
         self.labels = list(labels)
         self.selected = 0  # the column the control keys act on
         self.all_targets = False  # … or every column
         self.producing = dict.fromkeys(labels, True)
         self.consuming = dict.fromkeys(labels, True)
         self.fixed_rate = {label: workload.rate for label in labels}  # for the max-rate toggle
-        self._last_repaint = -math.inf  # monotonic time of the last repaint of the columns
-        self._repaint_pending = False
 
     def _make_status_bar(self, clock: Callable[[], int]) -> StatusBar:
         return StatusBar(self.status, clock, id="status")
@@ -139,7 +145,7 @@ class DashboardApp(App[DashboardResult]):
         try:
             summary = await self.bench.execute()
         except StreambenchError as exc:
-            self.exit(exc)
+            self.run_ended(exc)
             return
         self.summary = summary
         if self.after_run is not None:
@@ -148,11 +154,15 @@ class DashboardApp(App[DashboardResult]):
             try:
                 self.report_path = await self.after_run(summary)
             except StreambenchError as exc:
-                self.exit(exc)
+                self.run_ended(exc)
                 return
             done = f"report: {self.report_path}" if self.report_path else "no report written"
             self.post_message(PhaseChanged(PhaseChange(Phase.DONE, self.clock(), done)))
-        self.exit(summary)
+        self.run_ended(summary)
+
+    def run_ended(self, result: RunSummary | StreambenchError) -> None:
+        """The run is over (its summary) or could not go on (the error a user can act on)."""
+        self.exit(result)
 
     # ---- bus messages -------------------------------------------------------------------
 
@@ -323,7 +333,8 @@ class DashboardApp(App[DashboardResult]):
         for i, label in enumerate(self.labels):
             column = self._columns[label]
             column.set_class(self.all_targets or i == self.selected, "-selected")
-        self.status.scope = "all targets" if self.all_targets else self.labels[self.selected]
+        if self.labels:
+            self.status.scope = "all targets" if self.all_targets else self.labels[self.selected]
         self._show_status()
 
     def action_select(self, direction: int) -> None:

@@ -37,6 +37,7 @@ producers and consumers, shows throughput, lag, latency, CPU and memory live, wr
 as Parquet files, and turns runs into reports with PySpark.
 
 examples:
+  streambench                                       the launcher: pick targets and settings
   streambench run redis                             one local redis-server, 1,000 msg/s, 60 s
   streambench run redis redis:aof --rate 5000 --size 1024 --partitions 2 --consumers 2
   streambench run redis@127.0.0.1:6379 --headless   an existing server, status lines only
@@ -59,6 +60,9 @@ Several targets run side by side. `streambench platforms` lists every option.
 The workload (--workload FILE or a bundled name, see `streambench workloads`) uses
 OpenMessaging Benchmark field names; the flags below override it. Without a workload:
 1 topic, 1 partition, 1 kB, 1,000 msg/s, 1 producer, 1 consumer, 10 s warm-up, 60 s measuring.
+
+Without a TARGET (in a terminal, not --headless) it opens the launcher: pick targets,
+workload and overrides, see the equivalent command line, run, run again, compare the runs.
 
 Keys in the dashboard: q ends the run (drain, write files; q again skips the drain),
 p pauses the display, Enter a target's detail, w chart window, y shared/own y scale,
@@ -108,14 +112,17 @@ def _processes(text: str) -> int | str:
 _non_negative_int = _number(int, 0, exclusive=False)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="streambench", description=MAIN_HELP,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) -> argparse.ArgumentParser:
+    """The command line; `parser_class` decides what a usage error does (the launcher's raises
+    it, to show the same message beside the field)."""
+    parser = parser_class(prog="streambench", description=MAIN_HELP,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=parser_class)
 
     run = sub.add_parser("run", help="run a benchmark against one or more targets",
                          description=RUN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("targets", nargs="+", metavar="TARGET", help="what to benchmark (see above)")
+    run.add_argument("targets", nargs="*", metavar="TARGET",
+                     help="what to benchmark (see above); none: the launcher, to pick them")
     run.add_argument("--workload", metavar="FILE|NAME", help="workload YAML file or bundled name")
     run.add_argument("--rate", type=_positive_float, metavar="MSG_S",
                      help="aggregate produce rate in msg/s over all producers")
@@ -312,7 +319,8 @@ def _check_backlog_room(workload: Any, targets: Sequence[Any]) -> None:
 
 
 def _report(run_dirs: Sequence[Path | str], out: Path | None, master: str | None,
-            baseline: str | None = None, formats: str | None = None) -> Path:
+            baseline: str | None = None, formats: str | None = None,
+            progress: Callable[[str], None] | None = None) -> Path:
     _require_report_extra()
     try:
         from analysis.report import build_report
@@ -321,10 +329,11 @@ def _report(run_dirs: Sequence[Path | str], out: Path | None, master: str | None
             raise StreambenchError(_report_extra_message([exc.name or ""])) from None
         raise
 
-    def progress(message: str) -> None:
+    def to_stderr(message: str) -> None:
         sys.stderr.write(f"report: {message}\n")
         sys.stderr.flush()
 
+    progress = progress or to_stderr
     return build_report(run_dirs, out_dir=out, master=master, progress=progress,
                         baseline=baseline, formats=formats)
 
@@ -338,11 +347,15 @@ def _start_spark(log: Path) -> None:
         spark_session(None, log)
 
 
-def _stop_spark(log: Path) -> None:
+def _stop_spark_session() -> None:
     with contextlib.suppress(Exception):
         from analysis.session import stop_active
 
         stop_active()
+
+
+def _stop_spark(log: Path) -> None:
+    _stop_spark_session()
     with contextlib.suppress(OSError):
         log.unlink()
 
@@ -504,12 +517,24 @@ def _print_summary(summary: Any, end: EndSummary) -> None:
     print(f"run files: {summary.run_dir}")
 
 
-def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from analysis.sink import ParquetSink
-    from loadgen.pacing import run_precise
-    from loadgen.placement import auto_processes
+def check_target(spec: str, args: argparse.Namespace, workload: Any = None) -> Any:
+    """One TARGET of `streambench run` as the run takes it (its runtime, --driver, --cpus,
+    --memory, --resources, --keep); raises the error the command line prints."""
     from loadgen.platforms import resolve_target
     from loadgen.platforms.runtime import with_run_settings
+
+    cpus = args.cpus if args.cpus is not None or workload is None else workload.broker_cpus
+    memory = args.memory if args.memory is not None or workload is None else workload.broker_memory
+    (spec,) = _with_driver([spec], args.driver)
+    return with_run_settings(resolve_target(spec, args.runtime), cpus, memory, args.resources,
+                             args.keep)
+
+
+def build_run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[Any, Any]:
+    """The Run `streambench run` would start for these arguments (nothing started yet), and
+    the baselines its dashboard draws; raises the error the command line prints."""
+    from analysis.sink import ParquetSink
+    from loadgen.placement import auto_processes
     from loadgen.run import Run
     from loadgen.target import unique_labels
 
@@ -520,21 +545,27 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.processes == "auto":
         clients = workload.topics * (workload.producers + workload.subscriptions * workload.consumers)
         args.processes = min(MAX_PROCESSES, auto_processes(clients, len(args.targets)))
-    cpus = args.cpus if args.cpus is not None else workload.broker_cpus
-    memory = args.memory if args.memory is not None else workload.broker_memory
-    targets = unique_labels([
-        with_run_settings(resolve_target(spec, args.runtime), cpus, memory, args.resources, args.keep)
-        for spec in _with_driver(args.targets, args.driver)])
+    targets = unique_labels([check_target(spec, args, workload) for spec in args.targets])
     _check_backlog_room(workload, targets)
-    if not args.headless and not (sys.stdout.isatty() and sys.stdin.isatty()):
-        raise StreambenchError("the dashboard needs a terminal; use --headless for scripts and CI")
     run_args = dict(workload=workload, targets=targets, out_dir=args.out,
                     record_raw=args.record_raw_samples, track_ids=args.track_delivery,
                     processes=args.processes, argv=["streambench", *argv])
     run = Run(**run_args, recorder=ParquetSink)
     if args.baseline and args.headless:
         raise StreambenchError("--baseline draws in the dashboard: not with --headless")
-    baselines = _baselines(args.baseline, run.labels)
+    return run, _baselines(args.baseline, run.labels)
+
+
+def _terminal() -> bool:
+    return sys.stdout.isatty() and sys.stdin.isatty()
+
+
+def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from loadgen.pacing import run_precise
+
+    run, baselines = build_run(args, argv)
+    if not args.headless and not _terminal():
+        raise StreambenchError("the dashboard needs a terminal; use --headless for scripts and CI")
     run.prepare()
     end = EndSummary(run.labels)
     run.subscribe(end)
@@ -562,7 +593,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             return None
         return str(await asyncio.wrap_future(reporter.submit(_report, [summary.run_dir], None, None)))
 
-    app = DashboardApp(run, run.labels, workload, after_run=after_run, baselines=baselines)
+    app = DashboardApp(run, run.labels, run.workload, after_run=after_run, baselines=baselines)
     terminated: list[int] = []
 
     def on_signal(sig: int, _frame: object) -> None:
@@ -594,6 +625,56 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if result.stopped_early:
         return EXIT_USER_STOP
     return EXIT_BROKER_FAILED if result.broker_failures else 0
+
+
+def _cmd_session(args: argparse.Namespace) -> int:
+    """The launcher, then the runs started from it in the same dashboard; every run's summary
+    table and command line are left in the terminal at the end."""
+    from tui.launcher import LaunchSettings
+    from tui.session import SessionApp
+
+    if args.out is not None:
+        raise StreambenchError("--out names the directory of one run: the launcher's runs go to "
+                               "runs/<time>-<workload>; leave --out out, or give the targets")
+    settings = LaunchSettings.from_args(args)
+
+    def reporter(run_dirs: Sequence[Path], progress: Callable[[str], None]) -> Path:
+        return _report(run_dirs, None, None, progress=progress)
+
+    app = SessionApp(settings, reporter=reporter)
+    terminated: list[int] = []
+
+    def on_signal(sig: int, _frame: object) -> None:
+        terminated.append(sig)
+        if sig == signal.SIGHUP:
+            _detach_terminal()  # the dashboard goes on drawing into /dev/null until the end
+            app.hung_up = True
+            if app.running and app.bench is not None:
+                threading.Thread(target=_exit_after_hangup, args=(app.bench,), daemon=True).start()
+        app.interrupt()
+
+    for sig in SIGNAL_EXIT:
+        signal.signal(sig, on_signal)
+    try:
+        app.run()
+    finally:
+        app.close_reports(_stop_spark_session)
+    for record in app.runs:
+        print(f"run {record.number}: {record.settings.command_line()}")
+        if record.summary is not None:
+            _print_summary(record.summary, record.end)
+            if record.report_path:
+                print(f"report: {record.report_path}")
+        else:
+            print(f"failed: {record.error}")
+    for path in app.reports_written():
+        print(f"report: {path}")
+    if not app.runs:
+        print(app.settings.command_line())
+    if terminated:
+        return SIGNAL_EXIT[signal.Signals(terminated[0])]
+    failed = any(r.summary is not None and r.summary.broker_failures for r in app.runs)
+    return EXIT_BROKER_FAILED if failed else 0
 
 
 def _baselines(spec: str | None, labels: list[str]) -> Any:
@@ -665,19 +746,25 @@ def _cmd_workloads() -> int:
     from loadgen.workload import bundled_workloads, load_workload
 
     for name in bundled_workloads():
-        w = load_workload(name)
-        rate = (f"{w.rate:,.0f} msg/s" if w.rate else
-                "rate search" if w.rate_search else "as fast as acknowledged")
-        print(f"{name}: {w.topics} topic × {w.partitions} partitions, {w.message_size} B, {rate}, "
-              f"{w.producers} producer(s), {w.subscriptions} × {w.consumers} consumer(s), "
-              f"{w.warmup_s:.0f} s warm-up + {w.duration_s:.0f} s")
+        print(f"{name}: {describe_workload(load_workload(name))}")
     return 0
+
+
+def describe_workload(w: Any) -> str:
+    """A workload in one line: topics, partitions, size, rate, clients, durations."""
+    rate = (f"{w.rate:,.0f} msg/s" if w.rate else
+            "rate search" if w.rate_search else "as fast as acknowledged")
+    return (f"{w.topics} topic × {w.partitions} partitions, {w.message_size} B, {rate}, "
+            f"{w.producers} producer(s), {w.subscriptions} × {w.consumers} consumer(s), "
+            f"{w.warmup_s:.0f} s warm-up + {w.duration_s:.0f} s")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None and _terminal():
+        args = parser.parse_args(["run"])  # `streambench` alone: the launcher
     if args.command != "doctor":
         for line in quick_shadows():
             _warn(f"{line} (see streambench doctor)")
@@ -686,6 +773,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return doctor()
         if args.command == "report" or (args.command == "run" and args.report):
             _require_report_extra()
+        if args.command == "run" and not args.targets:
+            if args.headless or not _terminal():
+                raise StreambenchError("run: no TARGET given (see streambench run --help); "
+                                       "without targets it opens the launcher, which needs a "
+                                       "terminal and no --headless")
+            return _cmd_session(args)
         if args.command == "run":
             return _cmd_run(args, argv)
         if args.command == "report":

@@ -98,3 +98,33 @@ REPLAY_KEY_TABLE: tuple[Key, ...] = (
 )
 
 REPLAY_BINDINGS: list[Binding] = [key.binding() for key in REPLAY_KEY_TABLE]
+
+# The launcher (`streambench` alone, `streambench run` without a target): its fields take
+# letters, so its keys are control keys.
+LAUNCHER_KEY_TABLE: tuple[Key, ...] = (
+    Key(("ctrl+r",), ("^r",), "start", "start", "Start the run with these settings."),
+    Key(("ctrl+t",), ("^t",), "add_target", "add target",
+        "Add a target picked from the platforms; type its options after it."),
+    Key(("ctrl+o",), ("^o",), "pick_workload", "workload", "Pick a bundled workload."),
+    Key(("ctrl+y",), ("^y",), "copy_command", "copy",
+        "Copy the command line to the clipboard."),
+    Key(("f1",), ("f1",), "help", "help", "Show these keys (esc closes them)."),
+    Key(("escape",), ("esc",), "back", "back",
+        "Back to the runs of this session (when there are some).", footer=False),
+    Key(("ctrl+q",), ("^q",), "quit_session", "quit",
+        "Quit; the command line is left in the terminal."),
+)
+
+# The end of a run in a session: the runs so far side by side, and what to do next.
+END_KEY_TABLE: tuple[Key, ...] = (
+    Key(("r",), ("r",), "again", "run again", "Run again with the same settings."),
+    Key(("e",), ("e",), "change", "change", "Change the settings and run (the launcher)."),
+    Key(("o",), ("o",), "report", "report", "Write and show the report of the last run."),
+    Key(("a",), ("a",), "report_all", "report all",
+        "Write and show one report over every run of the session."),
+    Key(("d",), ("d",), "dashboard", "dashboard",
+        "Back to the last run's dashboard (q returns here).", footer=False),
+    Key(("question_mark",), ("?",), "help", "help", "Show or close this help."),
+    Key(("q", "ctrl+q", "ctrl+c"), ("q", "ctrl+q", "ctrl+c"), "quit_session", "quit",
+        "Quit; every run's summary and command line are left in the terminal."),
+)

@@ -1,0 +1,130 @@
+"""The launcher and the session: targets checked beside their field with the command line's own
+words, real short runs on a local redis-server started from the launcher, run again, and the
+runs of the session side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.widgets import Static
+
+from loadgen.run import RunSummary
+from tests.tui.screen import screen_lines, wait_until
+from tui.cli import main
+from tui.endsummary import rows
+from tui.launcher import LauncherScreen, LaunchSettings, Problem
+from tui.session import EndScreen, SessionApp
+
+SHORT = LaunchSettings(targets=["redis"], overrides={"rate": "300", "duration": "2"},
+                       extra=["--warmup", "0"])
+
+
+def cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What `streambench ARGV` prints on stderr, and that it exits 2."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code  # type: ignore[assignment]
+    assert code == 2
+    return capsys.readouterr().err
+
+
+def command_shown(app: SessionApp) -> str:
+    return str(app.screen.query_one("#command", Static).render())
+
+
+def shown_problems(app: SessionApp) -> list[str]:
+    return [str(p.render()) for p in app.screen.query(Problem) if p.has_class("-shown")]
+
+
+async def test_a_bad_target_is_refused_beside_its_field_and_nothing_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = LaunchSettings(targets=["redis", "redis:bogus=1"], overrides={"rate": "fast-ish"})
+    app = SessionApp(settings)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: len(shown_problems(app)) == 2, "two errors shown")
+        lines = screen_lines(app)
+        assert isinstance(app.screen, LauncherScreen) and not app.runs and not app.running
+        # each error right under its own field
+        bad = next(i for i, line in enumerate(lines) if line.strip() == "redis:bogus=1")
+        assert lines[bad + 1].strip().startswith("✗ unknown option 'bogus' for redis")
+        assert command_shown(app) == "$ streambench run redis redis:bogus=1 --rate fast-ish"
+        app.screen.query_one("#opt-rate").focus()
+        await pilot.pause()
+        lines = screen_lines(app)
+        rate = next(i for i, line in enumerate(lines) if "rate msg/s" in line)
+        assert "✗ argument --rate: expected a number, got 'fast-ish'" in lines[rate + 2]
+        problems = [p.removeprefix("✗ ") for p in shown_problems(app)]
+    assert not (tmp_path / "runs").exists()
+    # the same words as the command line's
+    assert problems[0] in cli_error(["run", "redis:bogus=1", "--headless"], capsys)
+    assert problems[1] in cli_error(["run", "redis", "--rate", "fast-ish", "--headless"], capsys)
+
+
+async def test_the_launcher_shows_the_command_line_as_it_is_typed() -> None:
+    app = SessionApp(LaunchSettings())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
+        await pilot.press(*"kafka:runtime=local,brokers=3", "tab")
+        await pilot.press(*"1-topic-16-partitions-1kb", "tab", *"max", "tab", "tab", *"30")
+        await pilot.pause()
+        line = "streambench run kafka:runtime=local,brokers=3 --workload 1-topic-16-partitions-1kb " \
+               "--max-rate --duration 30"
+        assert command_shown(app) == "$ " + line
+        await pilot.press("ctrl+y")
+        assert app.clipboard == line
+        assert not shown_problems(app)
+
+
+def test_run_without_a_target_needs_the_launcher_and_so_a_terminal(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    err = cli_error(["run", "--headless"], capsys)
+    assert err.count("\n") == 1 and "no TARGET given" in err
+
+
+@pytest.mark.integration
+async def test_a_session_of_two_real_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    app = SessionApp(SHORT)
+
+    def ended(n: int) -> bool:
+        return isinstance(app.screen, EndScreen) and len(app.runs) == n and not app.running
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: ended(1), "the first run's end", timeout_s=60)
+        await wait_until(pilot, lambda: "RUN 1 DONE" in "".join(screen_lines(app)[:1]), "its title")
+        await pilot.press("r")  # again, with the same settings
+        await wait_until(pilot, lambda: ended(2), "the second run's end", timeout_s=60)
+        await wait_until(pilot, lambda: "RUN 2 DONE" in "".join(screen_lines(app)[:1]), "its title")
+        lines = screen_lines(app)
+        await pilot.press("e")  # change settings: the launcher, holding the same values
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher again")
+        assert command_shown(app) == "$ " + SHORT.command_line()
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, EndScreen), "back to the runs")
+        await pilot.press("q")
+
+    first, second = app.runs
+    assert first.run_dir != second.run_dir
+    for record in app.runs:
+        assert isinstance(record.summary, RunSummary) and not record.summary.stopped_early
+        assert record.summary.measured_ticks == 2
+        assert (tmp_path / record.run_dir / "run.json").is_file()
+        assert record.settings.command_line() == SHORT.command_line()
+    assert lines[0].startswith(" RUN 2 DONE")
+    # one row per run and target, with the figures of the terminal's end-of-run table
+    shown = [line.split() for line in lines if line.lstrip().startswith(("#1  redis", "#2  redis"))]
+    assert [row[:2] for row in shown] == [["#1", "redis"], ["#2", "redis"]]
+    for row, record in zip(shown, app.runs, strict=True):
+        assert record.summary is not None
+        figures = dict(rows(record.end.figures["redis"], record.summary.targets[0]))
+        assert row[2:6] == [figures["consumed msg/s"], figures["e2e p50 ms"],
+                            figures["e2e p99 ms"], figures["e2e p99.9 ms"]]
+        assert 250 <= int(figures["consumed msg/s"].replace(",", "")) <= 350
+    assert sum(f"$ {SHORT.command_line()}" in line for line in lines) == 2

@@ -1,0 +1,466 @@
+"""The launcher: the start screen of `streambench` alone and of `streambench run` without a
+target. Targets, workload and the usual overrides are typed as on the command line and checked
+by the same parser and functions `streambench run` uses, each error beside its field; the
+equivalent command line is always shown, so an interactive session can be scripted."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, NoReturn
+
+from rich.text import Text
+from textual import events, on
+from textual.app import ComposeResult
+from textual.binding import BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.suggester import SuggestFromList
+from textual.widgets import Footer, Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+from loadgen.errors import StreambenchError
+from tui.keys import LAUNCHER_KEY_TABLE
+
+# the overrides the launcher has a field for: (name, flag, caption, placeholder)
+OVERRIDES: tuple[tuple[str, str, str, str], ...] = (
+    ("rate", "--rate", "rate msg/s", "1000|max"),
+    ("size", "--size", "size B", "1024"),
+    ("duration", "--duration", "duration s", "60"),
+    ("partitions", "--partitions", "partitions", "1"),
+    ("producers", "--producers", "producers", "1"),
+    ("consumers", "--consumers", "consumers", "1"),
+)
+# the destinations of `streambench run`'s options the fields stand for
+_FIELD_DESTS = {"targets", "workload", "rate", "max_rate", "size", "duration", "partitions",
+                "producers", "consumers", "help"}
+TARGET_PLACEHOLDER = "PLATFORM[:OPTION=VALUE,...][@ADDRESS]"
+
+
+class UsageError(StreambenchError):
+    """What `streambench run` would refuse on its command line, with the same words."""
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    from tui.cli import build_parser
+
+    parser = build_parser(_RaisingParser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices["run"]
+    raise AssertionError("streambench has no run command")
+
+
+def parse_run(argv: list[str]) -> argparse.Namespace:
+    """`streambench run` ARGV as its command line reads it; UsageError with its message."""
+    from tui.cli import build_parser
+
+    return build_parser(_RaisingParser).parse_args(argv)
+
+
+def _text(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass
+class LaunchSettings:
+    """What the launcher's fields hold, as typed, and the other options of `streambench run`
+    given with it (kept as they are and passed to every run)."""
+
+    targets: list[str] = field(default_factory=list)
+    workload: str = ""
+    overrides: dict[str, str] = field(default_factory=dict)  # by OVERRIDES name
+    extra: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> LaunchSettings:
+        """The fields filled from `streambench run`'s options (its targets, if any)."""
+        overrides = {name: _text(getattr(args, name)) for name, *_ in OVERRIDES
+                     if getattr(args, name, None) is not None}
+        if getattr(args, "max_rate", None):
+            overrides["rate"] = "max" if args.max_rate == "fast" else args.max_rate
+        extra: list[str] = []
+        for action in _run_parser()._actions:
+            if action.dest in _FIELD_DESTS or not action.option_strings:
+                continue
+            value = getattr(args, action.dest, action.default)
+            if value == action.default or value is None:
+                continue
+            flag = action.option_strings[-1]
+            if action.nargs == 0:
+                extra.append(flag)
+            elif isinstance(value, list):
+                for item in value:
+                    extra += [flag, _text(item)]
+            else:
+                extra += [flag, _text(value)]
+        return cls(list(getattr(args, "targets", None) or []), getattr(args, "workload", None) or "",
+                   overrides, extra)
+
+    def argv(self) -> list[str]:
+        """`streambench run`'s arguments for these settings (empty fields left out)."""
+        out = ["run", *(t.strip() for t in self.targets if t.strip())]
+        if self.workload.strip():
+            out += ["--workload", self.workload.strip()]
+        for name, flag, *_ in OVERRIDES:
+            value = self.overrides.get(name, "").strip()
+            if not value:
+                continue
+            if name == "rate" and value.lower() in ("max", "fast"):
+                out.append("--max-rate")
+            elif name == "rate" and value.lower() == "search":
+                out.append("--max-rate=search")
+            else:
+                out += [flag, value]
+        return out + self.extra
+
+    def command_line(self) -> str:
+        return "streambench " + shlex.join(self.argv())
+
+    # ---- checks, with the command line's own words ---------------------------------------
+
+    def base_args(self) -> argparse.Namespace:
+        """The options outside the fields (--runtime, --driver, …) as the run reads them."""
+        return parse_run(["run", *self.extra])
+
+    def override_error(self, name: str) -> str | None:
+        value = self.overrides.get(name, "").strip()
+        if not value:
+            return None
+        try:
+            parse_run(LaunchSettings(overrides={name: value}).argv())
+        except UsageError as exc:
+            return str(exc)
+        return None
+
+    def workload_error(self) -> str | None:
+        from loadgen.workload import load_workload
+
+        if not self.workload.strip():
+            return None
+        try:
+            load_workload(self.workload.strip())
+        except StreambenchError as exc:
+            return str(exc)
+        return None
+
+    def target_error(self, spec: str) -> str | None:
+        from tui.cli import check_target
+
+        if not spec.strip():
+            return None
+        try:
+            check_target(spec.strip(), self.base_args())
+        except StreambenchError as exc:
+            return str(exc)
+        return None
+
+    def build(self) -> tuple[Any, Any]:
+        """The Run and its baselines, as `streambench run` builds them; raises its error."""
+        from tui.cli import build_run
+
+        argv = self.argv()
+        args = parse_run(argv)
+        if not args.targets:
+            raise UsageError("no target: add one (ctrl+t picks a platform)")
+        return build_run(args, argv)
+
+
+def describe_platform(name: str) -> str:
+    """A platform's summary and its TARGET options, for the hint under a target field."""
+    from loadgen.platforms import PLATFORMS
+
+    platform = PLATFORMS.get(name)
+    if platform is None:
+        return f"platforms: {', '.join(PLATFORMS)}"
+    options = [name + ("=" + "|".join(opt.choices) if opt.choices else "")
+               for name, opt in platform.options.items()]
+    return f"{platform.name}: {platform.summary}\noptions: {', '.join(options)}"
+
+
+class PickScreen(ModalScreen[str | None]):
+    """One item out of a list (a platform, a bundled workload); Enter picks, Esc cancels."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [("escape", "cancel", "cancel")]
+
+    def __init__(self, title: str, items: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.title_text = title
+        self.items = items
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(f"{self.title_text} (Enter picks, Esc cancels)")
+            yield OptionList(*(Option(Text.assemble((name, "bold"), "  ", about), id=name)
+                               for name, about in self.items), id="items")
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class Problem(Static):
+    """The error of the field above it, or nothing (then it takes no room)."""
+
+    def show_error(self, message: str | None) -> None:
+        self.update(Text("✗ " + message, style="bold") if message else "")
+        self.set_class(bool(message), "-shown")
+
+
+@dataclass
+class Started:
+    """The launcher's answer: the settings, the Run built from them and its baselines."""
+
+    settings: LaunchSettings
+    run: Any
+    baselines: Any
+
+
+class LauncherScreen(Screen[None]):
+    """The start screen. `on_start` receives what Start built (nothing is started here)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [key.binding() for key in LAUNCHER_KEY_TABLE]
+
+    def __init__(self, settings: LaunchSettings, on_start: Callable[[Started], Awaitable[None]],
+                 on_back: Callable[[], None] | None = None) -> None:
+        super().__init__()
+        self.settings = replace(settings, targets=list(settings.targets) or [""],
+                                overrides=dict(settings.overrides), extra=list(settings.extra))
+        self.on_start = on_start
+        self.on_back = on_back  # back to the runs of the session, when there are some
+        self.starting = False
+
+    # ---- layout -------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        from loadgen.workload import bundled_workloads
+
+        yield Static(Text(" NEW RUN ", style="bold reverse") + Text(
+            "  type targets and settings as on the command line · f1 help"), id="title")
+        with VerticalScroll(id="form"):
+            yield Label("targets  (ctrl+t picks a platform; an empty field is left out)",
+                        classes="caption")
+            with Vertical(id="targets"):
+                for spec in self.settings.targets:
+                    yield from self._target_row(spec)
+            yield Static(describe_platform(""), id="target-hint", classes="hint")
+            yield Label("workload  (a bundled name, ctrl+o lists them, or a YAML file)",
+                        classes="caption")
+            yield Input(self.settings.workload, placeholder="none: 1 topic, 1 partition, 1 kB",
+                        suggester=SuggestFromList(bundled_workloads()), id="workload")
+            yield Problem(id="workload-problem", classes="problem")
+            yield Static("", id="workload-hint", classes="hint")
+            with Horizontal(id="overrides"):
+                for name, _flag, caption, placeholder in OVERRIDES:
+                    with Vertical(classes="override"):
+                        yield Label(caption, classes="caption")
+                        yield Input(self.settings.overrides.get(name, ""), placeholder=placeholder,
+                                    id=f"opt-{name}")
+            for name, *_ in OVERRIDES:  # under the row of fields, where a sentence fits
+                yield Problem(id=f"opt-{name}-problem", classes="problem")
+            if self.settings.extra:
+                yield Static("also: " + shlex.join(self.settings.extra), classes="hint")
+            yield Problem(id="problem", classes="problem")
+        yield Static(id="command")
+        yield Footer()
+
+    def _target_row(self, spec: str) -> ComposeResult:
+        from loadgen.platforms import PLATFORMS
+
+        yield Input(spec, placeholder=TARGET_PLACEHOLDER, classes="target",
+                    suggester=SuggestFromList(list(PLATFORMS)))
+        yield Problem(classes="problem target-problem")
+
+    def on_mount(self) -> None:
+        self._show_command()
+        self.query(Input).first().focus()
+
+    # ---- what the fields hold -----------------------------------------------------------
+
+    def _target_inputs(self) -> list[Input]:
+        return list(self.query("#targets > Input.target").results(Input))
+
+    def _read(self) -> LaunchSettings:
+        s = self.settings
+        s.targets = [i.value for i in self._target_inputs()]
+        s.workload = self.query_one("#workload", Input).value
+        s.overrides = {name: self.query_one(f"#opt-{name}", Input).value for name, *_ in OVERRIDES}
+        return s
+
+    def _show_command(self) -> None:
+        line = self._read().command_line()
+        self.query_one("#command", Static).update(Text("$ " + line, style="bold"))
+
+    def _problem_of(self, field_input: Input) -> Problem:
+        if field_input.has_class("target"):
+            parent = field_input.parent
+            assert parent is not None
+            siblings = list(parent.children)
+            problem = siblings[siblings.index(field_input) + 1]
+            assert isinstance(problem, Problem)
+            return problem
+        return self.query_one(f"#{field_input.id}-problem", Problem)
+
+    def _check(self, field_input: Input) -> str | None:
+        s = self._read()
+        if field_input.has_class("target"):
+            return s.target_error(field_input.value)
+        if field_input.id == "workload":
+            return s.workload_error()
+        return s.override_error((field_input.id or "").removeprefix("opt-"))
+
+    def _check_shown(self, field_input: Input) -> bool:
+        """Check one field and show its error beside it; True when it is fine."""
+        try:
+            problem = self._check(field_input)
+        except UsageError as exc:  # the options outside the fields do not parse
+            self.query_one("#problem", Problem).show_error(str(exc))
+            return False
+        self._problem_of(field_input).show_error(problem)
+        if field_input.id == "workload":
+            self._show_workload_hint()
+        return problem is None
+
+    def _show_workload_hint(self) -> None:
+        from loadgen.workload import load_workload
+        from tui.cli import describe_workload
+
+        hint = self.query_one("#workload-hint", Static)
+        text = self.settings.workload.strip()
+        if not text:
+            hint.update("")
+            return
+        try:
+            w = load_workload(text)
+        except StreambenchError:
+            hint.update("")
+            return
+        hint.update("\n".join([describe_workload(w), *w.warnings]))
+
+    @on(Input.Changed)
+    def _changed(self, event: Input.Changed) -> None:
+        self._show_command()
+        if event.input.has_class("target"):
+            self._show_target_hint(event.input)
+
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        self._check_shown(event.input)
+        self.focus_next()
+
+    def on_descendant_blur(self, event: events.DescendantBlur) -> None:
+        if isinstance(event.widget, Input) and not self.starting and self.is_attached:
+            self._check_shown(event.widget)
+            # the platform's options, only while a target is typed
+            self.query_one("#target-hint", Static).display = False
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        if isinstance(event.widget, Input) and event.widget.has_class("target"):
+            self._show_target_hint(event.widget)
+
+    def _show_target_hint(self, target: Input) -> None:
+        platform = target.value.strip().partition("@")[0].partition(":")[0]
+        hint = self.query_one("#target-hint", Static)
+        hint.update(describe_platform(platform))
+        hint.display = True
+
+    # ---- actions ------------------------------------------------------------------------
+
+    def action_add_target(self) -> None:
+        from loadgen.platforms import PLATFORMS
+
+        def picked(name: str | None) -> None:
+            if name is None:
+                return
+            empty = [i for i in self._target_inputs() if not i.value.strip()]
+            if empty:
+                target = empty[0]
+                target.value = name
+            else:
+                target = Input(name, placeholder=TARGET_PLACEHOLDER, classes="target",
+                               suggester=SuggestFromList(list(PLATFORMS)))
+                self.query_one("#targets", Vertical).mount(
+                    target, Problem(classes="problem target-problem"))
+
+            def to_the_end() -> None:
+                target.focus()
+                target.cursor_position = len(target.value)
+                self._show_command()
+
+            self.call_after_refresh(to_the_end)
+
+        self.app.push_screen(PickScreen("platform", [(p.name, p.summary)
+                                                     for p in PLATFORMS.values()]), picked)
+
+    def action_pick_workload(self) -> None:
+        from loadgen.workload import bundled_workloads, load_workload
+        from tui.cli import describe_workload
+
+        def picked(name: str | None) -> None:
+            if name is None:
+                return
+            box = self.query_one("#workload", Input)
+            box.value = name
+            box.focus()
+            self._check_shown(box)
+
+        items = [(name, describe_workload(load_workload(name))) for name in bundled_workloads()]
+        self.app.push_screen(PickScreen("bundled workload", items), picked)
+
+    def action_copy_command(self) -> None:
+        line = self._read().command_line()
+        self.app.copy_to_clipboard(line)
+        self.notify(f"copied: {line}", timeout=3)
+
+    def action_help(self) -> None:
+        from tui.widgets import HelpScreen
+
+        self.app.push_screen(HelpScreen(LAUNCHER_KEY_TABLE))
+
+    def action_back(self) -> None:
+        if self.on_back is not None:
+            self.on_back()
+
+    def action_quit_session(self) -> None:
+        self.app.exit()
+
+    async def action_start(self) -> None:
+        if self.starting:
+            return
+        settings = self._read()
+        general = self.query_one("#problem", Problem)
+        general.show_error(None)
+        fine = [self._check_shown(i) for i in self.query(Input).results(Input)]
+        if not all(fine):
+            self._scroll_to_first_problem()
+            return
+        self.starting = True
+        self.query_one("#command", Static).update(Text("starting: " + settings.command_line()))
+        try:
+            run, baselines = await asyncio.to_thread(settings.build)
+        except StreambenchError as exc:
+            general.show_error(str(exc))
+            general.scroll_visible(animate=False)
+            self._show_command()
+            return
+        finally:
+            self.starting = False
+        chosen = replace(settings, targets=[t for t in settings.targets if t.strip()],
+                         overrides=dict(settings.overrides), extra=list(settings.extra))
+        # on the app's loop: starting the run closes this screen
+        self.app.call_later(self.on_start, Started(chosen, run, baselines))
+
+    def _scroll_to_first_problem(self) -> None:
+        problems = self.query(".problem.-shown")
+        if problems:
+            problems.first().scroll_visible(animate=False)
