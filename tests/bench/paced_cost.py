@@ -14,7 +14,10 @@ a 2 s warm-up) and prints per rate, beside the goal figures:
   (actual − intended send time);
 - e2e p50 / raw XADD round trip p50, and / the same through streambench's client; also the raw
   round trip when one XADD goes out per millisecond (both processes wake from idle each time,
-  as in a paced run at 1,000 msg/s).
+  as in a paced run at 1,000 msg/s);
+- the CPU of a minimal asyncio client at the same rate on the same server (asyncio_floor.py:
+  one XADD per slot from a timer, a blocking XREADGROUP, hiredis, nothing recorded), the floor
+  of a one-wake-up-per-message design in CPython on this machine, and the worker's CPU over it.
 
 CPU figures on a shared machine depend on what else runs: the load average is printed beside
 each run; `--repeat` runs each rate several times. `--profile RATE` instead runs one target's
@@ -27,6 +30,7 @@ import argparse
 import asyncio
 import cProfile
 import io
+import json
 import os
 import pstats
 import shutil
@@ -210,6 +214,18 @@ def profile(port: int, rate: float, size: int, seconds: float, top: int) -> None
     run_precise(main())
 
 
+def floor_cpu(port: int, rate: float, seconds: float) -> dict[str, float]:
+    """asyncio_floor.py at `rate` for `seconds`: its CPU as % of one core."""
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("asyncio_floor.py")),
+                          str(port), str(rate), str(seconds)],
+                         capture_output=True, text=True, timeout=seconds + 60, check=True)
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    if figures["consumed"] < rate * seconds:
+        raise SystemExit(f"the minimal client consumed {figures['consumed']} of "
+                         f"{rate * seconds:.0f} messages")
+    return {"floor_pct": (figures["user_s"] + figures["system_s"]) / seconds * 100}
+
+
 def fmt(value: float, spec: str) -> str:
     return format(value, spec) if value == value else "-"
 
@@ -254,6 +270,8 @@ def main() -> int:
                 before = load_average()
                 figures = run_once(port, server, rate, args.size, args.seconds,
                                    work / f"run-{rate:.0f}-{len(results)}")
+                figures |= floor_cpu(port, rate, args.seconds)
+                figures["over_floor"] = figures["worker_pct"] / figures["floor_pct"]
                 results.append((rate, f"{before}→{load_average()}", figures))
                 subprocess.run(["redis-cli", "-p", str(port), "FLUSHALL"], capture_output=True)
     finally:
@@ -278,6 +296,8 @@ def main() -> int:
         ("consumed msg/s", "consumed", ",.0f", lambda r: ""),
         ("worker CPU % of a core", "worker_pct", ".1f",
          lambda r: f"≤ {GOAL_CPU[int(r)]:.0f} %" if int(r) in GOAL_CPU else ""),
+        ("minimal asyncio client CPU %", "floor_pct", ".1f", lambda r: ""),
+        ("worker CPU / minimal client", "over_floor", ".2f", lambda r: ""),
         ("redis-server CPU %", "server_pct", ".1f", lambda r: ""),
         ("worker CPU-s per 100k msgs", "cpu_per_100k", ".3f", lambda r: ""),
         ("e2e p50 µs", "e2e_p50_us", ".0f", lambda r: ""),
