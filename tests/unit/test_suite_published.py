@@ -58,3 +58,25 @@ def test_scaled_or_incomplete_suites_are_not_compared(tmp_path):
     text = "\n".join(compare_published(state, rows))
     assert "**not comparable: not every platform ran**" in text
     assert "| latency-1kb-1000 | e2e_mean_ms | redis | 0.44 | n/a | 0.26 | n/a |" in text
+
+
+def test_every_bundled_suite_loads_and_its_targets_parse():
+    """Each bundled suite's workloads are valid OMB workloads and each of its TARGET strings is
+    accepted by the same parser as the command line (a misspelt option would fail here)."""
+    from loadgen.platforms import resolve_target
+    from tui.suite import bundled_suites, load_suite
+
+    names = bundled_suites()
+    assert {"fsync-partitions", "sbk", "throughput", "latency-matrix"} <= set(names)
+    for name in names:
+        suite = load_suite(name)
+        assert suite.workloads and suite.targets, name
+        for target in suite.targets:
+            resolve_target(target)
+    fsync = load_suite("fsync-partitions")
+    assert [(w.message_size, w.rate, w.partitions) for _, w in fsync.workloads] == [
+        (100, 50_000, 1), (100, 50_000, 6), (100, 50_000, 16)]
+    sbk = load_suite("sbk")
+    # 10 MB/s of payload in every cell
+    assert {w.message_size * w.rate for _, w in sbk.workloads} == {10_000_000}
+    assert {w.producers for _, w in sbk.workloads} == {1, 10}
