@@ -46,7 +46,10 @@ def _load() -> dict[str, Platform]:
                 LOAD_WARNINGS.append(f"platform {platform.name!r} of {_origin(ep)} ignored: "
                                      f"the name is taken by {found[platform.name].origin}")
                 continue
-            found[platform.name] = replace(platform, origin=_origin(ep))
+            origin = _origin(ep)
+            if platform.optional_client is not None:
+                origin += f"; client: {platform.optional_client.note()}"
+            found[platform.name] = replace(platform, origin=origin)
     if not found:
         sys.stderr.write("streambench: no platforms registered; is streambench installed "
                          "(pip install -e . in its checkout)?\n")

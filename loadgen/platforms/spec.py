@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -9,6 +10,40 @@ from collectors.base import Collector
 from compose.stack import FAULTS, Stack, StackDescription
 from loadgen.platforms.base import Driver
 from loadgen.target import OptionSpec, Target
+
+
+@dataclass(frozen=True)
+class OptionalClient:
+    """A client library a platform needs that a plain install leaves out (for its licence, say):
+    one of streambench's extras installs it. The platform imports it only when a run of it
+    starts, and refuses the run before anything starts when it is missing."""
+
+    module: str  # its top-level import name
+    what: str  # how the messages name it: "the X client Y (LICENCE)"
+    extra: str  # streambench's extra that installs it
+
+    @property
+    def install(self) -> str:
+        return f"pip install 'streambench[{self.extra}]'"
+
+    def installed(self) -> bool:
+        """Whether it can be found, without importing it."""
+        try:
+            return importlib.util.find_spec(self.module) is not None
+        except (ImportError, ValueError):
+            return False
+
+    def note(self) -> str:
+        """For `streambench platforms`: where the client comes from, and whether it is here."""
+        state = "installed" if self.installed() else f"not installed: {self.install}"
+        return f"{self.what}, from the {self.extra} extra ({state})"
+
+    def unavailable(self, platform: str, exc: ImportError) -> str:
+        """The one line for a run that cannot import the client."""
+        if (exc.name or "").partition(".")[0] == self.module:
+            return f"{platform}: {self.what} is not installed: {self.install}"
+        return (f"{platform}: {self.what} cannot be imported ({type(exc).__name__}: {exc}): "
+                f"{self.install}")
 
 
 @dataclass(frozen=True)
@@ -26,7 +61,10 @@ class Platform:
     # the faults (compose.stack.FAULTS) its brokers take, per runtime; None: every fault on every
     # runtime streambench starts itself, none on an existing cluster
     faults: dict[str, tuple[str, ...]] | None = None
-    # where it comes from: "<distribution> <version> (<entry point>)", set by the registry
+    # a client library a plain install leaves out (named in `streambench platforms`)
+    optional_client: OptionalClient | None = None
+    # where it comes from: "<distribution> <version> (<entry point>)", set by the registry,
+    # then the optional client's note
     origin: str = ""
 
     def fault_actions(self, runtime: str) -> tuple[str, ...]:
