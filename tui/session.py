@@ -154,11 +154,12 @@ class EndScreen(Screen[None]):
     def action_change(self) -> None:
         self.session.open_launcher()
 
-    async def action_report(self) -> None:
-        await self.session.show_report([self.session.runs[-1]])
+    def action_report(self) -> None:
+        # a worker: the keys of this screen stay live while Spark works
+        self.session.run_worker(self.session.show_report([self.session.runs[-1]]), group="report")
 
-    async def action_report_all(self) -> None:
-        await self.session.show_report(self.session.runs)
+    def action_report_all(self) -> None:
+        self.session.run_worker(self.session.show_report(self.session.runs), group="report")
 
     def action_dashboard(self) -> None:
         if self.session.labels:
@@ -342,7 +343,10 @@ class SessionApp(DashboardApp):
             if len(records) == 1:
                 records[0].report_path = str(path)
             self._report_progress(f"report: {path}")
-        self.push_screen(ReportScreen(path))
+        if isinstance(self.screen, EndScreen):  # not over a run started meanwhile
+            self.push_screen(ReportScreen(path))
+        else:
+            self.notify(f"report: {path}", timeout=8)
 
     # ---- keys ---------------------------------------------------------------------------
 
