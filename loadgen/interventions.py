@@ -32,6 +32,8 @@ class Intervention:
     rate: float | None = None  # msg/s for "rate"; 0 = as fast as acknowledgements allow
     state: str | None = None  # "stop" | "start" for producers and consumers
     at_s: float | None = None  # seconds after the measuring phase starts (scheduled ones)
+    # "rate" from a rate search giving a rate up: slots owed at the old rate are dropped
+    drop_owed: bool = False
 
     def describe(self) -> str:
         where = f"@{self.target}" if self.target else ""

@@ -37,6 +37,8 @@ MAX_RATE_BATCH = 256
 MAX_RATE_BATCH_BYTES = 1 << 20  # large messages go in smaller batches at maximum rate
 # paced slots due within this long after the next one go out with it, when the last is due
 PACING_WINDOW_NS = 400_000
+# how a rate change that dropped slots says so (a worker process's answer, summed over them)
+DROPPED_SLOTS = "slots owed at the old rate dropped"
 # a client whose connection was lost is opened again after this pause, doubling up to the max
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 0.5  # small: it adds to the recovery time measured after a restart
@@ -250,8 +252,9 @@ class TargetLoad:
         records it as one event for the target, whatever the number of processes."""
         if item.action == "rate":
             assert item.rate is not None
-            old, new = self.set_rate(item.rate)
-            return f"{_rate_text(old)} → {_rate_text(new)}"
+            old, new, dropped = self.set_rate(item.rate, item.drop_owed)
+            text = f"{_rate_text(old)} → {_rate_text(new)}"
+            return f"{text}; {dropped:,} {DROPPED_SLOTS}" if dropped else text
         if item.action == "producers":
             was = "stopped" if self._producers_paused else "running"
             if item.state == "stop":
@@ -317,19 +320,24 @@ class TargetLoad:
 
     # ---- live changes -------------------------------------------------------------------
 
-    def set_rate(self, rate: float) -> tuple[float, float]:
+    def set_rate(self, rate: float, drop_owed: bool = False) -> tuple[float, float, int]:
         """Change the target's aggregate rate (msg/s over every producer of every process; 0 =
         maximum rate) now; this process's producers take their share, as at the start. Each
         schedule is re-anchored at the change: no slot dropped or bunched, intended times
-        exact. Returns (old, new)."""
+        exact; with drop_owed (a rate search giving the old rate up), the slots the producers
+        still owe from before the change are dropped instead. Returns (old, new, slots
+        dropped)."""
         old, rate = self._rate, max(0.0, float(rate))
         at = time.monotonic_ns()
         per_rate = rate / self._producer_count()
+        dropped = 0
         for p in self._pacers:
+            if drop_owed:
+                dropped += p.sched.forgive(at)
             p.sched.set_rate(per_rate, at)
             p.wake()
         self._rate = rate
-        return old, rate
+        return old, rate, dropped
 
     def pause_producers(self) -> None:
         """Producers send nothing from now on (slots already due still go out) until

@@ -141,6 +141,33 @@ class Schedule:
         self._change(at_mono_ns, self.rate, False)
         return True
 
+    def forgive(self, at_mono_ns: int) -> int:
+        """Drop the paced slots due before `at` that have not been handed out, and return how
+        many: the producer goes on with the slots from `at` on, as if it had kept up. Only for a
+        rate search that gives up a rate it could not keep (as OpenMessaging Benchmark's rate
+        limiter holds no debt); everything else keeps every slot."""
+        segs = self._segments
+        at = max(at_mono_ns, self._seen_ns)
+        j = 0
+        while j + 1 < len(segs) and segs[j + 1].start <= at:
+            j += 1
+        dropped = 0
+        for i in range(j + 1):
+            seg = segs[i]
+            if not seg.paced or seg.start > at:
+                continue
+            first = self._m if i == 0 else self._first(i)
+            dropped += max(0, seg.first_at_or_after(min(self._stop_of(i), at)) - first)
+        del segs[:j]
+        seg = segs[0]
+        if seg.paced and seg.start <= at:
+            self._m = max(self._m, seg.first_at_or_after(at))
+            self._next_t = seg.slot_at(self._m)
+        elif seg.paced:
+            self._m = max(self._m, seg.first_at_or_after(seg.start))
+            self._next_t = seg.slot_at(self._m)
+        return dropped
+
     def stop_at(self, end_mono_ns: int) -> None:
         self.end_mono_ns = min(self.end_mono_ns, end_mono_ns)
 

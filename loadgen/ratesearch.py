@@ -5,12 +5,15 @@ from that period's counts:
 - the receive backlog is what the broker holds unread (per subscription: produced − consumed,
   since the start), the publish backlog what the producers fell behind their schedule in the
   period (intended − acknowledged);
-- the publish backlog over BACKLOG_LIMIT messages, or the receive backlog over it and not
-  smaller than at the previous decision: the rate comes down to 0.2 × the achieved rate + 0.8 × the
+- the publish backlog over BACKLOG_LIMIT messages ("behind schedule"), or the receive backlog
+  over it and not smaller than at the previous decision ("backlog growing"): the rate comes
+  down to 0.2 × the achieved rate + 0.8 × the
   rate that would clear the backlog within CLEAR_PERIODS periods (at least CLEAR_FLOOR × the
   achieved rate, so that one large backlog does not throw the search back to nothing), the step
   factor halves (to FACTOR_MIN at least), and the rate it failed at is remembered as a hint of
-  the maximum (when it failed at the ceiling below, the ceiling goes down by PROBE);
+  the maximum (when it failed at the ceiling below, the ceiling goes down by PROBE); the
+  slots the producers still owe at the rate given up are dropped (the run does so), as OMB's
+  rate limiter holds no debt;
 - a receive backlog over the limit that is shrinking: the rate is held while it drains;
 - otherwise the rate goes up by (1 + factor), the factor doubling up to 1, but once there are two
   hints never past the lower of the last two; there it holds, and probes PROBE higher every
@@ -80,7 +83,9 @@ class RateSearch:
         received = sum(t.consumed for t in period) / self.subscriptions
         last = period[-1]
         subs = self.subscriptions
-        receive_backlog = (last.produced_total * subs - last.consumed_total) / subs
+        # acknowledgements can come after the consumers have the messages (a broker that
+        # replies after its fsync): a count of the consumers' ahead is no backlog
+        receive_backlog = max(0.0, (last.produced_total * subs - last.consumed_total) / subs)
         publish_backlog = max(0.0, expected - sent)
         achieved = sent / seconds
         seen = (f"achieved {achieved:,.0f} msg/s at {s.rate:,.0f}; unread {receive_backlog:,.0f}, "
@@ -102,7 +107,8 @@ class RateSearch:
             s.rate = max(min(old, 0.2 * achieved + 0.8 * clear), 1.0)
             s.factor = max(s.factor / 2, FACTOR_MIN)
             s.held = 0
-            verdict = "backlog growing: down"
+            verdict = ("behind schedule: down" if receive_backlog <= BACKLOG_LIMIT
+                       else "backlog growing: down")
         elif draining:
             verdict = "backlog draining: holding"
         else:

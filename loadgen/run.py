@@ -34,7 +34,7 @@ from loadgen.interventions import (
     check_schedule,
     find_broker,
 )
-from loadgen.load import TargetTotals
+from loadgen.load import DROPPED_SLOTS, TargetTotals
 from loadgen.pacing import now_ns
 from loadgen.placement import place
 from loadgen.platforms import PLATFORMS
@@ -520,13 +520,18 @@ class Run:
         """One step of the search for the highest sustainable rate: the target's new rate, as a
         `rate-search` event (not a change of the load: the report does not cut segments)."""
         (runner,) = self._runners_for(label)
+        # a rate given up leaves no debt: the slots owed at it are dropped, not sent at the
+        # lower rate (they would keep the broker overloaded and the search going down)
+        lower = rate < self.rates.get(label, rate)
         try:
-            await runner.control(Intervention("rate", label, rate=rate))
+            changed = await runner.control(Intervention("rate", label, rate=rate, drop_owed=lower))
         except StreambenchError as exc:
             self.publish(RunEvent(time.time_ns(), label, "intervention-failed",
                                   f"rate search: {exc}"))
             return
         self.rates[label] = rate
+        if changed.endswith(DROPPED_SLOTS):
+            detail += f"; {changed.split('; ', 1)[1]}"
         self.publish(RunEvent(time.time_ns(), label, "rate-search", detail))
         if converged:
             self.publish(RunEvent(time.time_ns(), label, "rate-search-converged",

@@ -29,7 +29,7 @@ from compose.stack import StackDescription
 from loadgen.errors import StackError, StreambenchError
 from loadgen.histogram import HistogramSnapshot
 from loadgen.interventions import Intervention
-from loadgen.load import LoadHandle, Publish, TargetLoad, TargetTotals
+from loadgen.load import DROPPED_SLOTS, LoadHandle, Publish, TargetLoad, TargetTotals
 from loadgen.pacing import run_precise
 from loadgen.target import Target
 from loadgen.tick import LoadgenHealth, Phase, Tick
@@ -376,8 +376,13 @@ class TargetWorker:
     async def control(self, item: Intervention) -> str:
         """A change of the load (rate, producers or consumers stopped or started) in every
         process of the target; returns what changed (old → new)."""
-        details = await asyncio.gather(*(p.request("control", item) for p in self._procs))
-        return str(details[0])
+        details = [str(d) for d in
+                   await asyncio.gather(*(p.request("control", item) for p in self._procs))]
+        dropped = [d.split("; ", 1) for d in details if d.endswith(DROPPED_SLOTS)]
+        if not dropped:
+            return details[0]
+        count = sum(int(tail.split(" ", 1)[0].replace(",", "")) for _, tail in dropped)
+        return f"{dropped[0][0]}; {count:,} {DROPPED_SLOTS}"
 
     async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
         replies = await asyncio.gather(

@@ -14,16 +14,35 @@ from tests.conftest import run_cli, run_json
 pytestmark = pytest.mark.integration
 
 
-def test_rate_search_on_redis(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    res = run_cli(["run", "redis", "--max-rate=search", "--duration", "18", "--warmup", "3",
+def _search(out: Path, target: str) -> list[dict]:
+    """A search of 21 s (3 s warm-up) on `target`: its events in time order."""
+    res = run_cli(["run", target, "--max-rate=search", "--duration", "18", "--warmup", "3",
                    "--headless", "--out", str(out)], timeout_s=180)
     assert res.returncode == 0, res.stderr[-3000:]
-    events = sorted(ds.dataset(out / "events", format="parquet").to_table().to_pylist(),
-                    key=lambda e: e["time"])
+    return sorted(ds.dataset(out / "events", format="parquet").to_table().to_pylist(),
+                  key=lambda e: e["time"])
+
+
+@pytest.fixture(scope="module")
+def redis_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    out = tmp_path_factory.mktemp("search") / "run"
+    return out, _search(out, "redis")
+
+
+def _best_kept(events: list[dict]) -> float:
+    """The highest rate a period kept up with (its step went on up or held)."""
+    kept = [float(e["detail"].split("achieved ")[1].split(" msg/s")[0].replace(",", ""))
+            for e in events if e["kind"] == "rate-search" and e["detail"].startswith("steady")]
+    assert kept, [e["detail"] for e in events if e["kind"] == "rate-search"]
+    return max(kept)
+
+
+def test_rate_search_on_redis(redis_search: tuple[Path, list[dict]]) -> None:
+    out, events = redis_search
     steps = [e for e in events if e["kind"] == "rate-search"]
     assert 5 <= len(steps) <= 7, [e["detail"] for e in steps]  # 21 s / 3 s, give or take a tick
-    assert steps[0]["detail"].startswith(("steady: up 10,000 →", "backlog growing: down 10,000 →"))
+    assert steps[0]["detail"].startswith(("steady: up 10,000 →", "backlog growing: down 10,000 →",
+                                          "behind schedule: down 10,000 →"))
     ticks = sorted(ds.dataset(out / "ticks", format="parquet").to_table().to_pylist(),
                    key=lambda t: t["seq"])
     assert ticks[0]["target_rate"] == 10_000  # where OMB's search starts
@@ -39,6 +58,24 @@ def test_rate_search_on_redis(tmp_path: Path) -> None:
     assert meta["totals"][0]["drained"]
     # a search is not a change of the load: the report cuts no segments at its steps
     assert not [e for e in events if e["kind"] == "rate"]
+    # a step down drops the slots owed at the rate given up and says how many
+    for step in steps:
+        if "down" in step["detail"].split(" → ")[0] and "dropped" in step["detail"]:
+            assert step["detail"].endswith("slots owed at the old rate dropped")
+
+
+def test_a_throttled_broker_sustains_a_lower_rate(
+        redis_search: tuple[Path, list[dict]], tmp_path: Path) -> None:
+    """The same search on a redis-server that fsyncs its append-only file after every write
+    keeps up with a clearly lower rate than on one that does not."""
+    _, free = redis_search
+    throttled = _search(tmp_path / "run", "redis:conf.appendonly=yes,conf.appendfsync=always")
+    assert _best_kept(throttled) < 0.8 * _best_kept(free), (
+        [e["detail"] for e in free if e["kind"] == "rate-search"],
+        [e["detail"] for e in throttled if e["kind"] == "rate-search"])
+    # a step that leaves a rate for want of acknowledgements says so
+    assert all(not e["detail"].startswith("backlog growing") or "unread 0," not in e["detail"]
+               for e in throttled if e["kind"] == "rate-search")
 
 
 @pytest.mark.parametrize(("args", "fragment"), [

@@ -98,7 +98,7 @@ async def test_a_rate_change_wakes_the_producer_at_once(submits: bool) -> None:
         await asyncio.sleep(0.05)
         assert len(sent(load)) == 1  # slot 0; the next is 2 s away
         before = time.monotonic_ns()
-        assert load.set_rate(1000) == (0.5, 1000.0)
+        assert load.set_rate(1000) == (0.5, 1000.0, 0)
         await asyncio.sleep(0.2)
         after = [t - offset for t in sent(load)[1:]]
         # the producer did not sleep on until its old next slot: it follows the new rate now
@@ -151,7 +151,7 @@ async def test_each_process_takes_its_share_of_a_new_rate() -> None:
     load, published = make_load(rate=400, producers=4, share=(1, 2))
     offset = await run_for(load, 30)
     try:
-        assert load.set_rate(4000) == (400.0, 4000.0)
+        assert load.set_rate(4000) == (400.0, 4000.0, 0)
         changed = time.monotonic_ns()
         await asyncio.sleep(0.3)
         for p in load.producers:
@@ -169,11 +169,11 @@ async def test_switch_to_maximum_rate_and_back() -> None:
     try:
         await asyncio.sleep(0.05)
         slow = len(sent(load))
-        assert load.set_rate(0) == (100.0, 0.0)
+        assert load.set_rate(0) == (100.0, 0.0, 0)
         await asyncio.sleep(0.1)
         fast = len(sent(load)) - slow
         assert fast > 1000  # as fast as acknowledgements allow
-        assert load.set_rate(500) == (0.0, 500.0)
+        assert load.set_rate(500) == (0.0, 500.0, 0)
         changed = time.monotonic_ns()
         await asyncio.sleep(0.1)
         paced = [t - offset for t in sent(load) if t - offset > changed + MS]

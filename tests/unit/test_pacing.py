@@ -262,3 +262,35 @@ def test_random_changes_count_the_integral_of_the_rate(seed: int):
     assert all(b > a for a, b in itertools.pairwise(at_once))
     assert all(0 <= x < end for x in at_once)
     assert len(at_once) == math.ceil(integral - 1e-6)
+
+
+def test_forgive_drops_only_the_slots_owed_before_the_instant():
+    # a producer 150 slots behind at 1,000/s when a rate search gives that rate up at 200 ms
+    s = Schedule(rate=1000, start_mono_ns=0, start_wall_ns=0, end_mono_ns=S)
+    sent = drain(s, 49 * MS)  # slots 0..49 went out, 50..199 are owed
+    assert len(sent) == 50
+    assert s.forgive(200 * MS) == 150
+    s.set_rate(250, at_mono_ns=200 * MS)
+    later = drain(s, 300 * MS)
+    # on from the instant at the new rate, nothing owed before it
+    assert later == list(range(200 * MS, 301 * MS, 4 * MS))
+    assert s.forgive(300 * MS) == 0  # up to date: nothing to drop
+
+
+def test_forgive_across_a_change_that_left_slots_owed():
+    s = Schedule(rate=1000, start_mono_ns=0, start_wall_ns=0, end_mono_ns=S)
+    s.set_rate(500, at_mono_ns=100 * MS)  # nothing handed out yet: 100 + 50 owed at 200 ms
+    assert s.forgive(200 * MS) == 150
+    assert drain(s, 210 * MS) == list(range(200 * MS, 211 * MS, 2 * MS))
+
+
+def test_forgive_while_paused_or_before_the_start_drops_nothing():
+    s = Schedule(rate=1000, start_mono_ns=50 * MS, start_wall_ns=50 * MS, end_mono_ns=S)
+    assert s.forgive(10 * MS) == 0
+    assert drain(s, 52 * MS) == [50 * MS, 51 * MS, 52 * MS]
+    s.pause(53 * MS + MS // 2)
+    assert s.forgive(80 * MS) == 1  # slot 53 came before the pause and was not taken
+    assert drain(s, 90 * MS) == []
+    s.resume(100 * MS)
+    # the rest of the slot the pause interrupted (half of one), none for the time paused
+    assert drain(s, 103 * MS) == [100 * MS + MS // 2, 101 * MS + MS // 2, 102 * MS + MS // 2]
