@@ -72,7 +72,7 @@ def kafka_driver(path: str, checks: Mapping[str, Check]) -> dict[str, str]:
                 _mapped(space, name, value, checks, settings, notes, field)
     for field, value in data.items():
         if field == "replicationFactor":
-            notes.append(f"replicationFactor {value}: give replication={value}")
+            settings["replication"] = str(value)  # the topic's, as the option replication=
         elif field not in (*_IDENTITY, "producerConfig", "consumerConfig", "topicConfig",
                            "commonConfig"):
             notes.append(f"{field}")

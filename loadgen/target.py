@@ -152,6 +152,19 @@ def parse_target(spec: str, platforms: dict[str, dict[str, OptionSpec]]) -> Targ
         if opt.expands is None or options.get(key) is None:
             continue
         for setting, raw in opt.expands(options[key]).items():
+            plain = table.get(setting)
+            if plain is not None and plain.setting is None and plain.expands is None:
+                # a plain option (an OMB driver's replicationFactor: replication=N)
+                if setting in explicit:
+                    continue  # the TARGET's own value stands
+                if plain.choices and str(raw) not in plain.choices:
+                    raise TargetError(f"{key}={options[key]}: {setting}={raw!r}: expected one of "
+                                      f"{', '.join(plain.choices)}")
+                try:
+                    options[setting] = plain.parse(str(raw).strip())
+                except ValueError as exc:
+                    raise TargetError(f"{key}={options[key]}: {setting}={raw!r}: {exc}") from None
+                continue
             if _namespace(table, setting) is None:
                 known = ", ".join(sorted(k for k, o in table.items() if o.setting)) or "none"
                 raise TargetError(f"{key}={options[key]}: {setting!r} is not a NAMESPACE.NAME "

@@ -173,10 +173,14 @@ def test_omb_driver_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert settings_of(t, "admin") == {"request_timeout_ms": 20000}
     assert settings_of(t, "topic") == {"min.insync.replicas": "2"}
     warned = capsys.readouterr().err
-    for field in ("buffer.memory", "enable.auto.commit", "bootstrap.servers",
-                  "replicationFactor 3: give replication=3"):
+    for field in ("buffer.memory", "enable.auto.commit", "bootstrap.servers"):
         assert field in warned and "not acted on" in warned
-    assert "linger.ms" not in warned
+    assert "linger.ms" not in warned and "replicationFactor" not in warned
+    assert t.options["replication"] == 3  # the driver's replicationFactor
+    # the TARGET's own replication= stands
+    assert resolve_target(f"kafka:driver={kafka},replication=1@127.0.0.1:9092").options[
+        "replication"] == 1
+    capsys.readouterr()
 
     pulsar_file = tmp_path / "pulsar.yaml"
     pulsar_file.write_text(PULSAR_DRIVER)
