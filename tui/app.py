@@ -27,6 +27,7 @@ from loadgen.interventions import Intervention, first_names
 from loadgen.run import BusItem, Run, RunSummary
 from loadgen.tick import Phase, PhaseChange, RunEvent, Tick
 from loadgen.workload import Workload
+from tui.compare import CompareScreen
 from tui.control import EventStrip, FaultScreen, RateScreen
 from tui.detail import DetailScreen
 from tui.history import Baseline, ChartView, TargetHistory
@@ -233,7 +234,7 @@ class DashboardApp(App[DashboardResult]):
         for column in self._columns.values():
             column.show()
         # (a timer may fire while the app closes, with no screen left)
-        if self.screen_stack and isinstance(self.screen_stack[-1], DetailScreen):
+        if self.screen_stack and isinstance(self.screen_stack[-1], DetailScreen | CompareScreen):
             self.screen_stack[-1].show()
 
     # ---- actions (the key table in tui/keys.py names them) -------------------------------
@@ -266,8 +267,16 @@ class DashboardApp(App[DashboardResult]):
             self.push_screen(HelpScreen(self.KEYS))
 
     def action_close(self) -> None:
+        if isinstance(self.screen, HelpScreen | DetailScreen | CompareScreen):
+            self.pop_screen()
+
+    def action_compare(self) -> None:
+        if isinstance(self.screen, CompareScreen):
+            self.pop_screen()
+            return
         if isinstance(self.screen, HelpScreen | DetailScreen):
             self.pop_screen()
+        self.push_screen(CompareScreen(self.view))
 
     def action_detail(self) -> None:
         if isinstance(self.screen, DetailScreen):
@@ -317,7 +326,7 @@ class DashboardApp(App[DashboardResult]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "close":
             # escape is a priority key: let it through to other screens (the command palette)
-            return isinstance(self.screen, HelpScreen | DetailScreen)
+            return isinstance(self.screen, HelpScreen | DetailScreen | CompareScreen)
         # in a dialog its own keys (typing a rate) come first
         # (and Enter picks a command in the palette)
         return not isinstance(self.screen, RateScreen | FaultScreen | CommandPalette)

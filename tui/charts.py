@@ -54,3 +54,31 @@ def area_chart(values: Sequence[float], width: int, height: int, top: float,
             cells.append(chr(BRAILLE_BASE + bits) if bits else " ")
         rows.append("".join(cells))
     return rows
+
+
+OVERLAP = "*"  # a cell where several series meet
+
+
+def overlay_chart(series: Sequence[Sequence[float]], glyphs: Sequence[str], width: int,
+                  height: int, bottom: float, top: float) -> list[str]:
+    """`height` rows of `width` cells spanning bottom..top, every series drawn as its own glyph
+    at its level, one point per column, the newest at the right edge; where series meet,
+    OVERLAP. Each series holds at most `width` points (NaN: nothing known, no glyph); with
+    bottom == top every point sits on the middle row. Glyphs, not colours, tell the series
+    apart, so the chart reads the same in monochrome."""
+    if width <= 0 or height <= 0:
+        return [""] * max(height, 0)
+    grid = [[" "] * width for _ in range(height)]
+    for points, glyph in zip(series, glyphs, strict=True):
+        points = list(points)[-width:]
+        offset = width - len(points)
+        for i, value in enumerate(points):
+            if not math.isfinite(value):
+                continue
+            level = (round((value - bottom) / (top - bottom) * (height - 1)) if top > bottom
+                     else (height - 1) // 2)
+            level = min(height - 1, max(0, level))
+            row, col = height - 1 - level, offset + i
+            cell = grid[row][col]
+            grid[row][col] = glyph if cell in (" ", glyph) else OVERLAP
+    return ["".join(row) for row in grid]

@@ -38,6 +38,8 @@ VIEW_KEYS: tuple[Key, ...] = (
         footer=False),
     Key(("x",), ("x",), "save_screen", "screenshot",
         "Save the screen as SVG in the run directory.", footer=False),
+    Key(("v",), ("v",), "compare", "compare",
+        "Every target on one chart per metric (v again closes).", footer=False),
 )
 
 # One line of help each: the help screen lists them all at 80×24 (the README has the details).
@@ -46,7 +48,7 @@ KEY_TABLE: tuple[Key, ...] = (
         "End the run; again skips the drain; then quit."),
     Key(("p",), ("p",), "toggle_pause", "pause", "Freeze the columns (collection goes on)."),
     Key(("question_mark",), ("?",), "help", "help", "Show or close this help."),
-    Key(("escape",), ("esc",), "close", "back", "Close this help or the detail.",
+    Key(("escape",), ("esc",), "close", "back", "Close this help, the detail or the compare view.",
         footer=False),
     Key(("left", "shift+tab"), ("←", "shift+tab"), "select(-1)", "previous target",
         "Select the target to the left.", footer=False),
@@ -92,7 +94,7 @@ REPLAY_KEY_TABLE: tuple[Key, ...] = (
     Key(("tab",), ("tab",), "select(1)", "next target", "Select the target to the right.",
         footer=False),
     Key(("question_mark",), ("?",), "help", "help", "Show or close this help."),
-    Key(("escape",), ("esc",), "close", "back", "Close this help or the detail.",
+    Key(("escape",), ("esc",), "close", "back", "Close this help, the detail or the compare view.",
         footer=False),
     *VIEW_KEYS,
 )

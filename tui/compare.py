@@ -1,0 +1,95 @@
+"""The compare view (`v` on the dashboard): one chart per metric with every target overlaid,
+each target drawn with its own glyph so the lines part without colour. Throughput (consumed
+msg/s), lag (with the seconds it stands for: lag over the consume rate) and e2e p99, over the
+same window as the columns' charts."""
+
+from __future__ import annotations
+
+import math
+
+from rich.text import Text
+from textual.app import ComposeResult, RenderResult
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Footer, Static
+
+from tui import formatting as fmt
+from tui.charts import OVERLAP, overlay_chart
+from tui.history import METRICS, ChartView, TargetHistory, time_slots
+from tui.panels import axis_text
+
+GLYPHS = ("●", "×", "+", "○", "▲", "■", "◆", "▼", "#", "@")
+# (metric, caption): the charts top to bottom
+COMPARED = (("consume_rate", "throughput msg/s"), ("lag", "lag msgs"), ("e2e_p99", "e2e p99 ms"))
+HINT = "esc back · w window · x screenshot · ? help"
+
+
+def glyph(i: int) -> str:
+    return GLYPHS[i % len(GLYPHS)]
+
+
+class CompareCharts(Widget):
+    """The overlaid charts, sharing out the rows the widget is given."""
+
+    def __init__(self, view: ChartView) -> None:
+        super().__init__()
+        self.view = view
+
+    def render(self) -> RenderResult:
+        width, height = self.content_size.width, self.content_size.height
+        histories = list(self.view.histories.values())
+        start, end = self.view.span()
+        text = Text(no_wrap=True, overflow="ellipsis")
+        legend = "  ".join(f"{glyph(i)} {h.label}" for i, h in enumerate(histories))
+        text.append(legend + f"  {OVERLAP} several\n", style="bold")
+        share, spare = divmod(max(0, height - 2), len(COMPARED))
+        for n, (name, caption) in enumerate(COMPARED):
+            rows = max(1, share + (1 if n < spare else 0) - 1)
+            metric = METRICS[name]
+            series = []
+            for h in histories:
+                times, values = h.series[name].between(start - 2.0, end)
+                series.append(time_slots(times, values, start, end, width, metric.reduce))
+            finite = [v for points in series for v in points if math.isfinite(v)]
+            bottom, top = min(finite, default=0.0), max(finite, default=0.0)
+            # the y axis spans the window's values, so close lines still part
+            text.append(Text.assemble((caption, "bold"), f" {fmt.short(bottom)}–{fmt.short(top)} ",
+                                      *self._latest(name, histories)))
+            text.append("\n")
+            for row in overlay_chart(series, [glyph(i) for i in range(len(series))], width, rows,
+                                     bottom, top):
+                text.append(row + "\n")
+        text.append(axis_text(self.view, width), style="dim")
+        return text
+
+    @staticmethod
+    def _latest(name: str, histories: list[TargetHistory]) -> list[str]:
+        """Each target's latest value; the lag also in seconds behind."""
+        out = []
+        for i, h in enumerate(histories):
+            values = h.series[name].values()
+            value = values[-1] if values else math.nan
+            figure = fmt.millis(value) if name == "e2e_p99" else fmt.short(value)
+            if name == "lag":
+                behind = h.series["lag_s"].values()
+                seconds = behind[-1] if behind else math.nan
+                figure += f" = {seconds:.2f} s" if math.isfinite(seconds) else " = – s"
+            out.append(f" {glyph(i)} {figure}")
+        return out
+
+
+class CompareScreen(Screen[None]):
+    """Every target on the same charts; the dashboard's view keys still work."""
+
+    def __init__(self, view: ChartView) -> None:
+        super().__init__()
+        self.view = view
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(" COMPARE ", style="bold reverse") + Text(f"  {HINT}"), id="compare-title")
+        yield CompareCharts(self.view)
+        yield Footer()
+
+    def show(self) -> None:
+        if self.is_mounted:
+            self.query_one(CompareCharts).refresh()
