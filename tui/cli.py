@@ -65,8 +65,9 @@ Without a TARGET (in a terminal, not --headless) it opens the launcher: pick tar
 workload and overrides, see the equivalent command line, run, run again, compare the runs.
 
 Keys in the dashboard: q ends the run (drain, write files; q again skips the drain),
-p pauses the display, Enter a target's detail, w chart window, y shared/own y scale,
-x screenshot, ? every key. Ctrl-C and SIGTERM end the run like q.
+p pauses the display, Enter a target's detail, v every target on one chart per metric,
+w chart window, y shared/own y scale, x screenshot, ? every key. Ctrl-C and SIGTERM end
+the run like q.
 """
 
 
