@@ -13,6 +13,12 @@ started for the purpose, in the same run.
    `org.apache.kafka.tools.ProducerPerformance` with the same record size, acks, batch.size,
    linger.ms and compression. streambench's acknowledged count is checked against the
    topic's log-end offsets.
+4. Maximum rate with the consumer running: streambench at rate 0 with one producer and one
+   consumer in one load process (`--pc-processes 2`: one each): produced and consumed msg/s
+   over the measuring phase (the consumer keeps up when they are within 5 %), against the
+   same ProducerPerformance figure,
+   with the CPU-seconds per 100,000 messages of each (streambench's load process, the
+   ProducerPerformance JVM).
 
 Prints the figures and their ratios."""
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -30,6 +37,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from redis_consume import worker_cpu_s  # the bench next to this one (scripts run from here)
 
 from analysis.sink import ParquetSink
 from compose.kafka import KAFKA_3, KafkaLocalStack, KafkaRuntime, kafka_runtime
@@ -38,7 +46,7 @@ from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
 from loadgen.target import unique_labels
-from loadgen.tick import Phase, Tick
+from loadgen.tick import Phase, PhaseChange, Tick
 from loadgen.workload import Workload
 
 PERCENTILES = [50.0, 99.0, 99.9]
@@ -85,6 +93,34 @@ def streambench_max_rate(bootstrap: str, args: argparse.Namespace, out: Path) ->
     return measured_rate(out)
 
 
+def streambench_produce_consume(bootstrap: str, args: argparse.Namespace, out: Path
+                                ) -> dict[str, float]:
+    """Maximum rate with one consumer: produced and consumed msg/s over the measuring phase and
+    the load process's CPU-seconds over it."""
+    workload = Workload(name="bench-kafka-produce-consume", rate=0, message_size=args.size,
+                        producers=1, consumers=1, subscriptions=1, duration_s=args.seconds,
+                        warmup_s=3, drain_timeout_s=60)
+    target = resolve_target(f"kafka:{client_options(args)},topic=bench-pc-{time.time_ns()}"
+                            f"@{bootstrap}")
+    run = Run(workload, unique_labels([target]), out_dir=out, processes=args.pc_processes,
+              recorder=ParquetSink)
+    cpu: list[float] = []
+
+    def mark(item: object) -> None:
+        if isinstance(item, PhaseChange) and item.phase in (Phase.MEASURING, Phase.DRAINING):
+            cpu.append(worker_cpu_s())
+
+    run.subscribe(mark)
+    run_precise(run.execute())
+    ticks = ds.dataset(out / "ticks", format="parquet").to_table().to_pydict()
+    rows = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    seconds = sum(ticks["interval_s"][i] for i in rows)
+    produced = sum(ticks["produced"][i] for i in rows)
+    return {"produced": produced / seconds,
+            "consumed": sum(ticks["consumed"][i] for i in rows) / seconds,
+            "cpu_per_100k": (cpu[1] - cpu[0]) / produced * 1e5 if len(cpu) == 2 else float("nan")}
+
+
 def _producer_performance(runtime: KafkaRuntime, bootstrap: str, args: argparse.Namespace,
                           records: int, throughput: float) -> str:
     compression = "none" if args.compression == "none" else args.compression
@@ -99,10 +135,14 @@ def _producer_performance(runtime: KafkaRuntime, bootstrap: str, args: argparse.
 
 
 def producer_performance(runtime: KafkaRuntime, bootstrap: str, args: argparse.Namespace,
-                         records: int) -> float:
+                         records: int) -> tuple[float, float]:
+    """Its records/sec and the CPU-seconds of its JVM per 100,000 records."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = _producer_performance(runtime, bootstrap, args, records, 0)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     # the last line is the summary: "N records sent, R records/sec (…)"
-    return float(re.findall(r"records sent, ([\d.]+) records/sec", out)[-1])
+    return float(re.findall(r"records sent, ([\d.]+) records/sec", out)[-1]), cpu / records * 1e5
 
 
 def producer_performance_latency(runtime: KafkaRuntime, bootstrap: str, args: argparse.Namespace
@@ -173,6 +213,9 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=1,
                         help="streambench load processes for the maximum rate (the producers "
                              "are spread over them)")
+    parser.add_argument("--pc-processes", type=int, default=1,
+                        help="load processes for the run with the consumer (1: producer and "
+                             "consumer share one; 2: one each)")
     args = parser.parse_args()
     args.producers = max(args.producers, args.processes)
 
@@ -207,12 +250,24 @@ def main() -> int:
         print(f"  ratio avg streambench / ProducerPerformance: {publish.mean / 1e6 / pp['avg']:.2f}")
 
         ours = streambench_max_rate(bootstrap, args, work / "max-rate")
-        theirs = producer_performance(runtime, bootstrap, args, max(200_000, int(ours * args.seconds)))
+        theirs, theirs_cpu = producer_performance(runtime, bootstrap, args,
+                                                  max(200_000, int(ours * args.seconds)))
         print(f"\nmaximum produce rate ({args.producers} streambench producer(s) in {args.processes} "
               f"process(es); the acked count checked against the log-end offsets)")
         for name, rate in (("streambench", ours), ("ProducerPerformance", theirs)):
             print(f"  {name:24} {rate:>10,.0f} msg/s  {rate * args.size / 1e6:7.1f} MB/s")
         print(f"  ratio streambench / ProducerPerformance: {ours / theirs:.2f}")
+
+        both = streambench_produce_consume(bootstrap, args, work / "produce-consume")
+        print(f"\nmaximum rate with the consumer running (streambench: 1 producer + 1 consumer in "
+              f"{args.pc_processes} load process(es); ProducerPerformance as above, no consumer)")
+        print(f"  {'':24} {'msg/s':>10} {'CPU-s/100k':>11}")
+        print(f"  {'streambench produced':24} {both['produced']:>10,.0f} {both['cpu_per_100k']:>11.3f}"
+              "   (producer and consumer)")
+        print(f"  {'streambench consumed':24} {both['consumed']:>10,.0f}")
+        print(f"  {'ProducerPerformance':24} {theirs:>10,.0f} {theirs_cpu:>11.3f}")
+        print(f"  consumed / produced: {both['consumed'] / both['produced']:.3f} (goal ≥ 0.95); "
+              f"produced / ProducerPerformance: {both['produced'] / theirs:.2f} (goal ≥ 1.0)")
     finally:
         asyncio.run(stack.down())
         shutil.rmtree(work, ignore_errors=True)
