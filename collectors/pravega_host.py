@@ -84,13 +84,18 @@ class _Host:
 
     # -- management --
 
-    def op_create_topic(self, scope: str, stream: str, partitions: int, groups: list[str]) -> None:
+    def _ensure_stream(self, scope: str, stream: str, partitions: int) -> None:
+        """Create the scope and the stream unless they exist (a standalone started again after
+        a kill comes back without them)."""
         c, m = self._client, self._manager
         m.create_scope(scope)
         m.create_stream_with_policy(scope, stream, c.StreamScalingPolicy.fixed_scaling_policy(partitions),
                                     c.StreamRetentionPolicy.none(), [])
+
+    def op_create_topic(self, scope: str, stream: str, partitions: int, groups: list[str]) -> None:
+        self._ensure_stream(scope, stream, partitions)
         for group in groups:  # from the stream's head: nothing written before the readers is missed
-            m.create_reader_group(group, scope, stream, False)
+            self._manager.create_reader_group(group, scope, stream, False)
 
     def op_delete_topic(self, scope: str, stream: str, groups: list[str]) -> None:
         for group in groups:
@@ -134,7 +139,8 @@ class _Host:
 
     # -- writers --
 
-    def op_writer(self, wid: int, scope: str, stream: str) -> None:
+    def op_writer(self, wid: int, scope: str, stream: str, partitions: int) -> None:
+        self._ensure_stream(scope, stream, partitions)
         writer = self._manager.create_writer(scope, stream, WRITER_INFLIGHT)
         jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._writers[wid] = jobs
@@ -160,8 +166,10 @@ class _Host:
                     for data, key in zip(events, keys, strict=True):
                         write(data, key)
                 flush()
-            except Exception as exc:
-                error = f"write failed: {exc}"
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # a panic of the client's too
+                error = f"write failed: {_first_line(exc)}"
             for req, _events, _keys in group:
                 self.send((req, error, None))
 
@@ -175,7 +183,9 @@ class _Host:
 
     # -- readers --
 
-    def op_reader(self, rid: int, scope: str, stream: str, group: str, name: str, track: bool) -> None:
+    def op_reader(self, rid: int, scope: str, stream: str, partitions: int, group: str, name: str,
+                  track: bool) -> None:
+        self._ensure_stream(scope, stream, partitions)
         rg = self._manager.create_reader_group(group, scope, stream, False)
         state = _ReaderState(rg.create_reader(name), track)
         state.task = asyncio.get_running_loop().create_task(self._read_loop(rid, state))
@@ -196,8 +206,10 @@ class _Host:
                     continue
                 try:
                     segment_slice = await reader.get_segment_slice_async()
-                except Exception as exc:
-                    self.send((None, rid, f"receive failed: {exc}"))
+                except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
+                    raise
+                except BaseException as exc:  # a panic of the client's too
+                    self.send((None, rid, f"receive failed: {_first_line(exc)}"))
                     await asyncio.sleep(1.0)
                     continue
                 receive_ns = time.time_ns()
@@ -272,8 +284,15 @@ class _Host:
                 if asyncio.iscoroutine(result):  # awaited before the next request: see below
                     result = await result
                 self.send((req, "", result))
-            except Exception as exc:
-                self.send((req, str(exc) or type(exc).__name__, None))
+            except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
+                raise
+            except BaseException as exc:  # the client's panics (a stream gone) are BaseExceptions
+                self.send((req, _first_line(exc), None))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = (str(exc).strip().splitlines() or [""])[0][:300]
+    return text or type(exc).__name__
 
 
 def _host_main(conn: Connection, controller: str) -> None:
@@ -431,11 +450,17 @@ class ClientHost:
         self.gone = self.gone or "the Pravega client is closed"
 
     async def close(self, grace_s: float = 2.0) -> None:
-        """Let the host finish what it was asked (readers offline) for up to grace_s, then
-        stop it; stopped also when the close itself is cancelled."""
+        """Let the host finish what it was asked (readers offline) for up to grace_s (none: at
+        once), then stop it, waiting for its end off the loop; stopped also when the close
+        itself is cancelled."""
         try:
-            if not self.gone and self._conn is not None:
+            if not self.gone and self._conn is not None and grace_s > 0:
                 with contextlib.suppress(Exception):
                     await self.call("exit", timeout_s=grace_s)
+            self._detach()
+            proc = self._proc
+            if proc is not None and proc.is_alive():
+                proc.kill()
+                await asyncio.to_thread(proc.join, 2)
         finally:
             self.stop()

@@ -19,6 +19,17 @@ written so far is durable in the segment store). The client's only awaitable wri
 events (UTF-8 encoded, which would change the size of binary payloads), so writes are the
 blocking byte writes, on a writer thread in the client process.
 
+A lost broker: the client itself never gives up (a flush waits as long as the segment store is
+gone, a reader's next slice too), so the driver asks the broker itself. When a batch is not
+acknowledged within LIVENESS_AFTER_S, or a reader has sent nothing for as long, it opens a TCP
+connection to the controller (one at a time per driver); refused (the standalone was killed, or
+is not started again yet), the producer fails its batches in flight with ConnectionError and
+takes no more, the consumer raises ConnectionError, and the load opens new ones with a growing
+pause. A new producer or consumer is refused at once while the controller refuses connections,
+and re-creates the stream (and its reader group) if the broker lost them: a standalone started
+again comes back empty. A paused broker still takes connections (its kernel accepts them): its
+batches fail after SEND_TIMEOUT_S and go on once it is resumed.
+
 Not offered by the client, so not by the driver: transactions, reading from a chosen position,
 a consumer pause that keeps its segments (a stopped consumer's reader goes offline and its
 segments move to the group's other readers)."""
@@ -32,6 +43,7 @@ import os
 import random
 import re
 import struct
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -66,6 +78,8 @@ RECEIVE_WAIT_S = 0.1
 CALL_TIMEOUT_S = 30.0
 MAX_IN_FLIGHT = 8
 SEND_TIMEOUT_S = 10.0  # a batch not acknowledged by then fails (the client itself waits on)
+LIVENESS_AFTER_S = 0.5  # a batch unanswered, or a reader silent, this long: is the broker there?
+LIVENESS_PROBE_S = 1.0  # how long the TCP connection to the controller may take
 
 # ---- routing ----------------------------------------------------------------------------------
 
@@ -155,6 +169,48 @@ def parse_scope(text: str) -> str:
     return text
 
 
+# ---- a lost broker ------------------------------------------------------------------------------
+
+class Liveness:
+    """Whether the broker still takes connections, asked when a client has waited longer than it
+    should: one TCP connection to the controller at a time per driver, its answer shared by
+    every client that asks meanwhile. "" while it answers, else why not."""
+
+    def __init__(self, controller: str) -> None:
+        self.controller = controller
+        self._probe: asyncio.Task[str] | None = None
+        self._answered = 0.0  # when the last probe ended
+
+    def check(self) -> asyncio.Future[str]:
+        """The probe under way, or a new one; an answer younger than LIVENESS_AFTER_S is
+        reused (a paused broker's kernel queues every connection until the broker accepts it)."""
+        probe = self._probe
+        if probe is None or (probe.done() and time.monotonic() - self._answered >= LIVENESS_AFTER_S):
+            probe = self._probe = asyncio.get_running_loop().create_task(self._ask())
+        return asyncio.shield(probe)
+
+    async def _ask(self) -> str:
+        try:
+            return await controller_answers(self.controller, LIVENESS_PROBE_S)
+        finally:
+            self._answered = time.monotonic()
+
+    def lost(self, why: str) -> ConnectionError:
+        return ConnectionError(f"the Pravega controller at {self.controller} does not take "
+                               f"connections: {why}")
+
+    async def ensure(self) -> None:
+        """Raise ConnectionError at once while the controller refuses connections (a new client
+        would otherwise wait on it inside the client process)."""
+        why = await self.check()
+        if why:
+            raise self.lost(why)
+
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+
+
 # ---- producer ---------------------------------------------------------------------------------
 
 class PravegaProducer(Producer):
@@ -163,9 +219,17 @@ class PravegaProducer(Producer):
     max_in_flight = MAX_IN_FLIGHT
     submits = True
 
-    def __init__(self, host: ClientHost, wid: int, scope: str, stream: str, partitions: int) -> None:
+    def __init__(self, host: ClientHost, wid: int, scope: str, stream: str, partitions: int,
+                 liveness: Liveness) -> None:
         self._host = host
         self._wid = wid
+        self._liveness = liveness
+        # batches handed over and not answered yet: when each was, and how to fail it
+        self._in_flight: dict[int, tuple[float, Any]] = {}
+        self._batches = itertools.count()
+        self._watch: asyncio.TimerHandle | None = None
+        self._checking = False
+        self._lost: ConnectionError | None = None
         self._scope = scope
         self._stream = stream
         self._partitions = partitions
@@ -190,8 +254,12 @@ class PravegaProducer(Producer):
         return found
 
     def submit(self, batch: Sequence[OutMessage], done: Acknowledged) -> None:
-        if self._closed or self._host.gone:
-            raise DriverError(self._host.gone or "the producer is closed")
+        if self._lost is not None:
+            raise self._lost
+        if self._closed:
+            raise DriverError("the producer is closed")
+        if self._host.gone:
+            raise ConnectionError(self._host.gone)
         events: list[bytes] = []
         keys: list[str] = []
         pack = HEADER.pack
@@ -202,21 +270,55 @@ class PravegaProducer(Producer):
             keys.append(routing)
         loop = asyncio.get_running_loop()
         settled = False
+        token = next(self._batches)
 
         def settle(error: BaseException | None) -> None:
             nonlocal settled
             if not settled:
                 settled = True
                 timer.cancel()
+                self._in_flight.pop(token, None)
                 done(error)
 
         def answer(error: str, _result: Any) -> None:
-            loop.call_soon(settle, DriverError(error) if error else None)
+            if error and error == self._host.gone:  # the client process ended
+                loop.call_soon(settle, ConnectionError(error))
+            else:
+                loop.call_soon(settle, DriverError(error) if error else None)
 
         # a broker that stops answering leaves the flush waiting: the batch fails after a while
         timer = loop.call_later(SEND_TIMEOUT_S, settle, DriverError(
             f"messages not acknowledged within {SEND_TIMEOUT_S:g} s"))
+        self._in_flight[token] = (time.monotonic(), settle)
+        if self._watch is None:
+            self._watch = loop.call_later(LIVENESS_AFTER_S, self._overdue)
         self._host.post("write", (self._wid, events, keys), answer)
+
+    def _overdue(self) -> None:
+        """While batches are in flight: when the oldest has waited LIVENESS_AFTER_S, ask whether
+        the broker still takes connections."""
+        self._watch = None
+        if not self._in_flight or self._lost is not None or self._closed:
+            return
+        oldest = min(at for at, _settle in self._in_flight.values())
+        waited = time.monotonic() - oldest
+        loop = asyncio.get_running_loop()
+        if waited >= LIVENESS_AFTER_S and not self._checking:
+            self._checking = True
+            self._liveness.check().add_done_callback(self._checked)
+        self._watch = loop.call_later(max(0.05, LIVENESS_AFTER_S - waited), self._overdue)
+
+    def _checked(self, probe: asyncio.Future[str]) -> None:
+        self._checking = False
+        why = "" if probe.cancelled() or probe.exception() is not None else probe.result()
+        if why and self._lost is None and not self._closed:
+            self._lose(self._liveness.lost(why))
+
+    def _lose(self, error: ConnectionError) -> None:
+        """The broker is gone: every batch in flight fails now, and no more are taken."""
+        self._lost = error
+        for _at, settle in list(self._in_flight.values()):
+            settle(error)
 
     async def send_batch(self, batch: Sequence[OutMessage]) -> None:
         finished: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
@@ -233,9 +335,12 @@ class PravegaProducer(Producer):
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
-            with contextlib.suppress(DriverError, TimeoutError):
-                await self._host.call("close_writer", self._wid, timeout_s=2.0)
-            await self._host.close(grace_s=0.5)
+            if self._watch is not None:
+                self._watch.cancel()
+            if self._lost is None:  # a lost broker has nothing to flush to
+                with contextlib.suppress(DriverError, TimeoutError):
+                    await self._host.call("close_writer", self._wid, timeout_s=2.0)
+            await self._host.close(grace_s=0.5 if self._lost is None else 0.0)
 
 
 # ---- consumer ---------------------------------------------------------------------------------
@@ -243,35 +348,62 @@ class PravegaProducer(Producer):
 class PravegaConsumer(Consumer):
     """A reader in the client process, which sends what it reads as it reads it."""
 
-    def __init__(self, host: ClientHost, rid: int) -> None:
+    def __init__(self, host: ClientHost, rid: int, liveness: Liveness) -> None:
         self._host = host
         self._rid = rid
+        self._liveness = liveness
         self._inbox: deque[Any] = deque()
         self._arrived = asyncio.Event()
+        self._heard = time.monotonic()  # the last batch (or error) from the reader
+        self._probe: asyncio.Future[str] | None = None
+        self._lost: ConnectionError | None = None
         host.subscribe(rid, self._deliver)
 
     def _deliver(self, item: Any) -> None:
         self._inbox.append(item)
+        self._heard = time.monotonic()
         self._arrived.set()
 
+    def _silent(self) -> None:
+        """Nothing read for LIVENESS_AFTER_S: ask (in the background) whether the broker still
+        takes connections; the answer is looked at by the next receive."""
+        probe = self._probe
+        if probe is not None and probe.done():
+            self._probe = None
+            why = "" if probe.cancelled() or probe.exception() is not None else probe.result()
+            if why:
+                self._lost = self._liveness.lost(why)
+                raise self._lost
+            self._heard = time.monotonic()  # it answers: ask again after as long
+        elif probe is None and time.monotonic() - self._heard >= LIVENESS_AFTER_S:
+            self._probe = self._liveness.check()
+
     async def receive(self) -> ReceivedBatch | None:
+        if self._lost is not None:
+            raise self._lost
         if not self._inbox:
             self._arrived.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), RECEIVE_WAIT_S)
             if not self._inbox:
+                self._silent()
                 return None
         item = self._inbox.popleft()
         if isinstance(item, str):
+            if item == self._host.gone:  # the client process ended
+                raise ConnectionError(item)
             raise DriverError(item)
         self._host.tell("take", self._rid)  # its slice may be released now
         receive_ns, intended, size, ids = item
         return ReceivedBatch(receive_ns, intended, size, ids)
 
     async def close(self) -> None:
-        with contextlib.suppress(DriverError, TimeoutError):  # the group notices a gone reader itself
-            await self._host.call("close_reader", self._rid, timeout_s=3.0)
-        await self._host.close(grace_s=0.5)
+        if self._probe is not None:
+            self._probe.cancel()
+        if self._lost is None:  # a reader of a lost broker cannot go offline there
+            with contextlib.suppress(DriverError, TimeoutError):  # the group notices a gone reader itself
+                await self._host.call("close_reader", self._rid, timeout_s=3.0)
+        await self._host.close(grace_s=0.5 if self._lost is None else 0.0)
 
 
 # ---- driver -----------------------------------------------------------------------------------
@@ -285,6 +417,7 @@ class PravegaDriver(Driver):
         self._partitions: dict[str, int] = {}
         self._groups: dict[str, list[str]] = {}
         self._ids = itertools.count()
+        self._liveness = Liveness(controller)
 
     async def connect(self) -> None:
         why = await controller_answers(self._controller)
@@ -320,8 +453,10 @@ class PravegaDriver(Driver):
             await self._client().call("delete_topic", self._scope, name, self._groups.pop(name, []))
 
     async def _own_host(self) -> ClientHost:
-        """A client host for one producer or consumer (see collectors.pravega_host)."""
+        """A client host for one producer or consumer (see collectors.pravega_host); refused
+        at once while the controller does not take connections."""
         self._client()
+        await self._liveness.ensure()
         host = ClientHost(self._controller)
         await host.start()
         return host
@@ -329,12 +464,13 @@ class PravegaDriver(Driver):
     async def producer(self, topic: str, index: int) -> Producer:
         wid = next(self._ids)
         host = await self._own_host()
+        partitions = self._partitions.get(topic, 1)
         try:
-            await host.call("writer", wid, self._scope, topic)
+            await host.call("writer", wid, self._scope, topic, partitions)
         except (DriverError, TimeoutError) as exc:
             await host.close(grace_s=0.5)
             raise DriverError(f"cannot create a writer on {self._scope}/{topic}: {exc}") from None
-        return PravegaProducer(host, wid, self._scope, topic, self._partitions.get(topic, 1))
+        return PravegaProducer(host, wid, self._scope, topic, partitions, self._liveness)
 
     async def consumer(self, topic: str, subscription: str, index: int, track_ids: bool) -> Consumer:
         group = reader_group_name(topic, subscription)
@@ -342,13 +478,15 @@ class PravegaDriver(Driver):
         name = f"{subscription}-{index}-{os.getpid()}-{rid}"
         host = await self._own_host()
         try:
-            await host.call("reader", rid, self._scope, topic, group, name, track_ids)
+            await host.call("reader", rid, self._scope, topic, self._partitions.get(topic, 1), group,
+                            name, track_ids)
         except (DriverError, TimeoutError) as exc:
             await host.close(grace_s=0.5)
             raise DriverError(f"cannot join reader group {group} of {self._scope}/{topic}: {exc}") from None
-        return PravegaConsumer(host, rid)
+        return PravegaConsumer(host, rid, self._liveness)
 
     async def close(self) -> None:
+        self._liveness.close()
         host, self._host = self._host, None
         if host is not None:
             await host.close()
