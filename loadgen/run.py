@@ -211,6 +211,9 @@ class Run:
                                       workload.message_size, workload.subscriptions)
                          if workload.backlog_bytes else None)
         self._actions: set[asyncio.Task[None]] = set()
+        # the end of the load before the drain (producers finished, stopped consumers started),
+        # under way beside the ticks
+        self._stopping: asyncio.Task[None] | None = None
         self._search = RateSearch(self.labels, workload.subscriptions) if workload.rate_search else None
         self._measure_start_ns: int | None = None  # wall time the measuring phase started
         w = workload
@@ -345,9 +348,11 @@ class Run:
         try:
             return await self._ticks(loop, t0_mono, tick_ns, warm_end, measure_end)
         finally:
-            scheduler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await scheduler
+            for task in (scheduler, self._stopping):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             self._unrecovered()
             self._search_results()
 
@@ -391,11 +396,16 @@ class Run:
                 self._set_phase(Phase.MEASURING)
             if measure_end in crossed:
                 self._set_phase(Phase.DRAINING, "waiting for consumers to catch up")
-                await asyncio.gather(*(r.stop_producers() for r in self.runners))
-                await self._restart_consumers()
+                # the producers finish beside the ticks: a batch a broker leaves unanswered (a
+                # paused one) must not stop the run's clock
+                self._stopping = asyncio.create_task(self._stop_load())
                 drain_deadline = loop.time() + self.workload.drain_timeout_s
             if drain_deadline is not None and k > measure_end:
-                done = [drained(r.totals, self.workload.subscriptions, t.lag)
+                stopped = self._stopping is not None and self._stopping.done()
+                if stopped and self._stopping is not None:
+                    self._stopping.result()  # its failure is the run's
+                # no target is drained while its producers may still have messages acknowledged
+                done = [drained(r.totals, self.workload.subscriptions, t.lag) and stopped
                         for r, t in zip(self.runners, ticks, strict=True)]
                 for r, d, t in zip(self.runners, done, ticks, strict=True):
                     r.totals.drained = d
@@ -412,6 +422,12 @@ class Run:
                         self.publish(RunEvent(time.time_ns(), "", "drain-incomplete",
                                               "stopped before every message was consumed"))
                     return max(0, measure_end - warm_end)
+
+    async def _stop_load(self) -> None:
+        """The end of the load: every producer finished (its batches answered or failed), then
+        the consumers the user stopped start again for the drain."""
+        await asyncio.gather(*(r.stop_producers() for r in self.runners))
+        await self._restart_consumers()
 
     # ---- brokers that die -----------------------------------------------------------------
 
