@@ -6,6 +6,7 @@ one standalone runs at a time."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import socket
 import time
@@ -71,7 +72,16 @@ def nothing_left_running() -> Iterator[None]:
 # ---- a run with a standalone of its own, killed half-way ---------------------------------------
 # (first in the module, before the module's standalone exists)
 
+def _events_in_order(run_dir: Path) -> list[dict]:
+    return sorted(ds.dataset(run_dir / "events", format="parquet").to_table().to_pylist(),
+                  key=lambda e: e["time"])
+
+
 def test_kill_fault_on_the_local_standalone(tmp_path, nothing_left_running):
+    """The standalone killed 2 s into a 4 s measuring phase: the producer and both consumers
+    notice within a second and stop writing to it, a tick comes every second through the
+    outage and the drain (which nothing is left to drain from, so it is skipped at its first
+    tick), and the run exits 0 (the kill was asked for)."""
     run_dir = tmp_path / "run"
     res = run_cli(["run", "pravega", "--runtime", "local", "--rate", "500", "--duration", "4",
                    "--warmup", "1", "--partitions", "2", "--consumers", "2",
@@ -83,17 +93,37 @@ def test_kill_fault_on_the_local_standalone(tmp_path, nothing_left_running):
     meta = run_json(run_dir)
     (target,) = meta["targets"]
     assert target["runtime"] == "local" and target["version"] == "0.13.0"
-    events = _table(run_dir, "events")
-    kinds = events["kind"]
-    assert "fault-kill" in kinds
-    (detail,) = [d for k, d in zip(kinds, events["detail"], strict=True) if k == "fault-kill"]
-    assert "SIGKILL" in detail
+    assert meta["broker_failures"] == []
+    events = _events_in_order(run_dir)
+    kinds = [e["kind"] for e in events]
+    (kill,) = [e for e in events if e["kind"] == "fault-kill"]
+    assert "SIGKILL" in kill["detail"]
     assert "broker-died" not in kinds  # a fault's kill is expected
-    # no broker left to drain from: the drain is skipped, or (when the kill is noticed after the
-    # drain began) the run records that the target never recovered
-    assert "drain-skipped" in kinds or "not-recovered" in kinds
+    # the clients notice the kill at once and stop writing to the dead broker
+    lost = [e for e in events if e["kind"] == "connection-lost"]
+    assert sorted(e["detail"].split(":")[0] for e in lost) == [
+        "consumer 0 of streambench-sub-0", "consumer 1 of streambench-sub-0", "producer 0"]
+    assert all(0 <= (e["time"] - kill["time"]).total_seconds() < 1.5 for e in lost), lost
+    (send_error,) = [e for e in events if e["kind"] == "send-error"]
+    assert "ConnectionError" in send_error["detail"] and "connection refused" in send_error["detail"]
+    # ticks every second from the kill to the end, the drain's included: the run's clock never
+    # waits on the dead broker
+    assert "coordinator-late" not in kinds
+    ticks = sorted(_table(run_dir, "ticks")["time"])
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(ticks)]
+    assert ticks[-1] > kill["time"] and max(gaps) < 1.5, gaps
+    phases = _table(run_dir, "ticks")["phase"]
+    assert phases.count("measuring") == 4 and phases.count("draining") == 1
+    # no broker left to drain from: skipped at the drain's first tick; the target never recovered
+    drain = next(e for e in events if e["kind"] == "phase" and e["phase"] == "draining")
+    (skipped,) = [e for e in events if e["kind"] == "drain-skipped"]
+    assert (skipped["time"] - drain["time"]).total_seconds() < 1.5
+    (outcome,) = [e for e in events if e["kind"] in ("recovered", "not-recovered")]
+    assert outcome["kind"] == "not-recovered" and "kill pravega" in outcome["detail"]
     (totals,) = meta["totals"]
     assert totals["produced"] > 0 and not totals["drained"]
+    # the slots due after the kill failed without a write, each once
+    assert 0 < totals["send_errors"] <= 500 * 3.5
     assert _wait_gone(target["pids"])
     assert not Path(target["config"]["data_dir"]).exists()
     for url in target["endpoints"].values():
