@@ -670,8 +670,9 @@ def _cmd_session(args: argparse.Namespace) -> int:
             print(f"failed: {record.error}")
     for path in app.reports_written():
         print(f"report: {path}")
-    if not app.runs:
-        print(app.settings.command_line())
+    line = app.launcher_line()
+    if line:
+        print(f"launcher: {line}" if app.runs else line)
     if terminated:
         return SIGNAL_EXIT[signal.Signals(terminated[0])]
     failed = any(r.summary is not None and r.summary.broker_failures for r in app.runs)

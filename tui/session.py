@@ -214,6 +214,7 @@ class SessionApp(DashboardApp):
         self.report_status = Text("o: the report of the last run · a: one over every run",
                                   style="dim")
         self._reports: dict[tuple[Path, ...], Path] = {}
+        self._launcher_settings: LaunchSettings | None = None
         self._reporting = False
         # Spark keeps its session in the thread that started it: every report runs in this one
         self._report_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="report")
@@ -233,6 +234,7 @@ class SessionApp(DashboardApp):
             self.pop_screen()
         launcher = LauncherScreen(self.settings, self.start,
                                   on_back=self.show_end if self.runs else None)
+        self._launcher_settings = launcher.settings  # what its fields hold, as they change
         self.push_screen(launcher)
         if start:
             launcher.call_after_refresh(launcher.action_start)
@@ -322,7 +324,7 @@ class SessionApp(DashboardApp):
         if self._reporting:
             self.notify("a report is being written", severity="warning")
             return
-        dirs = tuple(r.run_dir for r in records if r.reportable)
+        dirs = tuple(r.run_dir.absolute() for r in records if r.reportable)
         if not dirs:
             self.notify("no run with a measuring phase to report on", severity="warning")
             return
@@ -364,6 +366,13 @@ class SessionApp(DashboardApp):
             super().action_stop()
         else:  # the run is over: back to the runs of the session
             self.show_end()
+
+    def launcher_line(self) -> str | None:
+        """The launcher's command line as last typed, unless it is the last run's."""
+        if self._launcher_settings is None:
+            return None
+        line = self._launcher_settings.command_line()
+        return None if self.runs and self.runs[-1].settings.command_line() == line else line
 
     def reports_written(self) -> list[Path]:
         """The reports over several runs (a run's own is listed with the run)."""

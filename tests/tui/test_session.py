@@ -4,17 +4,22 @@ runs of the session side by side."""
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from textual.widgets import Static
 
 from loadgen.run import RunSummary
+from tests.integration.test_dashboard_exit import PtyRun
 from tests.tui.screen import screen_lines, wait_until
-from tui.cli import main
+from tui.cli import _report, main
 from tui.endsummary import rows
 from tui.launcher import LauncherScreen, LaunchSettings, Problem
-from tui.session import EndScreen, SessionApp
+from tui.session import EndScreen, ReportScreen, SessionApp
 
 SHORT = LaunchSettings(targets=["redis"], overrides={"rate": "300", "duration": "2"},
                        extra=["--warmup", "0"])
@@ -41,8 +46,10 @@ def shown_problems(app: SessionApp) -> list[str]:
 async def test_a_bad_target_is_refused_beside_its_field_and_nothing_starts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NO_COLOR", "1")  # the errors read without colour
     settings = LaunchSettings(targets=["redis", "redis:bogus=1"], overrides={"rate": "fast-ish"})
     app = SessionApp(settings)
+    assert app.no_color
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
         await pilot.press("ctrl+r")
@@ -87,9 +94,16 @@ def test_run_without_a_target_needs_the_launcher_and_so_a_terminal(
 
 
 @pytest.mark.integration
-async def test_a_session_of_two_real_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_session_of_two_real_runs_and_their_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark: Any) -> None:
     monkeypatch.chdir(tmp_path)
-    app = SessionApp(SHORT)
+
+    def write_report(run_dirs: Sequence[Path], progress: Callable[[str], None]) -> Path:
+        # the session's reports run in a thread of their own: there, the tests' Spark session
+        spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)
+        return _report(run_dirs, None, None, formats="md", progress=progress)
+
+    app = SessionApp(SHORT, reporter=write_report)
 
     def ended(n: int) -> bool:
         return isinstance(app.screen, EndScreen) and len(app.runs) == n and not app.running
@@ -108,6 +122,13 @@ async def test_a_session_of_two_real_runs(tmp_path: Path, monkeypatch: pytest.Mo
         assert command_shown(app) == "$ " + SHORT.command_line()
         await pilot.press("escape")
         await wait_until(pilot, lambda: isinstance(app.screen, EndScreen), "back to the runs")
+        await pilot.press("a")  # one report over both runs, shown when written
+        await wait_until(pilot, lambda: isinstance(app.screen, ReportScreen)
+                         or str(app.report_status).startswith("no report"), "the report",
+                         timeout_s=240)
+        assert isinstance(app.screen, ReportScreen), str(app.report_status)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, EndScreen), "back from the report")
         await pilot.press("q")
 
     first, second = app.runs
@@ -128,3 +149,27 @@ async def test_a_session_of_two_real_runs(tmp_path: Path, monkeypatch: pytest.Mo
                             figures["e2e p99 ms"], figures["e2e p99.9 ms"]]
         assert 250 <= int(figures["consumed msg/s"].replace(",", "")) <= 350
     assert sum(f"$ {SHORT.command_line()}" in line for line in lines) == 2
+    (report,) = app.reports_written()
+    document = report.read_text()
+    assert all(record.summary is not None and record.summary.run_id in document
+               for record in app.runs)
+
+
+@pytest.mark.integration
+def test_run_without_a_target_in_a_terminal_opens_the_launcher_and_leaves_its_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    term = PtyRun(["run", "--rate", "5000", "--warmup", "2"])
+    try:
+        deadline = time.monotonic() + 30
+        while b"NEW RUN" not in term.screen and time.monotonic() < deadline:
+            term.read_for(0.2)
+        assert b"NEW RUN" in term.screen
+        os.write(term.fd, b"\x11")  # ctrl+q
+        code = term.wait_exit(30)
+    finally:
+        term.close()
+    assert code == 0
+    # the options given, in the launcher's command line, left in the terminal
+    assert term.screen.rstrip().endswith(b"streambench run --rate 5000 --warmup 2")
+    assert not (tmp_path / "runs").exists()

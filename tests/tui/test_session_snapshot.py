@@ -1,6 +1,6 @@
 """The session's screens compared with committed SVG snapshots (pytest-textual-snapshot), at
-80×24 and 120×40: the launcher with a refused target, the platform list, and the end of a run
-with the runs of the session side by side, from fixed recorded data.
+80×24 and 120×40: the launcher with a refused target, the platform list, the end of a run
+with the runs of the session side by side, from fixed recorded data, and a report's document.
 
 After an intended change: `pytest tests/tui/test_session_snapshot.py --snapshot-update`, then
 review the new files under __snapshots__/."""
@@ -19,7 +19,7 @@ from tests.tui.recorded import LABELS, TICKS, WARMUP_TICKS, recorded_items
 from tests.tui.screen import wait_until
 from tui.endsummary import EndSummary
 from tui.launcher import LauncherScreen, LaunchSettings, PickScreen, Problem
-from tui.session import EndScreen, SessionApp, SessionRun
+from tui.session import EndScreen, ReportScreen, SessionApp, SessionRun
 
 SIZES = [(80, 24), (120, 40)]
 SETTINGS = LaunchSettings(targets=["redis", "redis:aof,fsync=sometimes"],
@@ -83,6 +83,37 @@ def test_end_of_a_run_with_the_session_runs(snap_compare, size: tuple[int, int])
         app.runs.append(failed)
         app.show_end()
         await wait_until(pilot, lambda: isinstance(app.screen, EndScreen), "the end screen")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+REPORT = """# streambench report: 20270111T080000Z, 20270112T080000Z (recorded)
+
+## Headline
+
+| target | run | consumed msg/s | e2e p99 ms |
+|---|---|---|---|
+| redis | 20270111T080000Z | 4,996 | 17.7 |
+| redis | 20270112T080000Z | 4,996 | 17.7 |
+
+- every run drained
+"""
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_report_screen(snap_compare, size: tuple[int, int], tmp_path: Path,
+                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    report = Path("report-20270115T080000Z/report.md")
+    report.parent.mkdir()
+    report.write_text(REPORT)
+    app = SessionApp(SETTINGS)
+
+    async def before(pilot: Pilot) -> None:
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
+        app.push_screen(ReportScreen(report))
+        await wait_until(pilot, lambda: isinstance(app.screen, ReportScreen), "the report")
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=before)
