@@ -132,6 +132,38 @@ def test_kill_fault_on_the_local_standalone(tmp_path, nothing_left_running):
     assert "running locally now" in (logs / "pravega.out").read_text(errors="replace")
 
 
+def test_pause_over_the_drain_keeps_the_clock(tmp_path, nothing_left_running):
+    """The standalone paused (SIGSTOP) 2 s into a 4 s measuring phase and left paused: a paused
+    broker still takes connections, so no client counts it lost; the batches it leaves
+    unanswered wait for their time-out beside the ticks, which come every second through the
+    pause and the drain, and the drain (a broker is still there) lasts its time-out."""
+    run_dir = tmp_path / "run"
+    workload = tmp_path / "short-drain.yaml"
+    workload.write_text("name: short-drain\ndrainTimeoutSeconds: 4\n")
+    res = run_cli(["run", "pravega", "--runtime", "local", "--workload", str(workload),
+                   "--rate", "500", "--duration", "4", "--warmup", "1", "--partitions", "2",
+                   "--consumers", "2", "--at", "2s:pause=pravega", "--headless",
+                   "--out", str(run_dir)], timeout_s=CLI_TIMEOUT_S)
+    assert "Traceback" not in res.stderr
+    assert res.returncode == 0, res.stderr[-3000:]
+    meta = run_json(run_dir)
+    assert meta["broker_failures"] == []
+    events = _events_in_order(run_dir)
+    kinds = [e["kind"] for e in events]
+    assert "fault-pause" in kinds
+    assert "connection-lost" not in kinds and "broker-died" not in kinds
+    assert "coordinator-late" not in kinds
+    ticks = sorted(_table(run_dir, "ticks")["time"])
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(ticks)]
+    assert max(gaps) < 1.5, gaps
+    phases = _table(run_dir, "ticks")["phase"]
+    assert phases.count("measuring") == 4 and 4 <= phases.count("draining") <= 6
+    assert "drain-skipped" not in kinds and "drain-incomplete" in kinds
+    (totals,) = meta["totals"]
+    assert totals["produced"] > 0 and not totals["drained"]
+    assert _wait_gone(meta["targets"][0]["pids"])
+
+
 # ---- one standalone for the rest of the module -------------------------------------------------
 
 @dataclass(frozen=True)
