@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rich.console import Group
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import BindingType
@@ -85,9 +86,9 @@ def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def runs_table(runs: Sequence[SessionRun]) -> Text:
+def runs_table(runs: Sequence[SessionRun]) -> Group:
     """Every run of the session, one line per target, the headline figures side by side;
-    then each run's outcome, run directory and command line."""
+    then each run's outcome, run directory and command line (wrapped: errors are long)."""
     text = Text(no_wrap=True, overflow="ellipsis")
     head = "run".ljust(RUN_WIDTH) + "target".ljust(TARGET_WIDTH) + "".join(
         heading.rjust(width) for _, heading, width in HEADLINE)
@@ -106,14 +107,14 @@ def runs_table(runs: Sequence[SessionRun]) -> Text:
                 _fit(figures.get(name, "—"), width - 1).rjust(width)
                 for name, _, width in HEADLINE) + "\n")
             number = " " * RUN_WIDTH
-    text.append("\n")
+    notes = Text()
     for r in runs:
-        text.append(f"#{r.number} ", style="bold")
-        text.append(f"{r.outcome()} · {r.run_dir}\n")
-        text.append(f"   $ {r.settings.command_line()}\n")
+        notes.append(f"#{r.number} ", style="bold")
+        notes.append(f"{r.outcome()} · {r.run_dir}\n")
+        notes.append(f"   $ {r.settings.command_line()}\n")
         if r.report_path:
-            text.append(f"   report: {r.report_path}\n")
-    return text
+            notes.append(f"   report: {r.report_path}\n")
+    return Group(text, notes)
 
 
 class EndScreen(Screen[None]):

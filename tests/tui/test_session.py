@@ -173,3 +173,21 @@ def test_run_without_a_target_in_a_terminal_opens_the_launcher_and_leaves_its_li
     # the options given, in the launcher's command line, left in the terminal
     assert term.screen.rstrip().endswith(b"streambench run --rate 5000 --warmup 2")
     assert not (tmp_path / "runs").exists()
+
+
+async def test_a_run_that_cannot_start_ends_on_the_end_screen_with_its_error() -> None:
+    app = SessionApp(LaunchSettings(targets=["redis@127.0.0.1:1"], overrides={"duration": "2"}))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: isinstance(app.screen, EndScreen) and not app.running,
+                         "the end screen", timeout_s=30)
+        await wait_until(pilot, lambda: "RUN 1 FAILED" in "".join(screen_lines(app)[:1]),
+                         "its title")
+        text = " ".join(line.strip() for line in screen_lines(app))
+        (record,) = app.runs
+        assert record.summary is None and record.error and "cannot reach redis" in record.error
+        assert f"#1 failed: {record.error}" in text  # in full, wrapped
+        await pilot.press("e")
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
+        assert command_shown(app) == "$ streambench run redis@127.0.0.1:1 --duration 2"
