@@ -23,7 +23,7 @@ from textual.widgets import Footer, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from loadgen.errors import StreambenchError
-from tui.keys import LAUNCHER_KEY_TABLE
+from tui.keys import LAUNCHER_KEY_TABLE, Key
 
 # the overrides the launcher has a field for: (name, flag, caption, placeholder)
 OVERRIDES: tuple[tuple[str, str, str, str], ...] = (
@@ -230,6 +230,7 @@ class LauncherScreen(Screen[None]):
     """The start screen. `on_start` receives what Start built (nothing is started here)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [key.binding() for key in LAUNCHER_KEY_TABLE]
+    KEYS: ClassVar[tuple[Key, ...]] = LAUNCHER_KEY_TABLE  # for the command palette
 
     def __init__(self, settings: LaunchSettings, on_start: Callable[[Started], Awaitable[None]],
                  on_back: Callable[[], None] | None = None) -> None:

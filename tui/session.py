@@ -9,15 +9,16 @@ handling; what a run adds up to comes from the same EndSummary the terminal tabl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.console import Group
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
@@ -28,7 +29,7 @@ from loadgen.run import RunSummary
 from loadgen.workload import Workload
 from tui.app import DashboardApp
 from tui.endsummary import EndSummary, rows
-from tui.keys import END_KEY_TABLE
+from tui.keys import END_KEY_TABLE, Key
 from tui.launcher import LauncherScreen, LaunchSettings, PickScreen, Started
 from tui.widgets import HelpScreen, TargetColumns
 
@@ -121,6 +122,7 @@ class EndScreen(Screen[None]):
     """After a run: what it came to, every run of the session side by side, the next step."""
 
     BINDINGS: ClassVar[list[BindingType]] = [key.binding() for key in END_KEY_TABLE]
+    KEYS: ClassVar[tuple[Key, ...]] = END_KEY_TABLE
 
     def __init__(self, session: SessionApp) -> None:
         super().__init__()
@@ -361,6 +363,17 @@ class SessionApp(DashboardApp):
                                        for s in self.screen_stack):
             return action in ("help", "close") and isinstance(self.screen, HelpScreen)
         return super().check_action(action, parameters)
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """On the launcher and the end screen, the palette offers their keys, not the
+        dashboard's."""
+        table: tuple[Key, ...] | None = getattr(screen, "KEYS", None)
+        dashboard = {key.label for key in self.KEYS}
+        for command in super().get_system_commands(screen):
+            if table is None or command.title not in dashboard:
+                yield command
+        for key in table or ():
+            yield SystemCommand(key.label, key.help, partial(screen.run_action, key.action))
 
     def action_stop(self) -> None:
         if self.running:

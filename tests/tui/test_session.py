@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.command import CommandPalette
 from textual.widgets import Static
 
 from loadgen.run import RunSummary
@@ -18,7 +19,8 @@ from tests.integration.test_dashboard_exit import PtyRun
 from tests.tui.screen import screen_lines, wait_until
 from tui.cli import _report, main
 from tui.endsummary import rows
-from tui.launcher import LauncherScreen, LaunchSettings, Problem
+from tui.keys import LAUNCHER_KEY_TABLE
+from tui.launcher import LauncherScreen, LaunchSettings, PickScreen, Problem
 from tui.session import EndScreen, ReportScreen, SessionApp
 
 SHORT = LaunchSettings(targets=["redis"], overrides={"rate": "300", "duration": "2"},
@@ -191,3 +193,19 @@ async def test_a_run_that_cannot_start_ends_on_the_end_screen_with_its_error() -
         await pilot.press("e")
         await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
         assert command_shown(app) == "$ streambench run redis@127.0.0.1:1 --duration 2"
+
+
+async def test_the_palette_offers_the_keys_of_the_screen_shown() -> None:
+    app = SessionApp(SHORT)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert [key.label for key in LAUNCHER_KEY_TABLE] == [t for t in titles
+                                                             if t in {k.label for k in LAUNCHER_KEY_TABLE}]
+        assert "pause" not in titles and "fault" not in titles
+        await pilot.press("ctrl+p")
+        await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette), "the palette")
+        await pilot.press(*"add target", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, PickScreen), "the platform list")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
