@@ -569,6 +569,12 @@ _BROKER_SET_BY_STREAMBENCH = {
 PROFILES = {
     "latency": {"broker.managedLedgerNewEntriesCheckDelayInMillis": "0",
                 "broker.journalMaxGroupWaitMSec": "0", "producer.batching_enabled": "false"},
+    # larger producer batches given longer to fill, and a deeper consumer queue
+    "throughput": {"producer.batching_enabled": "true",
+                   "producer.batching_max_publish_delay_ms": "10",
+                   "producer.batching_max_messages": "10000",
+                   "producer.batching_max_allowed_size_in_bytes": "1048576",
+                   "consumer.receiver_queue_size": "10000"},
     "durable": {"broker.journalSyncData": "true"},
 }
 
