@@ -10,6 +10,7 @@ import asyncio
 import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, ClassVar, NoReturn
 
 from rich.text import Text
@@ -312,25 +313,32 @@ class LauncherScreen(Screen[None]):
             return problem
         return self.query_one(f"#{field_input.id}-problem", Problem)
 
-    def _check(self, field_input: Input) -> str | None:
+    async def _check_shown(self, field_input: Input) -> bool:
+        """Check one field and show its error beside it; True when it is fine. The check runs
+        in a thread: placing a target may ask the Docker engine."""
         s = self._read()
+        s = replace(s, targets=list(s.targets), overrides=dict(s.overrides), extra=list(s.extra))
+        value = field_input.value
         if field_input.has_class("target"):
-            return s.target_error(field_input.value)
-        if field_input.id == "workload":
-            return s.workload_error()
-        return s.override_error((field_input.id or "").removeprefix("opt-"))
-
-    def _check_shown(self, field_input: Input) -> bool:
-        """Check one field and show its error beside it; True when it is fine."""
+            check: Callable[[], str | None] = partial(s.target_error, value)
+        elif field_input.id == "workload":
+            check = s.workload_error
+        else:
+            check = partial(s.override_error, (field_input.id or "").removeprefix("opt-"))
         try:
-            problem = self._check(field_input)
+            problem = await asyncio.to_thread(check)
         except UsageError as exc:  # the options outside the fields do not parse
             self.query_one("#problem", Problem).show_error(str(exc))
             return False
-        self._problem_of(field_input).show_error(problem)
-        if field_input.id == "workload":
-            self._show_workload_hint()
+        if field_input.is_attached and field_input.value == value:  # still what was checked
+            self._problem_of(field_input).show_error(problem)
+            if field_input.id == "workload":
+                self._show_workload_hint()
         return problem is None
+
+    def _check_later(self, field_input: Input) -> None:
+        self.run_worker(self._check_shown(field_input), group=f"check-{id(field_input)}",
+                        exclusive=True)
 
     def _show_workload_hint(self) -> None:
         from loadgen.workload import load_workload
@@ -356,12 +364,12 @@ class LauncherScreen(Screen[None]):
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
-        self._check_shown(event.input)
+        self._check_later(event.input)
         self.focus_next()
 
     def on_descendant_blur(self, event: events.DescendantBlur) -> None:
         if isinstance(event.widget, Input) and not self.starting and self.is_attached:
-            self._check_shown(event.widget)
+            self._check_later(event.widget)
             # the platform's options, only while a target is typed
             self.query_one("#target-hint", Static).display = False
 
@@ -413,7 +421,7 @@ class LauncherScreen(Screen[None]):
             box = self.query_one("#workload", Input)
             box.value = name
             box.focus()
-            self._check_shown(box)
+            self._check_later(box)
 
         items = [(name, describe_workload(load_workload(name))) for name in bundled_workloads()]
         self.app.push_screen(PickScreen("bundled workload", items), picked)
@@ -436,26 +444,27 @@ class LauncherScreen(Screen[None]):
         self.app.exit()
 
     async def action_start(self) -> None:
-        if self.starting:
+        if self.starting:  # checking or building already (or started: this screen closes)
             return
+        self.starting = True
         settings = self._read()
         general = self.query_one("#problem", Problem)
         general.show_error(None)
-        fine = [self._check_shown(i) for i in self.query(Input).results(Input)]
+        fine = [await self._check_shown(i) for i in self.query(Input).results(Input)]
         if not all(fine):
+            self.starting = False
             self._scroll_to_first_problem()
             return
-        self.starting = True
         self.query_one("#command", Static).update(Text("starting: " + settings.command_line()))
         try:
             run, baselines = await asyncio.to_thread(settings.build)
-        except StreambenchError as exc:
-            general.show_error(str(exc))
+        except Exception as exc:  # shown in place, in the words the command line would use
+            self.starting = False
+            general.show_error(str(exc) if isinstance(exc, StreambenchError)
+                               else f"internal error: {type(exc).__name__}: {exc}")
             general.scroll_visible(animate=False)
             self._show_command()
             return
-        finally:
-            self.starting = False
         chosen = replace(settings, targets=[t for t in settings.targets if t.strip()],
                          overrides=dict(settings.overrides), extra=list(settings.extra))
         # on the app's loop: starting the run closes this screen
