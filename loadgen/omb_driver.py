@@ -1,8 +1,9 @@
 """`driver=FILE`: an OpenMessaging Benchmark driver YAML file as a target's settings. Kafka
-files (`producerConfig`, `consumerConfig`, `commonConfig`, `topicConfig` as properties text)
-and Pulsar files (`producer:`, `consumer:` sections) map field by field onto the namespaced
-settings; every field streambench does not act on is named in a warning on stderr, with what to
-use instead where there is something."""
+files (`producerConfig`, `consumerConfig`, `commonConfig`, `topicConfig` as properties text,
+`replicationFactor`) and Pulsar files (`producer:`, `consumer:` sections) map field by field
+onto the namespaced settings; Redis and RabbitMQ files hold only connection and client-pool
+settings, none of which streambench takes from a file. Every field streambench does not act on
+is named in a warning on stderr, with what to use instead where there is something."""
 
 from __future__ import annotations
 
@@ -125,6 +126,38 @@ def pulsar_driver(path: str, checks: Mapping[str, Check]) -> dict[str, str]:
             notes.append(field)
     _warn(path, notes)
     return settings
+
+
+# OMB's Redis driver: where the server is and Jedis's connection pool
+REDIS_FIELDS = {
+    "redisHost": "give the server as redis@HOST:PORT",
+    "redisPort": "give the server as redis@HOST:PORT",
+    "redisPass": "give password_file=PATH or password_env=NAME",
+    "redisUser": "give user=NAME",
+    "jedisPoolMaxTotal": "streambench opens one connection per producer and per consumer",
+    "jedisPoolMaxIdle": "streambench opens one connection per producer and per consumer",
+}
+# OMB's RabbitMQ driver (AMQP queues): streambench's rabbitmq target is RabbitMQ Streams
+_CREATION = "streambench creates its clients at the start, one after another"
+RABBITMQ_FIELDS = {
+    "amqpUris": "give the server as rabbitmq@HOST:PORT (the stream protocol, not AMQP)",
+    "messagePersistence": "a stream always stores its messages on disk",
+    "queueType": "the rabbitmq target uses streams (one per partition), not classic or "
+                 "quorum queues",
+    "producerCreationDelay": _CREATION, "producerCreationBatchSize": _CREATION,
+    "consumerCreationDelay": _CREATION, "consumerCreationBatchSize": _CREATION,
+}
+
+
+def named_driver(fields: Mapping[str, str]) -> Callable[[str], dict[str, str]]:
+    """A driver file of which streambench acts on no field (OMB's Redis and RabbitMQ drivers
+    hold connection and client-pool settings only): each field is named in a warning with what
+    to give instead, and the file adds no setting."""
+    def expand(path: str) -> dict[str, str]:
+        data = _load(path)
+        _warn(path, [f"{f}: {fields[f]}" if f in fields else f for f in data if f not in _IDENTITY])
+        return {}
+    return expand
 
 
 def _readable(text: str) -> str:

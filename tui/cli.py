@@ -162,8 +162,9 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                      help="also keep every latency sample (large; for verifying the report)")
     run.add_argument("--driver", metavar="FILE",
                      help="an OpenMessaging Benchmark driver file (producerConfig, consumerConfig, "
-                          "topicConfig, commonConfig; Pulsar's client/producer/consumer) for every "
-                          "Kafka, Redpanda and Pulsar target: the target option driver=FILE")
+                          "topicConfig, commonConfig, replicationFactor; Pulsar's client/producer/"
+                          "consumer; Redis's and RabbitMQ's connection fields are named, not "
+                          "acted on) for every target: the target option driver=FILE")
     run.add_argument("--track-delivery", action="store_true",
                      help="check that every message is consumed exactly once (uses memory)")
     run.add_argument("--runtime", choices=("docker", "local"),

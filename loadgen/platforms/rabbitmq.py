@@ -53,6 +53,7 @@ from compose.net import connect_failure
 from compose.rabbitmq import RabbitDockerStack, RabbitExternalStack, RabbitLocalStack, parse_address
 from compose.stack import Stack, StackDescription
 from loadgen.errors import DriverError, TargetError
+from loadgen.omb_driver import RABBITMQ_FIELDS, driver_option, named_driver
 from loadgen.platforms.base import Consumer, Driver, Producer
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import OptionalClient, Platform, parse_non_negative, parse_port
@@ -270,6 +271,7 @@ PLATFORMS = [
                                           "host, for broker counters (0 = none)", default=15672,
                                           parse=parse_non_negative),
             **runtime_options(("docker", "local")),
+            "driver": driver_option(named_driver(RABBITMQ_FIELDS)),
         },
         runtimes=("docker", "local", "external"),
         make_stack=_stack,

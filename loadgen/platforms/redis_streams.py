@@ -23,6 +23,7 @@ from compose.docker_stacks import RedisDockerStack
 from compose.redis import RedisExternalStack, RedisLocalStack, connect_failure, parse_address
 from compose.stack import Stack, StackDescription
 from loadgen.errors import DriverError
+from loadgen.omb_driver import REDIS_FIELDS, driver_option, named_driver
 from loadgen.platforms.base import (
     Acknowledged,
     Consumer,
@@ -386,6 +387,7 @@ PLATFORMS = [
                                           _SET_BY_STREAMBENCH), broker=True),
             "profile": profile_option(PROFILES),
             "config": config_option(),
+            "driver": driver_option(named_driver(REDIS_FIELDS)),
         },
         runtimes=("docker", "local", "external"),
         make_stack=_stack,

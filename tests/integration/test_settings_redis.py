@@ -68,3 +68,31 @@ def test_run_records_settings(tmp_path: Path, no_leftover_redis):
     # a plain option the user set counts as the user's
     assert settings["conf.appendfsync"] == {"value": "always", "source": "user", "read_back": True}
     assert settings["conf.appendonly"]["value"] == "yes"
+
+
+OMB_REDIS_DRIVER = """name: Redis
+driverClass: io.openmessaging.benchmark.driver.redis.RedisBenchmarkDriver
+redisPort: 6379
+redisHost: 127.0.0.1
+jedisPoolMaxTotal: 8
+jedisPoolMaxIdle: 8
+"""
+
+
+def test_an_omb_redis_driver_file_is_taken_with_each_field_named(tmp_path: Path,
+                                                                  no_leftover_redis):
+    """OMB's Redis driver holds only where the server is and Jedis's pool: the run goes on, and
+    each field is named as not acted on with what to give instead."""
+    driver = tmp_path / "redis.yaml"
+    driver.write_text(OMB_REDIS_DRIVER)
+    run_dir = tmp_path / "run"
+    res = run_cli(["run", "redis:runtime=local", "--driver", str(driver), "--rate", "200",
+                   "--duration", "1", "--warmup", "0", "--headless", "--out", str(run_dir)])
+    assert res.returncode == 0, res.stderr
+    warned = [ln for ln in res.stderr.splitlines() if "not acted on" in ln]
+    assert len(warned) == 4, res.stderr
+    assert any("redisHost: give the server as redis@HOST:PORT" in ln for ln in warned)
+    assert any("jedisPoolMaxTotal: streambench opens one connection per producer" in ln
+               for ln in warned)
+    totals = json.loads((run_dir / "run.json").read_text())["totals"][0]
+    assert totals["produced"] == totals["consumed"] == 200

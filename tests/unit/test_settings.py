@@ -213,3 +213,17 @@ def test_secrets_read_back_are_hidden() -> None:
     assert entries["broker.tokenSecretKey"]["value"] == HIDDEN
     assert entries["conf.hz"]["value"] == "10" and entries["broker.journalSyncData"]["value"] == "true"
     assert "s3cret" not in str(entries) and "hunter2" not in str(entries["conf.masterauth"])
+
+
+def test_an_omb_rabbitmq_driver_names_every_field(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    driver = tmp_path / "rabbitmq.yaml"
+    driver.write_text("name: RabbitMQ\ndriverClass: x\nproducerCreationDelay: 100\n"
+                      "amqpUris:\n  - amqp://localhost\nmessagePersistence: false\n"
+                      "queueType: QUORUM\nsomethingNew: 1\n")
+    t = resolve_target(f"rabbitmq:driver={driver}@127.0.0.1:5552")
+    assert t.options["driver"] == str(driver)
+    warned = capsys.readouterr().err.splitlines()
+    assert len(warned) == 5 and all("not acted on" in ln for ln in warned)
+    assert any("queueType: the rabbitmq target uses streams" in ln for ln in warned)
+    assert any(ln.endswith("somethingNew (not acted on)") for ln in warned)
