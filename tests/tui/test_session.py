@@ -20,7 +20,7 @@ from tests.tui.screen import screen_lines, wait_until
 from tui.cli import _report, main
 from tui.endsummary import rows
 from tui.keys import LAUNCHER_KEY_TABLE
-from tui.launcher import LauncherScreen, LaunchSettings, PickScreen, Problem
+from tui.launcher import LauncherScreen, LaunchSettings, PickScreen, Problem, parse_run
 from tui.session import EndScreen, ReportScreen, SessionApp
 
 SHORT = LaunchSettings(targets=["redis"], overrides={"rate": "300", "duration": "2"},
@@ -209,3 +209,16 @@ async def test_the_palette_offers_the_keys_of_the_screen_shown() -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, PickScreen), "the platform list")
         await pilot.press("escape")
         await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--workload", "redis-latency-1kb", "--rate", "5000", "--runtime", "local",
+     "--at", "30s:rate=100", "--at", "40s:rate=200", "--report", "--processes", "2", "--size", "512"],
+    ["run", "--max-rate", "--duration", "2.5", "--partitions", "3", "--keep", "--cpus", "1.5"],
+    ["run", "--max-rate=search", "--producers", "2", "--consumers", "4", "--baseline", "runs/x"],
+])
+def test_the_launcher_keeps_every_option_of_the_command_line(argv: list[str]) -> None:
+    args = parse_run(argv)
+    settings = LaunchSettings.from_args(args)
+    assert parse_run(settings.argv()) == args
+    assert settings.command_line() == "streambench " + " ".join(settings.argv())
