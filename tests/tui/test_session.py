@@ -190,6 +190,11 @@ async def test_a_run_that_cannot_start_ends_on_the_end_screen_with_its_error() -
         (record,) = app.runs
         assert record.summary is None and record.error and "cannot reach redis" in record.error
         assert f"#1 failed: {record.error}" in text  # in full, wrapped
+        await pilot.press("d")  # the run's dashboard, as it was left; q comes back
+        await wait_until(pilot, lambda: not isinstance(app.screen, EndScreen), "the dashboard")
+        assert app.labels == ["redis@127.0.0.1:1"]
+        await pilot.press("q")
+        await wait_until(pilot, lambda: isinstance(app.screen, EndScreen), "the end screen again")
         await pilot.press("e")
         await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
         assert command_shown(app) == "$ streambench run redis@127.0.0.1:1 --duration 2"
