@@ -180,6 +180,7 @@ class TargetLoad:
         self.desc = self.stack.describe()
         self._stack_watch = asyncio.create_task(self.stack.watch())  # brokers that die
         self.driver = self.platform.make_driver(self.target, self.desc)
+        self.driver.expect(self.workload.message_size)
         await self.driver.connect()
         w = self.workload
         for topic in self.topics:
@@ -197,6 +198,7 @@ class TargetLoad:
         this process's share of consumers and producers."""
         self.desc = desc
         self.driver = self.platform.make_driver(self.target, desc)
+        self.driver.expect(self.workload.message_size)
         await self.driver.connect()
         for topic in self.topics:
             self.driver.adopt_topic(topic, self.workload.partitions)

@@ -90,6 +90,10 @@ class Driver(ABC):
         """Take a topic another load process of the same target created, without touching the
         broker: remember what producers and consumers need to know about it."""
 
+    def expect(self, message_size: int) -> None:
+        """The workload's message size, told once right after the driver is made (before its
+        settings are read and its clients made): a driver may size client buffers by it."""
+
     def plan(self, consumers_per_subscription: int) -> None:
         """How many consumers each subscription has over every load process, told before the
         first consumer is made: a platform whose broker does not share a subscription's

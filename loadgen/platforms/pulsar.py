@@ -93,7 +93,13 @@ SEND_TIME = "t"
 SEQUENCE = "n"
 RECEIVE_WAIT_S = 0.1
 READ_LIMIT = 1000
+# the consumers' receiver queue, in messages: the client's own default (1,000) for messages of
+# RECEIVER_QUEUE_BYTES / 1,000 and more; for smaller ones up to RECEIVER_QUEUE_MAX, as many as
+# fit in RECEIVER_QUEUE_BYTES. With 1,000 queued 1 KiB messages a consumer at maximum rate waits
+# on its flow permits and reads 15,500 msg/s against 39,600 produced; with 10,000 it keeps up.
 RECEIVER_QUEUE = 1000
+RECEIVER_QUEUE_MAX = 10_000
+RECEIVER_QUEUE_BYTES = 32 * 1024 * 1024
 # the client's memory limit for pending messages is 64 MB (not configurable from Python) and a
 # send beyond it fails at once: keep max_in_flight batches of at most this many bytes pending
 CHUNK_BYTES = 6 * 1024 * 1024
@@ -363,6 +369,11 @@ class PulsarDriver(Driver):
         self._client: pulsar_asyncio.Client | None = None
         self._version = ""
         self._partitions: dict[str, int] = {}
+        self._receiver_queue = RECEIVER_QUEUE
+
+    def expect(self, message_size: int) -> None:
+        fits = RECEIVER_QUEUE_BYTES // max(1, message_size)
+        self._receiver_queue = max(RECEIVER_QUEUE, min(RECEIVER_QUEUE_MAX, fits))
 
     async def connect(self) -> None:
         try:
@@ -432,7 +443,7 @@ class PulsarDriver(Driver):
     def consumer_kwargs(self) -> dict[str, Any]:
         """subscribe's keyword arguments: streambench's, then the `consumer.` settings."""
         return {"consumer_type": SUBSCRIPTION_TYPES[self._config.subscription],
-                "receiver_queue_size": RECEIVER_QUEUE,
+                "receiver_queue_size": self._receiver_queue,
                 "initial_position": pulsar.InitialPosition.Earliest, **dict(self._config.consumer)}
 
     async def settings_in_force(self) -> dict[str, dict[str, Any]]:

@@ -70,3 +70,21 @@ def test_backlog_per_partition_sums_own_subscriptions():
     }}
     assert partition_index("persistent://public/default/my-partition-x-partition-12") == 12
     assert backlog(stats, {"a", "b"}, 3) == {0: 7, 1: 0, 2: 0}
+
+
+def test_receiver_queue_follows_the_message_size():
+    """The consumers' receiver queue holds up to 32 MiB of messages, between the client's own
+    1,000 and 10,000 messages; a user's consumer.receiver_queue_size wins."""
+    from loadgen.platforms.pulsar import PulsarDriver
+
+    def queue(target: str, size: int) -> int:
+        t = resolve_target(target)
+        driver = PulsarDriver("pulsar://127.0.0.1:6650", "http://127.0.0.1:8080",
+                              PulsarTargetConfig.of(t), target=t)
+        driver.expect(size)
+        return driver.consumer_kwargs()["receiver_queue_size"]
+
+    assert queue("pulsar", 1024) == 10_000
+    assert queue("pulsar", 4096) == 8192
+    assert queue("pulsar", 65_536) == queue("pulsar", 614_400) == 1000
+    assert queue("pulsar:consumer.receiver_queue_size=300", 1024) == 300
