@@ -132,6 +132,48 @@ def test_kill_fault_on_the_local_standalone(tmp_path, nothing_left_running):
     assert "running locally now" in (logs / "pravega.out").read_text(errors="replace")
 
 
+def test_clients_reconnect_to_a_standalone_started_again(tmp_path, nothing_left_running):
+    """The standalone killed 2 s into the measuring phase and started again at 3 s (it comes
+    back empty): the producer and both consumers lose their connection at once, try again with
+    the load's backoff while nothing listens, and are back within seconds of the standalone
+    answering, on the stream and reader group created again; the load runs at its full rate
+    again by the end, and a tick comes every second throughout."""
+    run_dir = tmp_path / "run"
+    workload = tmp_path / "short-drain.yaml"
+    workload.write_text("name: short-drain\ndrainTimeoutSeconds: 5\n")
+    rate = 500
+    res = run_cli(["run", "pravega", "--runtime", "local", "--workload", str(workload),
+                   "--rate", str(rate), "--duration", "20", "--warmup", "1", "--partitions", "2",
+                   "--consumers", "2", "--at", "2s:kill=pravega", "--at", "3s:start=pravega",
+                   "--headless", "--out", str(run_dir)], timeout_s=CLI_TIMEOUT_S)
+    assert "Traceback" not in res.stderr
+    assert res.returncode == 0, res.stderr[-3000:]
+    meta = run_json(run_dir)
+    assert meta["broker_failures"] == []
+    events = _events_in_order(run_dir)
+    (kill,) = [e for e in events if e["kind"] == "fault-kill"]
+    (start,) = [e for e in events if e["kind"] == "fault-start"]
+    clients = ["consumer 0 of streambench-sub-0", "consumer 1 of streambench-sub-0", "producer 0"]
+    lost = [e for e in events if e["kind"] == "connection-lost"]
+    back = [e for e in events if e["kind"] == "reconnected"]
+    assert sorted(e["detail"].split(":")[0] for e in lost) == clients
+    assert sorted(e["detail"].split(":")[0] for e in back) == clients
+    assert all(0 <= (e["time"] - kill["time"]).total_seconds() < 1.5 for e in lost), lost
+    # back once the standalone answers (a new client process each, the stream made again)
+    assert all(0 <= (e["time"] - start["time"]).total_seconds() < 10 for e in back), (back, start)
+    ticks = sorted(ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pylist(),
+                   key=lambda t: t["seq"])
+    gaps = [(b["time"] - a["time"]).total_seconds() for a, b in itertools.pairwise(ticks)]
+    assert max(gaps) < 1.5, gaps
+    measuring = [t for t in ticks if t["phase"] == "measuring"]
+    assert sum(t["produced"] for t in measuring[-3:]) >= 0.9 * 3 * rate
+    assert sum(t["consumed"] for t in measuring[-3:]) >= 0.9 * 3 * rate
+    (totals,) = meta["totals"]
+    # slots due while no broker was there failed, each once, without a write
+    down_s = (max(e["time"] for e in back) - kill["time"]).total_seconds()
+    assert 0 < totals["send_errors"] <= rate * (down_s + 1)
+
+
 def test_pause_over_the_drain_keeps_the_clock(tmp_path, nothing_left_running):
     """The standalone paused (SIGSTOP) 2 s into a 4 s measuring phase and left paused: a paused
     broker still takes connections, so no client counts it lost; the batches it leaves
