@@ -171,7 +171,7 @@ class LaunchSettings:
         argv = self.argv()
         args = parse_run(argv)
         if not args.targets:
-            raise UsageError("no target: add one (ctrl+t picks a platform)")
+            raise UsageError("no target: add one (^t picks a platform)")
         return build_run(args, argv)
 
 
@@ -250,13 +250,13 @@ class LauncherScreen(Screen[None]):
         yield Static(Text(" NEW RUN ", style="bold reverse") + Text(
             "  type targets and settings as on the command line · f1 help"), id="title")
         with VerticalScroll(id="form"):
-            yield Label("targets  (ctrl+t picks a platform; an empty field is left out)",
+            yield Label("targets  (^t picks a platform; an empty field is left out)",
                         classes="caption")
             with Vertical(id="targets"):
                 for spec in self.settings.targets:
                     yield from self._target_row(spec)
             yield Static(describe_platform(""), id="target-hint", classes="hint")
-            yield Label("workload  (a bundled name, ctrl+o lists them, or a YAML file)",
+            yield Label("workload  (a bundled name, ^o lists them, or a YAML file)",
                         classes="caption")
             yield Input(self.settings.workload, placeholder="none: 1 topic, 1 partition, 1 kB",
                         suggester=SuggestFromList(bundled_workloads()), id="workload")
