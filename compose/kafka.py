@@ -446,6 +446,9 @@ class KafkaLocalStack(Stack):
     def _nodes(self) -> list[LocalNode]:
         return ([self._zk] if self._zk is not None else []) + self._brokers
 
+    def log_files(self) -> list[Path]:
+        return [node.log for node in [*self._brokers, *([self._zk] if self._zk else [])]]
+
     def _check_alive(self) -> None:
         for node in self._nodes():
             if node.proc is not None and node.proc.poll() is not None:
@@ -536,7 +539,7 @@ class KafkaLocalStack(Stack):
                     stop_process(node.proc, grace_s=0)  # interrupted above: no grace left
                 node.proc = None
             if self._dir is not None:
-                keep_logs([node.log for node in self._nodes()], self._dir, self.context.log_dir)
+                keep_logs(self.log_files(), self._dir, self.context.log_dir)
                 shutil.rmtree(self._dir, ignore_errors=True)
                 self._dir = None
 

@@ -270,9 +270,12 @@ class PravegaLocalStack(Stack):
             detail += " (streams in memory: it starts empty)"
         return detail
 
+    def log_files(self) -> list[Path]:
+        return [self._dir / "pravega.out"] if self._dir is not None else []
+
     async def down(self) -> None:
+        logs = self.log_files()
         node, data_dir, self._node, self._dir = self._node, self._dir, None, None
-        logs = [data_dir / "pravega.out"] if data_dir is not None else []
         await stop_and_remove(node.proc if node is not None else None, data_dir, logs,
                               self.context.log_dir)
 

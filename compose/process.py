@@ -274,8 +274,11 @@ class OneNodeLocalStack(Stack):
             raise StackError(f"{self._label}: {self.SERVER} is not running (the stack is not up)")
         return await node_fault(self._label, self._node, action, self._node_ready)
 
+    def log_files(self) -> list[Path]:
+        return [self._dir / name for name in self.LOGS] if self._dir is not None else []
+
     async def down(self) -> None:
+        logs = self.log_files()
         node, data_dir, self._node, self._dir = self._node, self._dir, None, None
-        logs = [data_dir / name for name in self.LOGS] if data_dir is not None else []
         await stop_and_remove(node.proc if node is not None else None, data_dir, logs,
                               self.context.log_dir)

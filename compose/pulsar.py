@@ -529,10 +529,14 @@ class PulsarLocalStack(Stack):
         return await node_fault(self._label, self._node, action, self._node_ready,
                                 ready_timeout_s=START_TIMEOUT_S)
 
+    def log_files(self) -> list[Path]:
+        if self._dir is None:
+            return []
+        return [self._dir / "pulsar.out", *sorted((self._dir / "logs").glob("*.log"))]
+
     async def down(self) -> None:
+        logs = self.log_files()
         node, data_dir, self._node, self._dir = self._node, self._dir, None, None
-        logs = ([data_dir / "pulsar.out", *sorted((data_dir / "logs").glob("*.log"))]
-                if data_dir is not None else [])
         await stop_and_remove(node.proc if node is not None else None, data_dir, logs,
                               self.context.log_dir)
 

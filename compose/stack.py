@@ -76,6 +76,11 @@ class Stack(ABC):
     def describe(self) -> StackDescription:
         """The stack as it is now (after a restarted broker: its new pid)."""
 
+    def log_files(self) -> list[Path]:
+        """The brokers' own log files while the stack runs, the brokers' first (local runtime;
+        none for containers, whose output docker keeps, or for an existing cluster)."""
+        return []
+
     # -- faults --
 
     def brokers(self) -> list[str]:

@@ -240,6 +240,10 @@ class TargetLoad:
             "settings": self.settings,
             "topics": self.topics,
             "subscriptions": self.subscriptions,
+            # what the broker holds for each topic, as the driver learnt it (Driver.topic_layout)
+            "layout": ({t: self.driver.topic_layout(t, self.workload.partitions) for t in self.topics}
+                       if self.driver is not None else {}),
+            "logs": [str(p) for p in self.stack.log_files()] if self.stack is not None else [],
         }
 
     async def fault(self, action: str, broker: str) -> None:

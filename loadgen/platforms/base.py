@@ -114,6 +114,13 @@ class Driver(ABC):
     def version(self) -> str:
         return ""
 
+    def topic_layout(self, name: str, partitions: int) -> dict[str, Any]:
+        """What the broker holds for a topic the run made, as far as the driver learnt it:
+        `partitions`, and where the platform has them `name` (the broker's name of the topic),
+        `streams` (the broker's own name of each partition), `replication`, `leaders`
+        (partition number -> the broker leading it)."""
+        return {"partitions": partitions}
+
     async def settings_in_force(self) -> dict[str, dict[str, Any]]:
         """The target's settings in force, `NAMESPACE.NAME` -> {"value", "source",
         "read_back"} (loadgen.settings.SettingsRecord), read back from the broker where it

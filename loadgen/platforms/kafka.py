@@ -258,6 +258,8 @@ class KafkaDriver(Driver):
         self._admin: AIOKafkaAdminClient | None = None
         self._brokers = 0
         self._created: set[str] = set()
+        # per topic made or reused: its replication and partition leaders, as the broker told them
+        self._layout: dict[str, dict[str, Any]] = {}
         self._broker_written = dict(desc.broker_settings) if desc is not None else {}
 
     def _where(self) -> str:
@@ -275,6 +277,10 @@ class KafkaDriver(Driver):
             raise DriverError(f"cannot reach {self._where()}: "
                               f"{connect_failure(exc, self._opts.security.tls is not None)}") from None
         self._brokers = len(cluster["brokers"])
+
+    def topic_layout(self, name: str, partitions: int) -> dict[str, Any]:
+        topic = topic_name(self._target, name)
+        return {"name": topic, "partitions": partitions, **self._layout.get(topic, {})}
 
     def _replication(self) -> int:
         return self._opts.replication or min(3, max(1, self._brokers))
@@ -428,8 +434,12 @@ class KafkaDriver(Driver):
         deadline = loop.time() + 30
         while True:
             described = await self._describe(topic)
-            leaders = [p["leader"] for p in described.get("partitions", [])]
+            found = described.get("partitions", [])
+            leaders = [p["leader"] for p in found]
             if len(leaders) == partitions and all(leader >= 0 for leader in leaders):
+                self._layout[topic] = {
+                    "replication": max((len(p["replicas"]) for p in found), default=0),
+                    "leaders": {str(p["partition"]): f"broker {p['leader']}" for p in found}}
                 return
             if loop.time() > deadline:
                 raise DriverError(f"topic {topic} on {self._where()} has no leader for every "

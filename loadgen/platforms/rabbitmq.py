@@ -202,6 +202,9 @@ class RabbitStreamsDriver(Driver):
     def _streams(self, topic: str) -> list[str]:
         return stream_names(topic, self._partitions.get(topic, 1))
 
+    def topic_layout(self, name: str, partitions: int) -> dict[str, Any]:
+        return {"partitions": partitions, "streams": stream_names(name, partitions)}
+
     async def producer(self, topic: str, index: int) -> Producer:
         client = await self._client()
         made: Producer = await client_module().producer(client, topic, self._streams(topic), index,

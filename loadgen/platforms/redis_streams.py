@@ -327,6 +327,9 @@ class RedisStreamsDriver(Driver):
     def _streams(self, topic: str) -> list[str]:
         return stream_names(topic, self._partitions.get(topic, 1))
 
+    def topic_layout(self, name: str, partitions: int) -> dict[str, Any]:
+        return {"partitions": partitions, "streams": stream_names(name, partitions)}
+
     async def close(self) -> None:
         if self._admin is not None:
             await self._admin.aclose()
