@@ -36,11 +36,16 @@ def _source(entry: Mapping[str, Any]) -> str:
     return source + ("" if entry.get("read_back") else " (as set)")
 
 
+def non_default_rows(entries: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    """`setting, value, source` of the settings not at the platform's default, by namespace
+    and name."""
+    return [[name, _value(e), _source(e)] for name, e in sorted(entries.items())
+            if e.get("source") != PLATFORM_DEFAULT]
+
+
 def target_table(entries: Mapping[str, Mapping[str, Any]]) -> Table:
     """The settings not at the platform's default, by namespace and name."""
-    rows = [[name, _value(e), _source(e)] for name, e in sorted(entries.items())
-            if e.get("source") != PLATFORM_DEFAULT]
-    return Table(["setting", "value", "source"], rows, text_columns=3)
+    return Table(["setting", "value", "source"], non_default_rows(entries), text_columns=3)
 
 
 def differences(columns: Sequence[Mapping[str, Mapping[str, Any]]]) -> list[list[str]]:

@@ -32,6 +32,8 @@ from tui.control import EventStrip, FaultScreen, RateScreen
 from tui.detail import DetailScreen
 from tui.history import Baseline, ChartView, TargetHistory
 from tui.keys import BINDINGS, KEY_TABLE, Key
+from tui.logs import LogScreen
+from tui.metadata import MetadataScreen, RunDescription, live_description
 from tui.widgets import HelpScreen, RunStatus, StatusBar, TargetColumn, TargetColumns
 
 AfterRun = Callable[[RunSummary], Awaitable[str | None]]
@@ -267,8 +269,32 @@ class DashboardApp(App[DashboardResult]):
             self.push_screen(HelpScreen(self.KEYS))
 
     def action_close(self) -> None:
-        if isinstance(self.screen, HelpScreen | DetailScreen | CompareScreen):
+        if isinstance(self.screen, HelpScreen | DetailScreen | CompareScreen | MetadataScreen
+                      | LogScreen):
             self.pop_screen()
+
+    def run_description(self) -> RunDescription:
+        """The run as run.json describes it, as far as it is known now."""
+        return live_description(self.bench)
+
+    def action_metadata(self) -> None:
+        if isinstance(self.screen, MetadataScreen):
+            self.pop_screen()  # i again closes
+        else:
+            self.push_screen(MetadataScreen(self.run_description, self.labels,
+                                            live=self.bench is not None))
+
+    def action_logs(self) -> None:
+        if isinstance(self.screen, LogScreen):
+            self.pop_screen()  # l again closes
+            return
+        label = self.labels[self.selected]
+
+        def target() -> dict[str, object]:
+            return next((t for t in self.run_description().get("targets", [])
+                         if t.get("label") == label), {})
+
+        self.push_screen(LogScreen(label, target))
 
     def action_compare(self) -> None:
         if isinstance(self.screen, CompareScreen):
@@ -324,9 +350,12 @@ class DashboardApp(App[DashboardResult]):
         self._show_status()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if isinstance(self.screen, LogScreen):  # its filter takes the keys it needs
+            return self.screen.allows(action, parameters)
         if action == "close":
             # escape is a priority key: let it through to other screens (the command palette)
-            return isinstance(self.screen, HelpScreen | DetailScreen | CompareScreen)
+            return isinstance(self.screen, HelpScreen | DetailScreen | CompareScreen
+                              | MetadataScreen)
         # in a dialog its own keys (typing a rate) come first
         # (and Enter picks a command in the palette)
         return not isinstance(self.screen, RateScreen | FaultScreen | CommandPalette)

@@ -19,6 +19,7 @@ class Key:
     label: str  # short, for the footer and the palette
     help: str  # one sentence, for the help screen
     footer: bool = True
+    same_line: bool = False  # the help screen lists it on the line of the key before it
 
     def binding(self) -> Binding:
         # priority: the keys work on every screen, including the help screen
@@ -40,6 +41,7 @@ VIEW_KEYS: tuple[Key, ...] = (
         "Save the screen as SVG in the run directory.", footer=False),
     Key(("v",), ("v",), "compare", "compare",
         "Every target on one chart per metric (v again closes).", footer=False),
+    Key(("i",), ("i",), "metadata", "metadata", "Targets' metadata.", footer=False),
 )
 
 # One line of help each: the help screen lists them all at 80×24 (the README has the details).
@@ -48,13 +50,15 @@ KEY_TABLE: tuple[Key, ...] = (
         "End the run; again skips the drain; then quit."),
     Key(("p",), ("p",), "toggle_pause", "pause", "Freeze the columns (collection goes on)."),
     Key(("question_mark",), ("?",), "help", "help", "Show or close this help."),
-    Key(("escape",), ("esc",), "close", "back", "Close this help, the detail or the compare view.",
+    Key(("escape",), ("esc",), "close", "back", "Close this help or the view shown.",
         footer=False),
     Key(("left", "shift+tab"), ("←", "shift+tab"), "select(-1)", "previous target",
         "Select the target to the left.", footer=False),
     Key(("right", "tab"), ("→", "tab"), "select(1)", "next target",
         "Select the target to the right.", footer=False),
     *VIEW_KEYS,
+    Key(("l",), ("l",), "logs", "broker log", "Broker log, live (/ filters).", footer=False,
+        same_line=True),
     Key(("a",), ("a",), "toggle_scope", "all/one",
         "Keys act on the selected target, or on all.", footer=False),
     Key(("plus",), ("+",), "scale_rate(1.25)", "rate ×1.25",
@@ -94,7 +98,7 @@ REPLAY_KEY_TABLE: tuple[Key, ...] = (
     Key(("tab",), ("tab",), "select(1)", "next target", "Select the target to the right.",
         footer=False),
     Key(("question_mark",), ("?",), "help", "help", "Show or close this help."),
-    Key(("escape",), ("esc",), "close", "back", "Close this help, the detail or the compare view.",
+    Key(("escape",), ("esc",), "close", "back", "Close this help or the view shown.",
         footer=False),
     *VIEW_KEYS,
 )

@@ -22,6 +22,7 @@ from tui import formatting as fmt
 from tui.app import DashboardApp
 from tui.history import Baseline, metric_values
 from tui.keys import REPLAY_BINDINGS, REPLAY_KEY_TABLE, Key
+from tui.metadata import RunDescription
 from tui.recording import Recording
 from tui.widgets import StatusBar
 
@@ -96,6 +97,9 @@ class ReplayApp(DashboardApp, inherit_bindings=False):
 
     def keys_hint(self) -> str:
         return "esc back · o sort · space play/pause · w window · x screenshot · ? help"
+
+    def run_description(self) -> RunDescription:
+        return {**self.recording.meta, "run_dir": str(self.recording.run_dir)}
 
     # ---- the replay clock ---------------------------------------------------------------
 

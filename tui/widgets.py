@@ -163,8 +163,14 @@ def help_table(keys: Sequence[Key] = KEY_TABLE) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(no_wrap=True, style="bold")
     table.add_column()
+    rows: list[list[str]] = []
     for key in keys:
-        table.add_row(", ".join(key.shown), key.help)
+        if key.same_line and rows:
+            rows[-1][1] += f" · {', '.join(key.shown)}  {key.help}"
+        else:
+            rows.append([", ".join(key.shown), key.help])
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
