@@ -132,6 +132,24 @@ class LaunchSettings:
         """The options outside the fields (--runtime, --driver, …) as the run reads them."""
         return parse_run(["run", *self.extra])
 
+    def extra_error(self) -> str | None:
+        """The other options: as `streambench run` takes them, none of them a field's."""
+        try:
+            args = parse_run(["run", *self.extra])
+        except UsageError as exc:
+            return str(exc)
+        if args.targets:
+            return f"{args.targets[0]}: targets go in the target fields"
+        given = [f"--{name.replace('_', '-')}" for name in sorted(_FIELD_DESTS - {"targets", "help"})
+                 if getattr(args, name, None) is not None]
+        if given:
+            return f"{given[0]} has a field of its own above"
+        if args.out is not None:
+            return "--out names one run's directory: each run of the launcher gets its own"
+        if args.headless:
+            return "--headless: the launcher's runs are shown in the dashboard"
+        return None
+
     def override_error(self, name: str) -> str | None:
         value = self.overrides.get(name, "").strip()
         if not value:
@@ -158,8 +176,9 @@ class LaunchSettings:
 
         if not spec.strip():
             return None
+        args = self.base_args()  # UsageError: the other options' field says why
         try:
-            check_target(spec.strip(), self.base_args())
+            check_target(spec.strip(), args)
         except StreambenchError as exc:
             return str(exc)
         return None
@@ -185,6 +204,14 @@ def describe_platform(name: str) -> str:
     options = [name + ("=" + "|".join(opt.choices) if opt.choices else "")
                for name, opt in platform.options.items()]
     return f"{platform.name}: {platform.summary}\noptions: {', '.join(options)}"
+
+
+def _extra_error(text: str, settings: LaunchSettings) -> str | None:
+    try:
+        shlex.split(text)
+    except ValueError as exc:
+        return f"cannot split the options: {exc}"
+    return settings.extra_error()
 
 
 class PickScreen(ModalScreen[str | None]):
@@ -270,8 +297,10 @@ class LauncherScreen(Screen[None]):
                                     id=f"opt-{name}")
             for name, *_ in OVERRIDES:  # under the row of fields, where a sentence fits
                 yield Problem(id=f"opt-{name}-problem", classes="problem")
-            if self.settings.extra:
-                yield Static("also: " + shlex.join(self.settings.extra), classes="hint")
+            yield Label("other options of streambench run  (e.g. --warmup 5 --runtime local)",
+                        classes="caption")
+            yield Input(shlex.join(self.settings.extra), placeholder="none", id="extra")
+            yield Problem(id="extra-problem", classes="problem")
             yield Problem(id="problem", classes="problem")
         yield Static(id="command")
         yield Footer()
@@ -297,6 +326,11 @@ class LauncherScreen(Screen[None]):
         s.targets = [i.value for i in self._target_inputs()]
         s.workload = self.query_one("#workload", Input).value
         s.overrides = {name: self.query_one(f"#opt-{name}", Input).value for name, *_ in OVERRIDES}
+        text = self.query_one("#extra", Input).value
+        try:
+            s.extra = shlex.split(text)
+        except ValueError:  # an open quote, while it is typed
+            s.extra = text.split()
         return s
 
     def _show_command(self) -> None:
@@ -323,12 +357,13 @@ class LauncherScreen(Screen[None]):
             check: Callable[[], str | None] = partial(s.target_error, value)
         elif field_input.id == "workload":
             check = s.workload_error
+        elif field_input.id == "extra":
+            check = partial(_extra_error, field_input.value, s)
         else:
             check = partial(s.override_error, (field_input.id or "").removeprefix("opt-"))
         try:
             problem = await asyncio.to_thread(check)
-        except UsageError as exc:  # the options outside the fields do not parse
-            self.query_one("#problem", Problem).show_error(str(exc))
+        except UsageError:  # the other options do not parse: their field says why
             return False
         if field_input.is_attached and field_input.value == value:  # still what was checked
             self._problem_of(field_input).show_error(problem)

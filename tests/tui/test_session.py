@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from textual.command import CommandPalette
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 from loadgen.run import RunSummary
 from tests.integration.test_dashboard_exit import PtyRun
@@ -227,3 +227,21 @@ def test_the_launcher_keeps_every_option_of_the_command_line(argv: list[str]) ->
     settings = LaunchSettings.from_args(args)
     assert parse_run(settings.argv()) == args
     assert settings.command_line() == "streambench " + " ".join(settings.argv())
+
+
+@pytest.mark.parametrize(("typed", "problem"), [
+    ("--warmup soon", "argument --warmup: expected a number, got 'soon'"),
+    ("--rate 5", "--rate has a field of its own above"),
+    ("redis --keep", "redis: targets go in the target fields"),
+    ("--out here", "--out names one run's directory: each run of the launcher gets its own"),
+])
+async def test_other_options_are_checked_beside_their_field(typed: str, problem: str) -> None:
+    app = SessionApp(LaunchSettings(targets=["redis"]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
+        app.screen.query_one("#extra", Input).value = typed
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: bool(shown_problems(app)), "the error")
+        assert shown_problems(app) == ["✗ " + problem]
+        assert app.screen.query_one("#extra-problem", Problem).has_class("-shown")
+        assert not app.runs
