@@ -90,5 +90,7 @@ async def test_metadata_in_a_replay_comes_from_run_json(recorded_run: Path) -> N
         assert f"redis {target['endpoints']['redis']}" in text
         assert all(s in text for s in target["layout"][target["topics"][0]]["streams"])
         assert f"version {target['version']}" in text
+        kept = recorded_run / "logs" / "0-redis_runtime_local" / "redis.log"
+        assert kept.is_file() and str(kept) in text
         await pilot.press("i")
         await wait_until(pilot, lambda: not isinstance(app.screen, MetadataScreen), "i closes")

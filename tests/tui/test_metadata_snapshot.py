@@ -14,7 +14,7 @@ import pytest
 from textual.pilot import Pilot
 
 from tests.tui.recorded import LABELS, WORKLOAD, write_recorded_run
-from tests.tui.screen import wait_until
+from tests.tui.screen import screen_lines, wait_until
 from tui.app import DashboardApp
 from tui.logs import LogScreen
 from tui.metadata import MetadataScreen, RunDescription
@@ -96,3 +96,19 @@ def test_log_pane_filtered(snap_compare, tmp_path: Path, size: tuple[int, int]) 
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+class ExternalApp(DashboardApp):
+    """A dashboard without a run whose first target is an existing cluster."""
+
+    def run_description(self) -> RunDescription:
+        return {"targets": [{"label": LABELS[0], "platform": "redis", "runtime": "external",
+                             "endpoints": {"redis": "127.0.0.1:6379"}}]}
+
+
+async def test_an_existing_cluster_says_it_has_no_broker_log() -> None:
+    app = ExternalApp(None, LABELS, WORKLOAD)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("l")
+        await wait_until(pilot, lambda: any("no broker log is available" in ln
+                                            for ln in screen_lines(app)), "the one line")
