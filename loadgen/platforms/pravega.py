@@ -181,11 +181,11 @@ class Liveness:
         self._probe: asyncio.Task[str] | None = None
         self._answered = 0.0  # when the last probe ended
 
-    def check(self) -> asyncio.Future[str]:
-        """The probe under way, or a new one; an answer younger than LIVENESS_AFTER_S is
-        reused (a paused broker's kernel queues every connection until the broker accepts it)."""
+    def check(self, max_age_s: float = LIVENESS_AFTER_S) -> asyncio.Future[str]:
+        """The probe under way, or a new one; an answer younger than max_age_s is reused (a
+        paused broker's kernel queues every connection until the broker accepts it)."""
         probe = self._probe
-        if probe is None or (probe.done() and time.monotonic() - self._answered >= LIVENESS_AFTER_S):
+        if probe is None or (probe.done() and time.monotonic() - self._answered >= max_age_s):
             probe = self._probe = asyncio.get_running_loop().create_task(self._ask())
         return asyncio.shield(probe)
 
@@ -201,8 +201,9 @@ class Liveness:
 
     async def ensure(self) -> None:
         """Raise ConnectionError at once while the controller refuses connections (a new client
-        would otherwise wait on it inside the client process)."""
-        why = await self.check()
+        would otherwise wait on it inside the client process); a fresh answer, not one from
+        before the broker was started again."""
+        why = await self.check(max_age_s=0.0)
         if why:
             raise self.lost(why)
 
@@ -303,10 +304,14 @@ class PravegaProducer(Producer):
         oldest = min(at for at, _settle in self._in_flight.values())
         waited = time.monotonic() - oldest
         loop = asyncio.get_running_loop()
-        if waited >= LIVENESS_AFTER_S and not self._checking:
+        if waited < LIVENESS_AFTER_S:
+            self._watch = loop.call_later(LIVENESS_AFTER_S - waited, self._overdue)
+            return
+        if not self._checking:
             self._checking = True
             self._liveness.check().add_done_callback(self._checked)
-        self._watch = loop.call_later(max(0.05, LIVENESS_AFTER_S - waited), self._overdue)
+        # a broker that answers but does not acknowledge (paused): asked again after as long
+        self._watch = loop.call_later(LIVENESS_AFTER_S, self._overdue)
 
     def _checked(self, probe: asyncio.Future[str]) -> None:
         self._checking = False
