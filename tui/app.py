@@ -288,13 +288,7 @@ class DashboardApp(App[DashboardResult]):
         if isinstance(self.screen, LogScreen):
             self.pop_screen()  # l again closes
             return
-        label = self.labels[self.selected]
-
-        def target() -> dict[str, object]:
-            return next((t for t in self.run_description().get("targets", [])
-                         if t.get("label") == label), {})
-
-        self.push_screen(LogScreen(label, target))
+        self.push_screen(LogScreen(self.labels[self.selected], self.run_description))
 
     def action_compare(self) -> None:
         if isinstance(self.screen, CompareScreen):

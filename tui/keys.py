@@ -101,6 +101,8 @@ REPLAY_KEY_TABLE: tuple[Key, ...] = (
     Key(("escape",), ("esc",), "close", "back", "Close this help or the view shown.",
         footer=False),
     *VIEW_KEYS,
+    Key(("l",), ("l",), "logs", "broker log",
+        "Selected target's broker log as the run kept it (/ filters).", footer=False),
 )
 
 REPLAY_BINDINGS: list[Binding] = [key.binding() for key in REPLAY_KEY_TABLE]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,6 +25,7 @@ from textual.screen import Screen
 from textual.widgets import Input, Log, Static
 
 from loadgen.errors import StackError
+from tui.metadata import RunDescription, kept_logs, targets
 
 LOG_LINES = 200  # the pane's last lines, shared out between the sources of a target
 REFRESH_S = 0.5  # at most two reads a second
@@ -39,19 +40,22 @@ class LogSource:
     files: tuple[Path, ...] = ()
     containers: tuple[str, ...] = ()
     unavailable: str = ""  # the one line shown instead of a log
+    kept: tuple[Path, ...] = ()  # the copies in the run directory, once the stack is down
 
 
-def log_source(target: Mapping[str, Any]) -> LogSource:
+def log_source(run: RunDescription, label: str) -> LogSource:
+    index, target = targets(run).get(label, (0, {}))
+    kept = tuple(kept_logs(run, index, label))
     runtime = target.get("runtime")
     if runtime == "external":
         return LogSource(unavailable="an existing cluster: no broker log is available here "
                                      "(streambench did not start its brokers)")
     if "endpoints" not in target:
         return LogSource(unavailable="the brokers are starting: no log yet")
-    if runtime == "docker" and target.get("containers"):
+    if runtime == "docker" and target.get("containers") and not kept:
         return LogSource(containers=tuple(str(c) for c in target["containers"]))
-    if target.get("logs"):
-        return LogSource(files=tuple(Path(p) for p in target["logs"]))
+    if target.get("logs") or kept:
+        return LogSource(files=tuple(Path(p) for p in target.get("logs") or []), kept=kept)
     return LogSource(unavailable=f"the {runtime} stack names no log file")
 
 
@@ -121,11 +125,14 @@ def read_log(source: LogSource, docker: DockerLogs) -> tuple[list[str], str]:
         except Exception as exc:  # the SDK raises DockerException and requests' errors alike
             return [], f"docker logs: {type(exc).__name__}: {exc}"
         return _merge(parts), "docker logs of " + ", ".join(name for name, _ in parts)
-    share = max(1, LOG_LINES // len(source.files))
+    files, where = source.files, ""
+    if source.kept and not any(path.is_file() for path in files):
+        files, where = source.kept, "kept: "  # the stack is down, its data dir removed
+    share = max(1, LOG_LINES // len(files))
     parts = [(name, tail_lines(path, share))
-             for name, path in zip(_short_names(source.files), source.files, strict=True)]
+             for name, path in zip(_short_names(files), files, strict=True)]
     shown = [name for name, lines in parts if lines]
-    return _merge(parts), ", ".join(shown) if shown else "the log files are empty so far"
+    return _merge(parts), where + ", ".join(shown) if shown else "the log files are empty so far"
 
 
 def matching(lines: list[str], text: str) -> list[str]:
@@ -137,7 +144,7 @@ def matching(lines: list[str], text: str) -> list[str]:
 
 
 class LogScreen(Screen[None]):
-    """The tail of one target's broker log; `describe` gives the target's description as it is
+    """The tail of one target's broker log; `describe` gives the run's description as it is
     now (a live run's fills in once its brokers are up)."""
 
     DEFAULT_CSS = """
@@ -157,7 +164,7 @@ class LogScreen(Screen[None]):
         where: str
         unavailable: str
 
-    def __init__(self, label: str, describe: Callable[[], Mapping[str, Any]]) -> None:
+    def __init__(self, label: str, describe: Callable[[], RunDescription]) -> None:
         super().__init__()
         self.label = label
         self.describe = describe
@@ -199,7 +206,7 @@ class LogScreen(Screen[None]):
         if self._reading:
             return
         self._reading = True
-        self._read(log_source(self.describe()))
+        self._read(log_source(self.describe(), self.label))
 
     @work(thread=True, group="log-read")
     def _read(self, source: LogSource) -> None:

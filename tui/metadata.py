@@ -93,13 +93,19 @@ def _topic_lines(target: Mapping[str, Any], partitions: Any) -> list[Text]:
     return lines
 
 
-def _kept_logs(run: RunDescription, index: int, label: str) -> list[str]:
+def targets(run: RunDescription) -> dict[str, tuple[int, Mapping[str, Any]]]:
+    """The run's targets by label, each with its index in the run."""
+    return {str(t.get("label")): (i, t) for i, t in enumerate(run.get("targets") or [])
+            if isinstance(t, dict)}
+
+
+def kept_logs(run: RunDescription, index: int, label: str) -> list[Path]:
     """The broker logs the run kept in its directory (copied when the stack went down)."""
     if not run.get("run_dir"):
         return []
     directory = log_dir(Path(str(run["run_dir"])), index, label)
     with contextlib.suppress(OSError):
-        return sorted(str(p) for p in directory.iterdir() if p.is_file())
+        return sorted(p for p in directory.iterdir() if p.is_file())
     return []
 
 
@@ -115,7 +121,8 @@ def target_body(target: Mapping[str, Any], run: RunDescription, index: int) -> R
     for name, address in (target.get("endpoints") or {}).items():
         grid.add_row("endpoint", f"{name} {address}")
     if target.get("pids"):
-        grid.add_row("processes", "pid " + ", ".join(str(p) for p in target["pids"]))
+        grid.add_row("processes", "pid " + ", ".join(str(p) for p in target["pids"])
+                     + " (as started: a restarted broker has a new one)")
     if target.get("containers"):
         grid.add_row("containers", ", ".join(str(c)[:12] for c in target["containers"]))
     config = dict(target.get("config") or {})
@@ -132,7 +139,7 @@ def target_body(target: Mapping[str, Any], run: RunDescription, index: int) -> R
     placement = _placement(run)
     if placement:
         grid.add_row("load", placement)
-    kept = _kept_logs(run, index, str(target.get("label", "")))
+    kept = kept_logs(run, index, str(target.get("label", "")))
     for n, path in enumerate(kept or target.get("logs") or []):
         grid.add_row(("kept logs" if kept else "logs") if n == 0 else "", str(path))
 
@@ -154,8 +161,7 @@ def target_body(target: Mapping[str, Any], run: RunDescription, index: int) -> R
 
 def description_body(run: RunDescription, labels: list[str]) -> RenderableType:
     """Every target in the dashboard's order, each under its label."""
-    found = {str(t.get("label")): (i, t) for i, t in enumerate(run.get("targets") or [])
-             if isinstance(t, dict)}
+    found = targets(run)
     parts: list[RenderableType] = [Text(HINT, style="dim"), Text("")]
     for label in labels:
         parts.append(Text(label, style="bold reverse"))

@@ -94,3 +94,8 @@ async def test_metadata_in_a_replay_comes_from_run_json(recorded_run: Path) -> N
         assert kept.is_file() and str(kept) in text
         await pilot.press("i")
         await wait_until(pilot, lambda: not isinstance(app.screen, MetadataScreen), "i closes")
+        await pilot.press("l")  # the broker log the run kept, the data dir being gone
+        await wait_until(pilot, lambda: READY in shown(app), "the kept log line")
+        line = next(ln for ln in screen_lines(app) if READY in ln).strip(" │╰╭")
+        assert line in kept.read_text()
+        assert "kept: redis.log" in shown(app)
