@@ -237,6 +237,10 @@ class PickScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class Form(VerticalScroll, can_focus=False):
+    """The fields, scrolled to the focused one; Tab goes from field to field only."""
+
+
 class Problem(Static):
     """The error of the field above it, or nothing (then it takes no room)."""
 
@@ -276,7 +280,7 @@ class LauncherScreen(Screen[None]):
 
         yield Static(Text(" NEW RUN ", style="bold reverse") + Text(
             "  type targets and settings as on the command line · f1 help"), id="title")
-        with VerticalScroll(id="form"):
+        with Form(id="form"):
             yield Label("targets  (^t picks a platform; an empty field is left out)",
                         classes="caption")
             with Vertical(id="targets"):
