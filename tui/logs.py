@@ -135,6 +135,18 @@ def read_log(source: LogSource, docker: DockerLogs) -> tuple[list[str], str]:
     return _merge(parts), where + ", ".join(shown) if shown else "the log files are empty so far"
 
 
+def appended(old: list[str], new: list[str]) -> list[str] | None:
+    """The lines `new` adds after `old` when it continues it (the same log, its window moved
+    on); None when it does not (another source, a log rotated or rewritten)."""
+    if not old:
+        return None
+    for start in range(len(old)):
+        kept = old[start:]
+        if new[:len(kept)] == kept:
+            return new[len(kept):]
+    return None
+
+
 def matching(lines: list[str], text: str) -> list[str]:
     """The lines holding `text`, case-insensitively; all of them for an empty filter."""
     if not text:
@@ -177,7 +189,7 @@ class LogScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="log-title")
-        yield Log(id="log-lines", highlight=False)
+        yield Log(id="log-lines", highlight=False, max_lines=LOG_LINES)
         yield Input(placeholder="filter: lines holding this text (enter keeps it, esc clears it)",
                     id="log-filter")
 
@@ -221,8 +233,13 @@ class LogScreen(Screen[None]):
 
     def on_log_screen_read(self, message: Read) -> None:
         changed = (message.lines, message.unavailable) != (self.lines, self.unavailable)
+        added = None if message.unavailable or self.unavailable else appended(self.lines,
+                                                                               message.lines)
         self.lines, self.where, self.unavailable = message.lines, message.where, message.unavailable
-        if changed:
+        if added is not None:
+            # only the new lines: a user scrolled back up stays where they read
+            self.query_one("#log-lines", Log).write_lines(matching(added, self.filter))
+        elif changed:
             self._show_lines()
         self._show_title()
 
