@@ -31,7 +31,7 @@ from tui.app import DashboardApp
 from tui.endsummary import EndSummary, rows
 from tui.keys import END_KEY_TABLE, Key
 from tui.launcher import LauncherScreen, LaunchSettings, PickScreen, Started
-from tui.widgets import HelpScreen, TargetColumns
+from tui.widgets import HelpScreen, StatusBar, TargetColumns
 
 # Writes the report over these run directories, telling its progress; returns its main document.
 Reporter = Callable[[Sequence[Path], Callable[[str], None]], Path]
@@ -204,6 +204,19 @@ class ReportScreen(Screen[None]):
         self.app.pop_screen()
 
 
+class SessionStatusBar(StatusBar):
+    """The dashboard's status bar, saying which run of the session it shows."""
+
+    def __init__(self, session: SessionApp, clock: Callable[[], int]) -> None:
+        super().__init__(session.status, clock, id="status")
+        self.session = session
+
+    def _progress(self) -> str:
+        shown = super()._progress()
+        runs = getattr(self.session, "runs", None)  # (none yet while the app is built)
+        return f"run {len(runs)} · {shown}" if runs else shown
+
+
 class SessionApp(DashboardApp):
     """The launcher, then the dashboard of each run started from it, then the session's runs."""
 
@@ -221,6 +234,9 @@ class SessionApp(DashboardApp):
         self._reporting = False
         # Spark keeps its session in the thread that started it: every report runs in this one
         self._report_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="report")
+
+    def _make_status_bar(self, clock: Callable[[], int]) -> StatusBar:
+        return SessionStatusBar(self, clock)
 
     def on_mount(self) -> None:
         super().on_mount()

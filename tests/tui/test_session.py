@@ -193,6 +193,8 @@ async def test_a_run_that_cannot_start_ends_on_the_end_screen_with_its_error() -
         await pilot.press("d")  # the run's dashboard, as it was left; q comes back
         await wait_until(pilot, lambda: not isinstance(app.screen, EndScreen), "the dashboard")
         assert app.labels == ["redis@127.0.0.1:1"]
+        await wait_until(pilot, lambda: "run 1 · " in "".join(screen_lines(app)[:1]),
+                         "the run's number in the status line")
         await pilot.press("q")
         await wait_until(pilot, lambda: isinstance(app.screen, EndScreen), "the end screen again")
         await pilot.press("e")
