@@ -30,7 +30,7 @@ from loadgen.workload import Workload
 from tui.app import DashboardApp
 from tui.endsummary import EndSummary, rows
 from tui.keys import END_KEY_TABLE, Key
-from tui.launcher import LauncherScreen, LaunchSettings, PickScreen, Started
+from tui.launcher import LauncherScreen, LaunchSettings, PickScreen, Started, parse_run
 from tui.widgets import HelpScreen, StatusBar, TargetColumns
 
 # Writes the report over these run directories, telling its progress; returns its main document.
@@ -272,7 +272,7 @@ class SessionApp(DashboardApp):
         run.subscribe(record.end)
         while isinstance(self.screen, LauncherScreen | EndScreen | ReportScreen | HelpScreen):
             self.pop_screen()
-        after_run = self._report_after_run if "--report" in started.settings.extra else None
+        after_run = self._report_after_run if parse_run(started.settings.argv()).report else None
         self._set_run(run, run.labels, run.workload, after_run, started.baselines)
         self._status_bar.status = self.status
         columns = self.query_one("#columns", TargetColumns)
@@ -318,7 +318,7 @@ class SessionApp(DashboardApp):
     async def _report_after_run(self, summary: RunSummary) -> str | None:
         if not summary.measured_ticks:
             return None
-        return str(await self._write_report([summary.run_dir]))
+        return str(await self._write_report([summary.run_dir.absolute()]))
 
     async def _write_report(self, run_dirs: Sequence[Path]) -> Path:
         if self.reporter is None:

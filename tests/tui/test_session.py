@@ -247,3 +247,39 @@ async def test_other_options_are_checked_beside_their_field(typed: str, problem:
         assert shown_problems(app) == ["✗ " + problem]
         assert app.screen.query_one("#extra-problem", Problem).has_class("-shown")
         assert not app.runs
+
+
+@pytest.mark.integration
+async def test_with_report_each_run_is_reported_when_it_ends_and_o_shows_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's wiring of --report: the reporter (here one writing a small document, the
+    Spark report has tests of its own) runs after the run, once, and `o` shows its document."""
+    monkeypatch.chdir(tmp_path)
+    asked: list[list[Path]] = []
+
+    def reporter(run_dirs: Sequence[Path], progress: Callable[[str], None]) -> Path:
+        asked.append(list(run_dirs))
+        progress("writing report.md")
+        document = run_dirs[0] / "report" / "report.md"
+        document.parent.mkdir()
+        document.write_text(f"# report of {run_dirs[0].name}\n")
+        return document
+
+    settings = LaunchSettings(targets=["redis"], overrides={"rate": "300", "duration": "2"},
+                              extra=["--warmup", "0", "--report"])
+    app = SessionApp(settings, reporter=reporter)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: isinstance(app.screen, EndScreen) and not app.running,
+                         "the end of the run", timeout_s=60)
+        (record,) = app.runs
+        assert asked == [[(tmp_path / record.run_dir).absolute()]]
+        assert record.report_path == str(asked[0][0] / "report" / "report.md")
+        await pilot.press("o")
+        await wait_until(pilot, lambda: isinstance(app.screen, ReportScreen), "the report")
+        await pilot.pause()
+        assert any(f"report of {record.run_dir.name}" in line for line in screen_lines(app))
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, EndScreen), "back")
+    assert len(asked) == 1  # o showed the report written after the run
