@@ -49,6 +49,13 @@ class _RaisingParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        # --help asked for among the options: not the launcher's to print
+        raise UsageError("--help: every option is in `streambench run --help`")
+
+    def print_help(self, file: Any = None) -> None:
+        pass
+
 
 def _run_parser() -> argparse.ArgumentParser:
     from tui.cli import build_parser

@@ -236,6 +236,7 @@ def test_the_launcher_keeps_every_option_of_the_command_line(argv: list[str]) ->
     ("--rate 5", "--rate has a field of its own above"),
     ("redis --keep", "redis: targets go in the target fields"),
     ("--out here", "--out names one run's directory: each run of the launcher gets its own"),
+    ("--hel", "--help: every option is in `streambench run --help`"),
 ])
 async def test_other_options_are_checked_beside_their_field(typed: str, problem: str) -> None:
     app = SessionApp(LaunchSettings(targets=["redis"]))
