@@ -128,8 +128,8 @@ def target_body(target: Mapping[str, Any], run: RunDescription, index: int) -> R
     config = dict(target.get("config") or {})
     if config.get("data_dir"):
         grid.add_row("data", str(config.pop("data_dir")))
-    if config:
-        grid.add_row("stack", " · ".join(f"{k} {v}" for k, v in config.items()))
+    for n, (name, value) in enumerate(config.items()):
+        grid.add_row("stack" if n == 0 else "", f"{name} {value}")
     workload = run.get("workload")
     partitions = workload.get("partitionsPerTopic") if isinstance(workload, dict) else None
     for n, line in enumerate(_topic_lines(target, partitions)):
@@ -153,8 +153,9 @@ def target_body(target: Mapping[str, Any], run: RunDescription, index: int) -> R
     table.add_column("source", overflow="fold")
     for row in rows:
         table.add_row(*row)
-    caption = (f"settings not at the platform's default: {len(rows)} of {len(settings)} "
-               "(\"as set\": not read back from the broker)")
+    caption = f"settings not at the platform's default: {len(rows)} of {len(settings)}"
+    if any(row[2].endswith("(as set)") for row in rows):
+        caption += " (\"as set\": not read back from the broker)"
     return Group(grid, Text(""), Text(caption, style="bold"),
                  table if rows else Text("none", style="dim"))
 
