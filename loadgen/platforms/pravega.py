@@ -32,12 +32,17 @@ batches fail after SEND_TIMEOUT_S and go on once it is resumed.
 
 Not offered by the client, so not by the driver: transactions, reading from a chosen position,
 a consumer pause that keeps its segments (a stopped consumer's reader goes offline and its
-segments move to the group's other readers)."""
+segments move to the group's other readers).
+
+The client is the `pravega` extra (CLIENT): only the client host processes use it, so a run
+imports it once before anything starts (the stack's checks), and without it ends there with
+one line naming the install command."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import itertools
 import os
 import random
@@ -61,7 +66,7 @@ from compose.pravega import (
 )
 from compose.pulsar import parse_heap
 from compose.stack import Stack, StackDescription
-from loadgen.errors import DriverError
+from loadgen.errors import DriverError, TargetError
 from loadgen.platforms.base import (
     Acknowledged,
     Consumer,
@@ -71,7 +76,7 @@ from loadgen.platforms.base import (
     ReceivedBatch,
 )
 from loadgen.platforms.runtime import runtime_options
-from loadgen.platforms.spec import Platform, parse_port
+from loadgen.platforms.spec import OptionalClient, Platform, parse_port
 from loadgen.target import OptionSpec, Target
 
 RECEIVE_WAIT_S = 0.1
@@ -80,6 +85,18 @@ MAX_IN_FLIGHT = 8
 SEND_TIMEOUT_S = 10.0  # a batch not acknowledged by then fails (the client itself waits on)
 LIVENESS_AFTER_S = 0.5  # a batch unanswered, or a reader silent, this long: is the broker there?
 LIVENESS_PROBE_S = 1.0  # how long the TCP connection to the controller may take
+# the `pravega` package (Apache-2.0, a Rust wheel), which only the `pravega` extra installs
+CLIENT = OptionalClient(module="pravega_client", what="the Pravega Python client pravega (Apache-2.0)",
+                        extra="pravega")
+
+
+def check_client() -> None:
+    """Import the client once, in this process, before anything starts: the client host
+    processes would otherwise fail on it only after the broker is up."""
+    try:
+        importlib.import_module(CLIENT.module)
+    except ImportError as exc:
+        raise TargetError(CLIENT.unavailable("pravega", exc)) from None
 
 # ---- routing ----------------------------------------------------------------------------------
 
@@ -500,6 +517,7 @@ class PravegaDriver(Driver):
 # ---- the platform -----------------------------------------------------------------------------
 
 def _stack(target: Target) -> Stack:
+    check_client()  # before anything starts
     if target.runtime == "external":
         return PravegaExternalStack(target, target.label)
     if target.runtime == "docker":
@@ -540,5 +558,6 @@ PLATFORMS = [
         make_stack=_stack,
         make_driver=_driver,
         make_collectors=_collectors,
+        optional_client=CLIENT,
     ),
 ]
