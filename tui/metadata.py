@@ -84,8 +84,11 @@ def _topic_lines(target: Mapping[str, Any], partitions: Any) -> list[Text]:
         if parts:
             line.append(f" ({', '.join(parts)})", style="dim")
         lines.append(line)
-        if shape.get("streams"):
-            lines.append(Text("  streams " + ", ".join(shape["streams"])))
+        for field in ("streams", "subjects"):
+            if shape.get(field):
+                lines.append(Text(f"  {field} " + ", ".join(shape[field])))
+        if shape.get("leader"):
+            lines.append(Text(f"  leader {shape['leader']}"))
         leaders = shape.get("leaders")
         if isinstance(leaders, dict) and leaders:
             lines.append(Text("  leaders " + ", ".join(

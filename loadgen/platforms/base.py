@@ -117,8 +117,8 @@ class Driver(ABC):
     def topic_layout(self, name: str, partitions: int) -> dict[str, Any]:
         """What the broker holds for a topic the run made, as far as the driver learnt it:
         `partitions`, and where the platform has them `name` (the broker's name of the topic),
-        `streams` (the broker's own name of each partition), `replication`, `leaders`
-        (partition number -> the broker leading it)."""
+        `streams` or `subjects` (the broker's own name of each partition), `replication`,
+        `leaders` (partition number -> the broker leading it) or `leader` (of the whole topic)."""
         return {"partitions": partitions}
 
     async def settings_in_force(self) -> dict[str, dict[str, Any]]:

@@ -280,6 +280,7 @@ class NatsDriver(Driver):
         self._admin: NATS | None = None
         self._version = ""
         self._partitions: dict[str, int] = {}
+        self._leaders: dict[str, str] = {}  # topic -> the server leading its stream, when told
         self._created: set[str] = set()
 
     async def _connect(self, name: str, disconnected: Callback | None = None,
@@ -305,19 +306,29 @@ class NatsDriver(Driver):
     def adopt_topic(self, name: str, partitions: int) -> None:
         self._partitions[name] = partitions
 
+    def topic_layout(self, name: str, partitions: int) -> dict[str, Any]:
+        stream = stream_name(name)
+        layout: dict[str, Any] = {"name": stream, "partitions": partitions,
+                                  "subjects": subjects(stream, partitions), "replication": 1}
+        if self._leaders.get(name):
+            layout["leader"] = self._leaders[name]
+        return layout
+
     async def create_topic(self, name: str, partitions: int, subscriptions: list[str]) -> None:
         assert self._admin is not None
         self.adopt_topic(name, partitions)
         stream, opts = stream_name(name), self._opts
         jsm = self._admin.jsm()
         try:
-            await jsm.add_stream(name=stream, subjects=[f"{stream}.*"],
+            info = await jsm.add_stream(name=stream, subjects=[f"{stream}.*"],
                                  storage=StorageType(opts.storage), num_replicas=1,
                                  max_msgs=opts.max_msgs or -1, discard=DiscardPolicy.OLD)
         except (NatsError, TimeoutError) as exc:
             raise DriverError(f"cannot create stream {stream} on NATS at {self._endpoint}: "
                               f"{_failure(exc)}") from None
         self._created.add(stream)
+        leader = info.cluster.leader if info.cluster is not None else None
+        self._leaders[name] = leader or ""
         for sub in subscriptions:
             try:
                 await jsm.add_consumer(stream, durable_name=sub, ack_policy=AckPolicy.EXPLICIT,
