@@ -314,7 +314,9 @@ def _last_error(log: Path) -> str:
 
 
 class PravegaDockerStack(ComposeStack):
-    """The public standalone image on the host network (compose/pravega.yml)."""
+    """The public standalone image on the host network (compose/pravega.yml): controller,
+    segment store and ZooKeeper on loopback ports streambench picks (or the ones given), the
+    controller's gRPC server on every interface as in the local runtime."""
 
     product = "Pravega"
 
@@ -339,8 +341,11 @@ class PravegaDockerStack(ComposeStack):
         return ["pravega"]
 
     async def probe(self) -> bool:
-        if await controller_answers(f"tcp://127.0.0.1:{self._port}", 2.0):
-            return False
+        """Both the controller and the segment store take connections (on the ports given to
+        the standalone through PRAVEGA_STANDALONE_OPTS, see compose/pravega.yml)."""
+        for port in (self._port, self._ss_port):
+            if await controller_answers(f"tcp://127.0.0.1:{port}", 2.0):
+                return False
         self._version = PRAVEGA_VERSION
         return True
 

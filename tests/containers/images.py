@@ -12,7 +12,11 @@ The images follow the public images' conventions, so the real compose files run 
   when `KAFKA_PROCESS_ROLES` is set (formatted with `CLUSTER_ID`), ZooKeeper mode otherwise,
   heap from `KAFKA_HEAP_OPTS`, data in /var/lib/kafka/data (like `apache/kafka:3.9`);
 - zookeeper: `/docker-entrypoint.sh zkServer.sh start-foreground`, configured from `ZOO_*`
-  variables, data in /data (like `zookeeper:3.8`)."""
+  variables, data in /data (like `zookeeper:3.8`);
+- pravega (built by `pravega()`, for its own test): `/opt/pravega/scripts/entrypoint.sh` as the
+  entry point with the role (`standalone`) as its command; the entry point appends the
+  standalone's default ports and listener to `JAVA_OPTS`, and `/opt/pravega/bin/pravega-standalone`
+  reads its defaults, then `JAVA_OPTS`, then `PRAVEGA_STANDALONE_OPTS` (like `pravega/pravega`)."""
 
 from __future__ import annotations
 
@@ -26,12 +30,14 @@ from pathlib import Path
 
 from compose.kafka import KAFKA_3, coordinates
 from compose.maven import assemble, cache_dir
+from compose.pravega import PRAVEGA_VERSION, standalone_jars
 
 HERE = Path(__file__).parent / "images"
 BASE = "streambench-test/base:bookworm"
 REDIS = "streambench-test/redis:7.0"
 KAFKA = f"streambench-test/kafka:{KAFKA_3}"
 ZOOKEEPER = "streambench-test/zookeeper:3.8"
+PRAVEGA = f"streambench-test/pravega:{PRAVEGA_VERSION}"
 MIRROR = "http://deb.debian.org/debian"
 BUILD_TIMEOUT_S = 900
 
@@ -104,6 +110,21 @@ def build_all() -> dict[str, str]:
         "STREAMBENCH_IMAGE_KAFKA_ZK": KAFKA,
         "STREAMBENCH_IMAGE_ZOOKEEPER": ZOOKEEPER,
     }
+
+
+def pravega() -> str:
+    """The Pravega standalone image (on first use: its jars from Maven Central, as the local
+    runtime assembles them, with the jars the local runtime leaves off the classpath left out)."""
+    if not _exists(PRAVEGA):
+        _base()
+        jars = asyncio.run(standalone_jars(_say, "test images"))
+        with tempfile.TemporaryDirectory(prefix="streambench-pravega-lib-") as tmp:
+            lib = Path(tmp) / "lib"
+            lib.mkdir()
+            for jar in jars:  # links, which the build context's copy follows
+                (lib / jar.name).symlink_to(jar)
+            _build(PRAVEGA, "pravega", {"lib": lib})
+    return PRAVEGA
 
 
 def broken(name: str, script: str) -> str:
