@@ -41,6 +41,9 @@ AfterRun = Callable[[RunSummary], Awaitable[str | None]]
 # that ended it, or None when the app was quit without a run
 DashboardResult = RunSummary | StreambenchError | None
 REPAINT_S = 0.25  # the columns repaint at most four times a second
+# once the run has ended, the columns say their figures are final, not live
+FINAL_PHASES = (Phase.WRITING, Phase.REPORT, Phase.DONE)
+FINAL_MARK = " · final"
 GATHER_S = 0.05  # a repaint waits this long for the other targets' ticks of the same second
 # palette entries of Textual's that the key table replaces
 _REPLACED_COMMANDS = {"Quit", "Keys"}
@@ -59,6 +62,13 @@ class PhaseChanged(Message):
 @dataclass
 class EventReceived(Message):
     event: RunEvent
+
+
+@dataclass
+class ReportProgress(Message):
+    """A line of the report's progress, posted from the report's thread."""
+
+    text: str
 
 
 def bus_message(item: BusItem) -> Message | None:
@@ -205,6 +215,22 @@ class DashboardApp(App[DashboardResult]):
             self.status.phase_since_ns = change.time_ns
         self.status.phase = change.phase
         self.status.message = change.message
+        if change.phase in FINAL_PHASES:  # no tick comes any more: the figures are the run's last
+            for label, column in self._columns.items():
+                title = column.border_title or label
+                if not title.endswith(FINAL_MARK):
+                    column.border_title = f"{title}{FINAL_MARK}"
+
+    def report_progress(self, message: str) -> None:
+        """A line of the report's progress (its step, Spark's stages and tasks), shown in the
+        status bar while the report is written; from the report's thread, post a
+        ReportProgress message instead."""
+        if self.status.phase is Phase.REPORT:
+            self.status.message = f"writing the report: {message}"
+            self._show_status()
+
+    def on_report_progress(self, message: ReportProgress) -> None:
+        self.report_progress(message.text)
 
     def _take_event(self, event: RunEvent) -> str | None:
         """Keep the event; the target it belongs to, None for a run-wide event."""

@@ -581,7 +581,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             return SIGNAL_EXIT[signal.Signals(sig)]
         return EXIT_BROKER_FAILED if summary.broker_failures else 0
 
-    from tui.app import DashboardApp
+    from tui.app import DashboardApp, ReportProgress
 
     # With --report, Spark starts in the background while the run goes on (in the one thread
     # the report will run in, where the session stays active), so that the report is ready
@@ -593,7 +593,12 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     async def after_run(summary: Any) -> str | None:
         if reporter is None or not summary.measured_ticks:
             return None
-        return str(await asyncio.wrap_future(reporter.submit(_report, [summary.run_dir], None, None)))
+        def progress(message: str) -> None:  # in the report's thread: shown by the dashboard
+            with contextlib.suppress(RuntimeError):  # the app's loop has closed
+                app.post_message(ReportProgress(message))
+
+        return str(await asyncio.wrap_future(
+            reporter.submit(_report, [summary.run_dir], None, None, None, None, progress)))
 
     app = DashboardApp(run, run.labels, run.workload, after_run=after_run, baselines=baselines)
     terminated: list[int] = []

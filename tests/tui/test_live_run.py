@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -78,14 +80,25 @@ async def test_a_user_error_ends_the_app_with_the_error(tmp_path: Path) -> None:
     assert "not empty" in str(app.return_value)
 
 
+async def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
 @pytest.mark.integration
 async def test_a_finished_run_shows_the_report_step_then_exits(tmp_path: Path) -> None:
     run = Run(WORKLOAD, unique_labels([resolve_target("redis")]), out_dir=tmp_path / "run",
               recorder=ParquetSink)
     reported: list[RunSummary] = []
+    during: list[tuple[str, list[str]]] = []  # the status line and the column titles
 
     async def after_run(summary: RunSummary) -> str | None:
         reported.append(summary)
+        await wait_for(lambda: app.status.phase is Phase.REPORT)
+        app.report_progress("summary: Spark stages 1/3, tasks 2/8")
+        during.append((app.status.message, [str(c.border_title) for c in app._columns.values()]))
         return str(summary.run_dir / "report.md")
 
     app = DashboardApp(run, run.labels, run.workload, after_run=after_run)
@@ -102,3 +115,8 @@ async def test_a_finished_run_shows_the_report_step_then_exits(tmp_path: Path) -
     phases = [c.phase for c in changes]
     assert phases.index(Phase.MEASURING) < phases.index(Phase.REPORT) < len(phases) - 1
     assert changes[-1].phase is Phase.DONE and changes[-1].message.startswith("report: ")
+    # while the report is written the columns say their figures are final, and the status
+    # line carries the report's progress
+    (status, titles), = during
+    assert status == "writing the report: summary: Spark stages 1/3, tasks 2/8"
+    assert titles == ["redis · final"]
