@@ -136,3 +136,8 @@ END_KEY_TABLE: tuple[Key, ...] = (
     Key(("q", "ctrl+q", "ctrl+c"), ("q", "ctrl+q", "ctrl+c"), "quit_session", "quit",
         "Quit; every run's summary and command line are left in the terminal."),
 )
+
+# A report shown in the terminal.
+REPORT_KEY_TABLE: tuple[Key, ...] = (
+    Key(("escape", "q"), ("esc", "q"), "back", "back", "Back to the runs of the session."),
+)

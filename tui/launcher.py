@@ -20,11 +20,12 @@ from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.suggester import SuggestFromList
-from textual.widgets import Footer, Input, Label, OptionList, Static
+from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from loadgen.errors import StreambenchError
 from tui.keys import LAUNCHER_KEY_TABLE, Key
+from tui.widgets import HelpScreen, KeyLine
 
 # the overrides the launcher has a field for: (name, flag, caption, placeholder)
 OVERRIDES: tuple[tuple[str, str, str, str], ...] = (
@@ -314,7 +315,7 @@ class LauncherScreen(Screen[None]):
             yield Problem(id="extra-problem", classes="problem")
             yield Problem(id="problem", classes="problem")
         yield Static(id="command")
-        yield Footer()
+        yield KeyLine(LAUNCHER_KEY_TABLE)
 
     def _target_row(self, spec: str) -> ComposeResult:
         from loadgen.platforms import PLATFORMS
@@ -324,8 +325,7 @@ class LauncherScreen(Screen[None]):
         yield Problem(classes="problem target-problem")
 
     def on_mount(self) -> None:
-        self._show_command()
-        self.query(Input).first().focus()
+        self._show_command()  # (the first field takes the focus: AUTO_FOCUS)
 
     # ---- what the fields hold -----------------------------------------------------------
 
@@ -478,8 +478,6 @@ class LauncherScreen(Screen[None]):
         self.notify(f"copied: {line}", timeout=3)
 
     def action_help(self) -> None:
-        from tui.widgets import HelpScreen
-
         self.app.push_screen(HelpScreen(LAUNCHER_KEY_TABLE))
 
     def action_back(self) -> None:

@@ -22,16 +22,16 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Markdown, Static
+from textual.widgets import Markdown, Static
 
 from loadgen.errors import StreambenchError
 from loadgen.run import RunSummary
 from loadgen.workload import Workload
 from tui.app import DashboardApp
 from tui.endsummary import EndSummary, rows
-from tui.keys import END_KEY_TABLE, Key
+from tui.keys import END_KEY_TABLE, REPORT_KEY_TABLE, Key
 from tui.launcher import LauncherScreen, LaunchSettings, PickScreen, Started, parse_run
-from tui.widgets import HelpScreen, StatusBar, TargetColumns
+from tui.widgets import HelpScreen, KeyLine, StatusBar, TargetColumns
 
 # Writes the report over these run directories, telling its progress; returns its main document.
 Reporter = Callable[[Sequence[Path], Callable[[str], None]], Path]
@@ -123,6 +123,7 @@ class EndScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [key.binding() for key in END_KEY_TABLE]
     KEYS: ClassVar[tuple[Key, ...]] = END_KEY_TABLE
+    AUTO_FOCUS = "#runs"  # the runs scroll with the arrow keys
 
     def __init__(self, session: SessionApp) -> None:
         super().__init__()
@@ -133,11 +134,10 @@ class EndScreen(Screen[None]):
         with VerticalScroll(id="runs"):
             yield Static(id="runs-table")
         yield Static(id="report-status")
-        yield Footer()
+        yield KeyLine(END_KEY_TABLE)
 
     def on_mount(self) -> None:
         self.show()
-        self.query_one("#runs", VerticalScroll).focus()
 
     def show(self) -> None:
         last = self.session.runs[-1]
@@ -178,7 +178,9 @@ class EndScreen(Screen[None]):
 class ReportScreen(Screen[None]):
     """A written report's main document, readable in the terminal; Esc goes back."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [("escape,q", "back", "back")]
+    BINDINGS: ClassVar[list[BindingType]] = [key.binding() for key in REPORT_KEY_TABLE]
+    KEYS: ClassVar[tuple[Key, ...]] = REPORT_KEY_TABLE
+    AUTO_FOCUS = "#report"
 
     def __init__(self, path: Path) -> None:
         super().__init__()
@@ -195,10 +197,7 @@ class ReportScreen(Screen[None]):
                 yield Markdown(document)
             else:
                 yield Static(Text(document))
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.query_one("#report", VerticalScroll).focus()
+        yield KeyLine(REPORT_KEY_TABLE)
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -185,3 +185,16 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help") as help_box:  # ↑/↓ scroll it on a short terminal
             help_box.border_title = "keys"
             yield Static(help_table(self.keys))
+
+
+class KeyLine(Static):
+    """The bottom line of a screen whose keys never change: its key table's footer keys, as
+    Textual's footer shows them, drawn once."""
+
+    def __init__(self, keys: Sequence[Key]) -> None:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        for key in keys:
+            if key.footer:
+                text.append(f" {key.shown[0]} ", style="bold")
+                text.append(f"{key.label} ")
+        super().__init__(text)

@@ -16,12 +16,18 @@ from loadgen.load import TargetTotals
 from loadgen.run import RunSummary
 from loadgen.tick import Tick
 from tests.tui.recorded import LABELS, TICKS, WARMUP_TICKS, recorded_items
-from tests.tui.screen import wait_until
+from tests.tui.screen import screen_lines, wait_until
 from tui.endsummary import EndSummary
 from tui.launcher import LauncherScreen, LaunchSettings, PickScreen, Problem
 from tui.session import EndScreen, ReportScreen, SessionApp, SessionRun
 
 SIZES = [(80, 24), (120, 40)]
+
+
+async def settled(pilot: Pilot, app: SessionApp, footer: str) -> None:
+    """Wait until the bottom line shows `footer` (drawn after the screen's content)."""
+    await wait_until(pilot, lambda: footer in "".join(screen_lines(app)[-1:]), "the footer")
+    await pilot.pause()
 SETTINGS = LaunchSettings(targets=["redis", "redis:aof,fsync=sometimes"],
                           workload="redis-latency-1kb", overrides={"rate": "5000", "duration": "20"})
 
@@ -56,7 +62,7 @@ def test_launcher_with_a_refused_target(snap_compare, size: tuple[int, int]) -> 
         # off the target fields: their hint lists the platform's options, which change as
         # platforms grow
         app.screen.query_one("#workload").focus()
-        await pilot.pause()
+        await settled(pilot, app, "^r start")
 
     assert snap_compare(app, terminal_size=size, run_before=before)
 
@@ -69,7 +75,7 @@ def test_platform_list(snap_compare, size: tuple[int, int]) -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
         await pilot.press("ctrl+t")
         await wait_until(pilot, lambda: isinstance(app.screen, PickScreen), "the platforms")
-        await pilot.pause()
+        await settled(pilot, app, "^r start")
 
     assert snap_compare(app, terminal_size=size, run_before=before)
 
@@ -86,7 +92,7 @@ def test_end_of_a_run_with_the_session_runs(snap_compare, size: tuple[int, int])
         app.runs.append(failed)
         app.show_end()
         await wait_until(pilot, lambda: isinstance(app.screen, EndScreen), "the end screen")
-        await pilot.pause()
+        await settled(pilot, app, "run again")
 
     assert snap_compare(app, terminal_size=size, run_before=before)
 
@@ -117,6 +123,6 @@ def test_report_screen(snap_compare, size: tuple[int, int], tmp_path: Path,
         await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
         app.push_screen(ReportScreen(report))
         await wait_until(pilot, lambda: isinstance(app.screen, ReportScreen), "the report")
-        await pilot.pause()
+        await settled(pilot, app, "back")
 
     assert snap_compare(app, terminal_size=size, run_before=before)
