@@ -86,7 +86,7 @@ BAD = [
     ("pulsar:producer.batching_enable=false", "did you mean batching_enabled?"),
     ("pulsar:producer.compression_type=lz5", "expected one of lz4"),
     ("pulsar:broker.webServicePort=8080", "use pulsar:admin_port=N"),
-    ("pulsar:profile=fastest", "expected one of latency, durable"),
+    ("pulsar:profile=fastest", "expected one of latency, throughput, durable"),
     ("pulsar:broker.journalSyncData=true@pulsar://127.0.0.1:6650", "not to an existing cluster"),
     ("redis:conf.appendfsyn=always", "did you mean appendfsync?"),
     ("redis:conf.port=1", "use redis:port=N"),
