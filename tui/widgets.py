@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -108,9 +108,23 @@ class PanelView(Widget):
         self.panel = PANELS[panel_name]
         self.history = history
         self.view = view
+        # the roles' styles, worked out again only when what they depend on changes (Textual's
+        # own cache is emptied on every style update of the column, which is every repaint)
+        self._styles: tuple[Any, dict[str, Any]] | None = None
+
+    def _role_styles(self) -> dict[str, Any]:
+        parent = self.parent
+        # what the panel's CSS rules select on: the theme, the app's :ansi / :nocolor, the
+        # panel's and its column's classes (the selected column)
+        key = (self.app.theme, self.app.pseudo_classes, frozenset(self.classes),
+               frozenset(parent.classes) if parent is not None else None)
+        if self._styles is None or self._styles[0] != key:
+            self._styles = (key, {role: self.get_component_rich_style(f"panel--{role}")
+                                  for role in ROLES})
+        return self._styles[1]
 
     def render(self) -> RenderResult:
-        styles = {role: self.get_component_rich_style(f"panel--{role}") for role in ROLES}
+        styles = self._role_styles()
         ctx = RenderContext(self.content_size.width, self.content_size.height, styles, self.view)
         try:
             return self.panel.render(self.history, ctx)

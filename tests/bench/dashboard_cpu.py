@@ -1,6 +1,6 @@
 """Benchmark: what the dashboard costs the process that shows it, with several targets.
 
-Runs N local redis-server targets (default 3; 1,000 msg/s each, 4 partitions, 2 consumers,
+Runs N local redis-server targets (default 3; 1,000 msg/s each, 100 partitions, 2 consumers,
 15 s measured after a 2 s warm-up; the load in worker processes, one per target) three ways:
 
 - headless: the run loop and the Parquet sink alone in this process (no dashboard);
@@ -92,7 +92,7 @@ def count_repaints(measuring: Callable[[], bool]
 
 def make_run(args: argparse.Namespace, out: Path) -> tuple[Run, Meter]:
     workload = Workload(name="dashboard-cpu", rate=args.rate, duration_s=args.duration,
-                        warmup_s=2, message_size=1024, partitions=4, consumers=2)
+                        warmup_s=2, message_size=1024, partitions=args.partitions, consumers=2)
     targets = unique_labels([resolve_target("redis:runtime=local") for _ in range(args.targets)])
     run = Run(workload, targets, out_dir=out, recorder=ParquetSink, processes=1)
     meter = Meter()
@@ -132,10 +132,11 @@ def main() -> None:
     parser.add_argument("--targets", type=int, default=3)
     parser.add_argument("--rate", type=float, default=1000.0, help="msg/s per target")
     parser.add_argument("--duration", type=float, default=15.0, help="measured seconds")
+    parser.add_argument("--partitions", type=int, default=100, help="partitions per target")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     os.environ.setdefault("STREAMBENCH_RUNTIME", "local")
-    print(f"{args.targets} redis targets × {args.rate:,.0f} msg/s, 4 partitions, "
+    print(f"{args.targets} redis targets × {args.rate:,.0f} msg/s, {args.partitions} partitions, "
           f"{args.duration:.0f} s measured; this process's CPU over the measuring phase")
     headless: list[float] = []
     for _ in range(args.repeat):
