@@ -92,6 +92,11 @@ class _Buffer:
             self.batches.append(batch)
             self.rows += batch.num_rows
 
+    def clear(self) -> None:
+        self.cols = {name: [] for name in self.schema.names}
+        self.batches = []
+        self.rows = 0
+
     def to_table(self) -> pa.Table:
         batches = list(self.batches)
         if any(self.cols.values()):
@@ -381,6 +386,11 @@ class ParquetSink:
         try:
             pq.write_table(buf.to_table(), tmp, compression="zstd")
             os.replace(tmp, final)
+            # The rows are on disk: drop them and hand the allocator's freed pages back to
+            # the system, so that a burst (a slow disk, a loaded host) does not leave the
+            # process larger for the rest of the run.
+            buf.clear()
+            pa.default_memory_pool().release_unused()
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink()
