@@ -37,6 +37,7 @@ from compose.process import (
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
 from loadgen.security import read_secret
+from loadgen.settings import settings_of, text
 from loadgen.target import Target
 
 DATA_PREFIX = "streambench-rabbitmq-"
@@ -100,22 +101,137 @@ async def hello(host: str, port: int, user: str, password: str, timeout_s: float
 ENABLED_PLUGINS = f"[{','.join(PLUGINS)}].\n"
 
 
-def node_config(ports: dict[str, int]) -> str:
-    """rabbitmq.conf of a node streambench starts: every listener on loopback, on its port."""
-    return "\n".join([
-        f"listeners.tcp.1 = 127.0.0.1:{ports['amqp']}",
-        f"stream.listeners.tcp.1 = 127.0.0.1:{ports['stream']}",
+def node_settings(ports: dict[str, int]) -> dict[str, str]:
+    """What streambench writes into the rabbitmq.conf of a node it starts: every listener on
+    loopback, on its port."""
+    return {
+        "listeners.tcp.1": f"127.0.0.1:{ports['amqp']}",
+        "stream.listeners.tcp.1": f"127.0.0.1:{ports['stream']}",
         # what the stream protocol's metadata tells clients to connect to
-        "stream.advertised_host = 127.0.0.1",
-        f"stream.advertised_port = {ports['stream']}",
-        "management.tcp.ip = 127.0.0.1",
-        f"management.tcp.port = {ports['management']}",
+        "stream.advertised_host": "127.0.0.1",
+        "stream.advertised_port": str(ports["stream"]),
+        "management.tcp.ip": "127.0.0.1",
+        "management.tcp.port": str(ports["management"]),
         # per-second figures for the telemetry (default: every 5 s)
-        "collect_statistics_interval = 1000",
-        "log.console = true",
-        "log.file = false",
-        "",
-    ])
+        "collect_statistics_interval": "1000",
+        "log.console": "true",
+        "log.file": "false",
+    }
+
+
+def node_config(ports: dict[str, int], broker: dict[str, str] | None = None) -> str:
+    """rabbitmq.conf of a node streambench starts: its own settings, then the target's
+    `broker.` settings (a key given there replaces streambench's line)."""
+    settings = {**node_settings(ports), **(broker or {})}
+    return "".join(f"{key} = {value}\n" for key, value in settings.items())
+
+
+def broker_settings(target: Target) -> dict[str, str]:
+    """The target's `broker.` settings, rabbitmq.conf key -> value as written."""
+    return {key: text(value) for key, value in settings_of(target, "broker").items()}
+
+
+def cli_environment(data_dir: Path, epmd_port: int) -> dict[str, str]:
+    """The environment the node's CLI tools (and the node) need to reach a node streambench
+    started: its Erlang cookie (HOME), its own epmd on loopback, no machine-wide RabbitMQ files."""
+    erl_args = "-start_epmd false -kernel inet_dist_use_interface {127,0,0,1}"
+    keep = {k: v for k, v in os.environ.items()
+            if not k.startswith(("RABBITMQ_", "ERL_")) and k != "HOME"}
+    return {
+        **keep,
+        "HOME": str(data_dir / "home"),  # the Erlang cookie
+        "ERL_EPMD_ADDRESS": "127.0.0.1",
+        "ERL_EPMD_PORT": str(epmd_port),
+        "RABBITMQ_USE_LONGNAME": "false",
+        "RABBITMQ_CONF_ENV_FILE": str(data_dir / "rabbitmq-env.conf"),
+        "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": erl_args,
+        "RABBITMQ_CTL_ERL_ARGS": erl_args,
+    }
+
+
+def run_tool(tool: str, node: str, env: dict[str, str], args: tuple[str, ...], label: str,
+             timeout_s: float = CLI_TIMEOUT_S) -> str:
+    """Run rabbitmqctl / rabbitmq-streams / rabbitmq-diagnostics against `node` (blocking) and
+    return its output; StackError when it fails."""
+    binary = script(tool)
+    if binary is None or not env:
+        raise StackError(f"{label}: {tool} not found or the node is not up")
+    try:
+        done = subprocess.run([binary, "-n", node, "-q", *args], env=env, capture_output=True,
+                              text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise StackError(f"{label}: {tool} {' '.join(args)[:100]} gave no answer in "
+                         f"{timeout_s:.0f} s") from None
+    if done.returncode != 0:
+        raise StackError(f"{label}: {tool} {' '.join(args)[:100]} failed: "
+                         f"{(done.stderr or done.stdout).strip()[:300]}")
+    return done.stdout
+
+
+def _erlang_string(text_: str) -> str:
+    return '"' + text_.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _erlang_atom(text_: str) -> str:
+    return "'" + text_.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# prints `KEY<tab>VALUE` for each {KEY, App, Path} whose application parameter the node holds
+# and whose value is one plain value (a number, an atom, a string)
+_READ_ENV = """
+Get = fun G(V, []) -> {ok, V};
+          G(L, [K | R]) when is_list(L) ->
+              case lists:keyfind(K, 1, L) of {K, V} -> G(V, R); _ -> none end;
+          G(M, [K | R]) when is_map(M) ->
+              case maps:find(K, M) of {ok, V} -> G(V, R); error -> none end;
+          G(_, _) -> none end,
+Show = fun(V) when is_integer(V); is_float(V); is_atom(V) -> {ok, io_lib:format("~p", [V])};
+          (V) when is_binary(V) -> {ok, V};
+          (V) when is_list(V) ->
+              case io_lib:printable_unicode_list(V) of true -> {ok, V}; false -> none end;
+          (_) -> none end,
+lists:foreach(fun({Key, App, [P | R]}) ->
+    try
+        case application:get_env(App, P) of
+            {ok, V0} ->
+                case Get(V0, R) of
+                    {ok, V} -> case Show(V) of
+                                   {ok, S} -> io:format("~s\t~ts~n", [Key, S]);
+                                   none -> ok
+                               end;
+                    none -> ok
+                end;
+            undefined -> ok
+        end
+    catch _:_ -> ok
+    end end, WANTED).
+"""
+
+
+def read_node_settings(config: dict[str, str], wanted: dict[str, str], label: str) -> dict[str, str]:
+    """The values a node streambench started holds for rabbitmq.conf keys, read from the
+    application parameters each key sets (`wanted`: key -> "app.param[.sub…]", as the schema
+    maps it) with `rabbitmqctl eval`: key -> value, for the keys whose parameter is set and is
+    one plain value. The values are the node's, after its schema translated them (a value may
+    read back in another form than written). StackError when the node does not answer."""
+    terms = []
+    for key, target in wanted.items():
+        app, *path = target.split(".")
+        if not path or not re.fullmatch(r"[a-z_][a-z0-9_]*", app):
+            continue
+        atoms = ", ".join(_erlang_atom(p) for p in path)
+        terms.append(f"{{{_erlang_string(key)}, {_erlang_atom(app)}, [{atoms}]}}")
+    if not terms:
+        return {}
+    expression = _READ_ENV.replace("WANTED", "[" + ", ".join(terms) + "]")
+    env = cli_environment(Path(config["data_dir"]), int(config["epmd_port"]))
+    out = run_tool("rabbitmqctl", config["node"], env, ("eval", expression), label)
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        key, tab, value = line.partition("\t")
+        if tab and key in wanted:
+            found[key] = value
+    return found
 
 
 class RabbitLocalStack(OneNodeLocalStack):
@@ -134,11 +250,12 @@ class RabbitLocalStack(OneNodeLocalStack):
         self._node_name = ""
         self._env: dict[str, str] = {}
         self._version = ""
+        self._broker = broker_settings(target)
 
     # -- the node's files ------------------------------------------------------------------
 
     def _write_files(self, root: Path) -> None:
-        (root / "rabbitmq.conf").write_text(node_config(self._ports))
+        (root / "rabbitmq.conf").write_text(node_config(self._ports, self._broker))
         (root / "enabled_plugins").write_text(ENABLED_PLUGINS)
         (root / "rabbitmq-env.conf").write_text("")  # the machine's /etc one is not read
         home = root / "home"
@@ -149,27 +266,17 @@ class RabbitLocalStack(OneNodeLocalStack):
 
     def _environment(self, root: Path) -> dict[str, str]:
         p = self._ports
-        erl_args = "-start_epmd false -kernel inet_dist_use_interface {127,0,0,1}"
-        keep = {k: v for k, v in os.environ.items()
-                if not k.startswith(("RABBITMQ_", "ERL_")) and k != "HOME"}
         return {
-            **keep,
-            "HOME": str(root / "home"),  # the Erlang cookie
-            "ERL_EPMD_ADDRESS": "127.0.0.1",
-            "ERL_EPMD_PORT": str(p["epmd"]),
+            **cli_environment(root, p["epmd"]),
             "RABBITMQ_NODENAME": self._node_name,
-            "RABBITMQ_USE_LONGNAME": "false",
             "RABBITMQ_MNESIA_BASE": str(root / "mnesia"),
             "RABBITMQ_LOG_BASE": str(root / "log"),
             "RABBITMQ_LOGS": "-",
             "RABBITMQ_PID_FILE": str(root / "rabbitmq.pid"),
             "RABBITMQ_CONFIG_FILE": str(root / "rabbitmq.conf"),
             "RABBITMQ_ADVANCED_CONFIG_FILE": str(root / "advanced.config"),
-            "RABBITMQ_CONF_ENV_FILE": str(root / "rabbitmq-env.conf"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(root / "enabled_plugins"),
             "RABBITMQ_DIST_PORT": str(p["dist"]),
-            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": erl_args,
-            "RABBITMQ_CTL_ERL_ARGS": erl_args,
             # the script then execs the VM instead of running it as its own child: beam.smp is
             # the process streambench started, so it dies with streambench (the death signal of
             # compose.process) and receives the signals of the fault hooks itself
@@ -279,19 +386,7 @@ class RabbitLocalStack(OneNodeLocalStack):
     def cli(self, tool: str, *args: str, timeout_s: float = CLI_TIMEOUT_S) -> str:
         """Run rabbitmqctl / rabbitmq-streams / rabbitmq-diagnostics against this node (blocking)
         and return its output; StackError when it fails."""
-        binary = script(tool)
-        if binary is None or not self._env:
-            raise StackError(f"{self._label}: {tool} not found or the node is not up")
-        try:
-            done = subprocess.run([binary, "-n", self._node_name, "-q", *args], env=self._env,
-                                  capture_output=True, text=True, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            raise StackError(f"{self._label}: {tool} {' '.join(args)} gave no answer in "
-                             f"{timeout_s:.0f} s") from None
-        if done.returncode != 0:
-            raise StackError(f"{self._label}: {tool} {' '.join(args)} failed: "
-                             f"{(done.stderr or done.stdout).strip()[:300]}")
-        return done.stdout
+        return run_tool(tool, self._node_name, self._env, args, self._label, timeout_s)
 
     def describe(self) -> StackDescription:
         p = self._ports
@@ -305,6 +400,7 @@ class RabbitLocalStack(OneNodeLocalStack):
             version=self._version,
             config={"node": self._node_name, "data_dir": str(self._dir),
                     "epmd_port": str(p.get("epmd", 0)), "plugins": ",".join(PLUGINS)},
+            broker_settings={**node_settings(p), **self._broker} if p else dict(self._broker),
         )
 
 
@@ -330,7 +426,7 @@ class RabbitDockerStack(ComposeStack):
         remove_stale_dirs(DATA_PREFIX)
         root = self._dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
         root.chmod(0o755)  # the container's rabbitmq user reads the files
-        (root / "rabbitmq.conf").write_text(node_config(self._ports))
+        (root / "rabbitmq.conf").write_text(node_config(self._ports, broker_settings(self._target)))
         (root / "enabled_plugins").write_text(ENABLED_PLUGINS)
         for name in ("rabbitmq.conf", "enabled_plugins"):
             (root / name).chmod(0o644)

@@ -31,14 +31,23 @@ consumer of that subscription (another run, another process) goes on where it le
 Each message is an AMQP 1.0 message: the payload of exactly `messageSize` bytes as its body and
 the intended send time in ns as the application property `t`. A producer's batch is confirmed
 by the broker (publish confirms) before it counts as sent. Consumers store the offset of the
-last message they handed over every `store_interval_ms` and on close."""
+last message they handed over every `store_interval_ms` and on close.
+
+Settings: `broker.KEY=VALUE` is a rabbitmq.conf key of a node streambench starts, checked against
+RabbitMQ 3.10.8's schema (loadgen.platforms.rabbitmq_conf_names); `topic.NAME=VALUE` an argument
+each stream is created with. There is no durable profile: RabbitMQ streams do not fsync a write
+(NO_DURABLE)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import importlib
+import json
 import logging
+import re
+import urllib.parse
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -47,17 +56,25 @@ from rstream.client import Client, ClientPool
 from rstream.exceptions import StreamAlreadyExists
 
 from collectors.base import Collector
-from collectors.rabbitmq import RabbitTelemetry
+from collectors.rabbitmq import RabbitTelemetry, management_get
 from collectors.resources import resource_collectors
 from compose.net import connect_failure
-from compose.rabbitmq import RabbitDockerStack, RabbitExternalStack, RabbitLocalStack, parse_address
+from compose.rabbitmq import (
+    RabbitDockerStack,
+    RabbitExternalStack,
+    RabbitLocalStack,
+    parse_address,
+    read_node_settings,
+)
 from compose.stack import Stack, StackDescription
-from loadgen.errors import DriverError, TargetError
+from loadgen.errors import DriverError, StackError, TargetError
 from loadgen.omb_driver import RABBITMQ_FIELDS, driver_option, named_driver
 from loadgen.platforms.base import Consumer, Driver, Producer
+from loadgen.platforms.rabbitmq_conf_names import RABBITMQ_CONF, RABBITMQ_OTHER_PLUGINS
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import OptionalClient, Platform, parse_non_negative, parse_port
 from loadgen.security import REDIS_SECURITY_OPTIONS, read_secret
+from loadgen.settings import SettingsRecord, config_option, namespace, settings_of
 from loadgen.target import OptionSpec, Target
 
 if TYPE_CHECKING:
@@ -106,6 +123,114 @@ def check_options(target: Target) -> None:
                           "server (rabbitmq@HOST:PORT); leave them out")
 
 
+# ---- settings -------------------------------------------------------------------------------
+
+def _close(name: str, known: list[str]) -> str:
+    found = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f" (did you mean {found[0]}?)" if found else ""
+
+
+def _schema_key(name: str, keys: list[str]) -> str | None:
+    """The schema key `name` is: itself, or a key with `$var` segments (listeners.tcp.$name)
+    whose other segments it matches."""
+    if name in keys:
+        return name
+    parts = name.split(".")
+    for key in keys:
+        if "$" not in key:
+            continue
+        pattern = key.split(".")
+        if len(pattern) == len(parts) and all(p.startswith("$") or p == q
+                                              for p, q in zip(pattern, parts, strict=True)):
+            return key
+    return None
+
+
+_KNOWN_KEYS = sorted(RABBITMQ_CONF)
+_LISTENERS = "the node's listeners are streambench's, on loopback ports it picks (rabbitmq:port=N "
+_LISTENERS += "for the stream port)"
+_BROKER_SET_BY_STREAMBENCH_PREFIXES = {
+    "listeners.": _LISTENERS, "stream.listeners.": _LISTENERS,
+    "management.tcp.": "the management API listens on a loopback port streambench picks",
+    "management.ssl.": "the management API listens on a loopback port streambench picks",
+    "management.listener.": "the management API listens on a loopback port streambench picks",
+    "distribution.listener.": "Erlang distribution is on a loopback port streambench picks",
+    "loopback_users": "streambench's clients sign in as guest, which RabbitMQ lets in on "
+                      "loopback only",
+}
+_BROKER_SET_BY_STREAMBENCH = {
+    **{k: "clients are told 127.0.0.1 and the node's stream port"
+       for k in ("stream.advertised_host", "stream.advertised_port", "stream.advertised_tls_host",
+                 "stream.advertised_tls_port")},
+    **{k: "each node has a data and log directory of its own" for k in ("raft.data_dir", "log.dir")},
+    **{k: "streambench keeps the node's log (its console output) with the run"
+       for k in ("log.file", "log.console")},
+    **{k: "streambench's clients sign in as guest on the vhost /"
+       for k in ("default_user", "default_pass", "default_vhost")},
+}
+
+
+def check_broker(name: str, raw: str) -> tuple[str, str]:
+    """`broker.KEY`: a rabbitmq.conf key of RabbitMQ 3.10's schema that a node streambench
+    starts loads (loadgen.platforms.rabbitmq_conf_names), not one streambench sets itself."""
+    if name in _BROKER_SET_BY_STREAMBENCH:
+        raise ValueError(f"{name} is set by streambench: {_BROKER_SET_BY_STREAMBENCH[name]}")
+    for prefix, why in _BROKER_SET_BY_STREAMBENCH_PREFIXES.items():
+        if name.startswith(prefix) or name == prefix.rstrip("."):
+            raise ValueError(f"{name} is set by streambench: {why}")
+    if _schema_key(name, _KNOWN_KEYS) is None:
+        for plugin, keys in RABBITMQ_OTHER_PLUGINS.items():
+            if _schema_key(name, sorted(keys)) is not None:
+                raise ValueError(f"{name} is a key of the {plugin} plugin, which the node "
+                                 "streambench starts does not enable (only rabbitmq_stream and "
+                                 "rabbitmq_stream_management)")
+        raise ValueError(f"not a rabbitmq.conf key of RabbitMQ 3.10{_close(name, _KNOWN_KEYS)}")
+    value = raw.strip()
+    if not value or "\n" in value or "\r" in value:
+        raise ValueError("expected one value on one line")
+    return name, value
+
+
+# a stream's arguments at creation (RabbitMQ 3.10's stream protocol takes these, and stores
+# them as the queue's x- arguments): name -> whether the value is a whole number
+STREAM_ARGUMENTS = {"max-length-bytes": True, "max-age": False, "stream-max-segment-size-bytes": True,
+                    "initial-cluster-size": True, "queue-leader-locator": False}
+# the plain options that stand for one of them
+PLAIN_ARGUMENTS = {"max_length_bytes": "max-length-bytes", "segment_bytes": "stream-max-segment-size-bytes"}
+
+
+def check_topic(name: str, raw: str) -> tuple[str, Any]:
+    """`topic.NAME`: a stream argument, with or without its x- (recorded with it, as the
+    server lists a stream's arguments)."""
+    bare = name.removeprefix("x-")
+    if bare not in STREAM_ARGUMENTS:
+        known = [f"x-{k}" for k in STREAM_ARGUMENTS]
+        raise ValueError(f"not a stream argument RabbitMQ takes at creation"
+                         f"{_close(f'x-{bare}', known)}; known: {', '.join(known)}")
+    value = raw.strip()
+    if STREAM_ARGUMENTS[bare]:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError("expected a whole number of at least 1")
+        return f"x-{bare}", int(value)
+    if bare == "max-age" and not re.fullmatch(r"\d+[YMDhms]", value):
+        raise ValueError("expected a whole number and a unit (Y, M, D, h, m or s), e.g. 7D")
+    if not value:
+        raise ValueError("expected a value")
+    return f"x-{bare}", value
+
+
+NO_DURABLE = ("RabbitMQ streams do not fsync a write: osiris, the stream log of RabbitMQ 3.10, "
+              "writes each chunk to its segment file and leaves flushing to the operating system; "
+              "a stream is made durable by replication over nodes (x-initial-cluster-size), so "
+              "there is no durable profile")
+
+
+def _no_profile(name: str) -> str:
+    if name == "durable":
+        raise ValueError(NO_DURABLE)
+    raise ValueError("RabbitMQ has no profiles (durable: RabbitMQ streams do not fsync a write)")
+
+
 @dataclass(frozen=True)
 class RabbitOptions:
     """The client and stream settings of a RabbitMQ target, typed once from its options."""
@@ -115,30 +240,44 @@ class RabbitOptions:
     store_interval_ms: int
     max_length_bytes: int  # 0: no limit
     segment_bytes: int  # 0: the server's default
+    # `topic.` settings: stream arguments, (x-NAME, value)
+    topic: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def of(cls, target: Target) -> RabbitOptions:
         check_options(target)
         o = target.options
         secret = read_secret(target, "password")
+        topic = settings_of(target, "topic")
+        both = [f"{option} and topic.x-{argument}" for option, argument in PLAIN_ARGUMENTS.items()
+                if option in target.explicit and f"x-{argument}" in topic]
+        if both:
+            raise TargetError(f"target {target.spec!r}: {both[0]} set the same stream argument; "
+                              "give one of them")
         return cls(str(o.get("user") or "guest"), secret.reveal() if secret else "guest",
                    int(o.get("store_interval_ms") or 0), int(o.get("max_length_bytes") or 0),
-                   int(o.get("segment_bytes") or 0))
+                   int(o.get("segment_bytes") or 0), tuple(topic.items()))
 
     def stream_arguments(self) -> dict[str, Any]:
+        """The arguments each stream is created with, as the stream protocol names them."""
         args: dict[str, Any] = {}
         if self.max_length_bytes:
             args["max-length-bytes"] = self.max_length_bytes
         if self.segment_bytes:
             args["stream-max-segment-size-bytes"] = self.segment_bytes
+        for name, value in self.topic:
+            args[name.removeprefix("x-")] = value
         return args
 
 
 class RabbitStreamsDriver(Driver):
-    def __init__(self, host: str, port: int, options: RabbitOptions) -> None:
+    def __init__(self, host: str, port: int, options: RabbitOptions, target: Target | None = None,
+                 desc: StackDescription | None = None) -> None:
         self._host = host
         self._port = port
         self._opts = options
+        self._target = target
+        self._desc = desc
         self._pool: ClientPool | None = None
         self._admin: Client | None = None
         self._version = ""
@@ -187,6 +326,56 @@ class RabbitStreamsDriver(Driver):
         for stream in stream_names(name, self._partitions.get(name, 1)):
             with contextlib.suppress(Exception):
                 await self._admin.delete_stream(stream)
+
+    async def settings_in_force(self) -> dict[str, dict[str, Any]]:
+        """The node's rabbitmq.conf settings as it holds them (a node streambench started: its
+        application parameters, through rabbitmqctl) and the arguments of the run's first
+        stream as the management API lists them; what neither tells, as requested."""
+        if self._target is None:
+            return {}
+        record = SettingsRecord(self._target)
+        desc = self._desc
+        written = dict(desc.broker_settings) if desc is not None else {}
+        if desc is not None and desc.runtime == "local" and desc.config.get("node"):
+            # the platform's defaults of keys that set a parameter of their own (keys sharing one,
+            # e.g. vm_memory_high_watermark.relative and .absolute, only when set)
+            targets = list(RABBITMQ_CONF.values())
+            wanted = {k: t for k, t in RABBITMQ_CONF.items()
+                      if "$" not in k and (targets.count(t) == 1 or k in written)}
+            try:
+                values = await asyncio.to_thread(read_node_settings, dict(desc.config), wanted,
+                                                 self._target.label)
+            except StackError:
+                values = {}
+            record.add("broker", dict(sorted(values.items())), read_back=True, streambench=written)
+        rest = {k: v for k, v in written.items() if f"broker.{k}" not in record.entries}
+        record.add("broker", rest, read_back=False, streambench=written)
+        plain = [f"x-{a}" for option, a in PLAIN_ARGUMENTS.items() if option in self._target.explicit]
+        arguments = await self._stream_arguments()
+        if arguments is not None:
+            record.add("topic", arguments, read_back=True, streambench=["x-queue-type", *plain],
+                       user=plain)
+        else:
+            record.add("topic", {f"x-{k}": v for k, v in self._opts.stream_arguments().items()},
+                       read_back=False, streambench=plain, user=plain)
+        record.add_requested()
+        return record.result()
+
+    async def _stream_arguments(self) -> dict[str, Any] | None:
+        """The arguments of the run's first stream, as the management API lists them; None
+        when there is no such API or it does not answer."""
+        base = self._desc.endpoints.get("management") if self._desc is not None else None
+        if not base or not self._partitions:
+            return None
+        stream = stream_names(next(iter(self._partitions)), 1)[0]
+        path = f"/api/queues/%2F/{urllib.parse.quote(stream, safe='')}"
+        try:
+            body = await asyncio.to_thread(management_get, base, path, self._opts.user,
+                                           self._opts.password, 5.0)
+            arguments = json.loads(body).get("arguments")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return dict(sorted(arguments.items())) if isinstance(arguments, dict) else None
 
     def _uri(self) -> str:
         from urllib.parse import quote
@@ -239,7 +428,7 @@ def _stack(target: Target) -> Stack:
 
 def _driver(target: Target, desc: StackDescription) -> Driver:
     host, port = parse_address(desc.endpoints["stream"])
-    return RabbitStreamsDriver(host, port, RabbitOptions.of(target))
+    return RabbitStreamsDriver(host, port, RabbitOptions.of(target), target, desc)
 
 
 def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
@@ -264,9 +453,12 @@ PLATFORMS = [
             "store_interval_ms": OptionSpec("how often consumers store their offset (ms; always "
                                             "on close)", default=1000, parse=parse_non_negative),
             "max_length_bytes": OptionSpec("retention: keep about this many bytes per stream "
-                                           "(0 = no limit)", default=0, parse=parse_non_negative),
+                                           "(0 = no limit; the stream argument "
+                                           "x-max-length-bytes)", default=0,
+                                           parse=parse_non_negative),
             "segment_bytes": OptionSpec("size of a stream's segment files (0 = the server's "
-                                        "default, 500 MB)", default=0, parse=parse_non_negative),
+                                        "default, 500 MB; x-stream-max-segment-size-bytes)",
+                                        default=0, parse=parse_non_negative),
             "user": OptionSpec("existing server: user name (default: guest, which RabbitMQ lets "
                                "in on loopback only)", default=None),
             **{k: REDIS_SECURITY_OPTIONS[k] for k in ("password_file", "password_env", "password")},
@@ -274,6 +466,14 @@ PLATFORMS = [
                                           "host, for broker counters (0 = none)", default=15672,
                                           parse=parse_non_negative),
             **runtime_options(("docker", "local")),
+            "broker": namespace("broker.KEY=VALUE: a rabbitmq.conf key of the local node "
+                                "(e.g. broker.stream.frame_max=2097152)", check_broker, broker=True),
+            "topic": namespace("topic.NAME=VALUE: an argument each stream is created with: "
+                               + ", ".join(f"x-{k}" for k in STREAM_ARGUMENTS)
+                               + " (e.g. topic.x-max-age=1h)", check_topic),
+            "profile": OptionSpec("named set of settings: none for RabbitMQ (durable: RabbitMQ "
+                                  "streams do not fsync a write)", default=None, parse=_no_profile),
+            "config": config_option(),
             "driver": driver_option(named_driver(RABBITMQ_FIELDS)),
         },
         runtimes=("docker", "local", "external"),
