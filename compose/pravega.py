@@ -35,6 +35,7 @@ from compose.process import (
 from compose.pulsar import probe_tcp
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError, TargetError
+from loadgen.settings import settings_of, text
 from loadgen.target import Target
 
 PRAVEGA_VERSION = "0.13.0"
@@ -120,24 +121,38 @@ async def standalone_jars(progress: Progress, label: str) -> list[Path]:
     return [j for j in jars if not j.name.startswith(_LEFT_OUT)]
 
 
-def standalone_properties(zk_port: int, controller_port: int, segment_store_port: int) -> str:
-    """The emulator's config file: its own `singlenode.*` keys, and the segment store's
-    `pravegaservice.*` keys, which it reads from the same file after its built-in settings."""
-    return "\n".join([
-        f"singlenode.zk.port={zk_port}",
-        f"singlenode.controller.rpc.port={controller_port}",
-        f"singlenode.segmentStore.port={segment_store_port}",
-        "singlenode.controller.rest.enable=false",
-        "singlenode.admin.gateway.enable=false",
-        "singlenode.metrics.enable=false",
-        f"pravegaservice.service.listener.port={segment_store_port}",
-        f"pravegaservice.service.published.port={segment_store_port}",
-        "pravegaservice.service.listener.host.nameOrIp=127.0.0.1",
-        "pravegaservice.service.published.host.nameOrIp=127.0.0.1",
-        "pravegaservice.admin.gateway.enable=false",
-        "pravegaservice.rest.listener.enable=false",
-        "",
-    ])
+def standalone_settings(zk_port: int, controller_port: int, segment_store_port: int) -> dict[str, str]:
+    """What streambench writes into the emulator's config file: its own `singlenode.*` keys,
+    and the segment store's `pravegaservice.*` keys."""
+    return {
+        "singlenode.zk.port": str(zk_port),
+        "singlenode.controller.rpc.port": str(controller_port),
+        "singlenode.segmentStore.port": str(segment_store_port),
+        "singlenode.controller.rest.enable": "false",
+        "singlenode.admin.gateway.enable": "false",
+        "singlenode.metrics.enable": "false",
+        "pravegaservice.service.listener.port": str(segment_store_port),
+        "pravegaservice.service.published.port": str(segment_store_port),
+        "pravegaservice.service.listener.host.nameOrIp": "127.0.0.1",
+        "pravegaservice.service.published.host.nameOrIp": "127.0.0.1",
+        "pravegaservice.admin.gateway.enable": "false",
+        "pravegaservice.rest.listener.enable": "false",
+    }
+
+
+def _escaped(text_: str) -> str:
+    """A value as java.util.Properties reads it back (backslashes kept, leading spaces kept)."""
+    out = text_.replace("\\", "\\\\")
+    return "\\" + out if out.startswith(" ") else out
+
+
+def standalone_properties(zk_port: int, controller_port: int, segment_store_port: int,
+                          broker: dict[str, str] | None = None) -> str:
+    """The emulator's config file: streambench's settings, then the target's `broker.` ones.
+    The emulator reads its `singlenode.*` keys from it, the segment store its components' keys
+    (`pravegaservice.*`, `writer.*`, …) over its built-in settings."""
+    settings = {**standalone_settings(zk_port, controller_port, segment_store_port), **(broker or {})}
+    return "".join(f"{key}={_escaped(value)}\n" for key, value in settings.items())
 
 
 class PravegaLocalStack(Stack):
@@ -156,6 +171,8 @@ class PravegaLocalStack(Stack):
         self._ss_port = int(opts.get("segment_store_port") or 0)
         self._node: LocalNode | None = None
         self._dir: Path | None = None
+        self._broker = {key: text(value) for key, value in settings_of(target, "broker").items()}
+        self._written: dict[str, str] = dict(self._broker)
 
     @property
     def _controller(self) -> str:
@@ -204,7 +221,8 @@ class PravegaLocalStack(Stack):
         for _attempt in range(3):
             port, ss_port, zk_port = self._pick_ports()
             props = self._dir / "standalone.properties"
-            props.write_text(standalone_properties(zk_port, port, ss_port))
+            props.write_text(standalone_properties(zk_port, port, ss_port, self._broker))
+            self._written = {**standalone_settings(zk_port, port, ss_port), **self._broker}
             log = self._dir / "pravega.out"
             node = self._node = LocalNode(self.NODE, self._argv(java, jars, props), log, cwd=self._dir)
             node.start()  # from the event loop's (main) thread: the death signal is tied to it
@@ -289,6 +307,7 @@ class PravegaLocalStack(Stack):
             version=PRAVEGA_VERSION,
             config={"scope": str(self._target.options["scope"]), "heap": self._heap,
                     "storage": "in-memory (standalone)", "data_dir": str(self._dir)},
+            broker_settings=dict(self._written),
         )
 
 

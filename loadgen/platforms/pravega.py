@@ -36,12 +36,17 @@ segments move to the group's other readers).
 
 The client is the `pravega` extra (CLIENT): only the client host processes use it, so a run
 imports it once before anything starts (the stack's checks), and without it ends there with
-one line naming the install command."""
+one line naming the install command.
+
+Settings: `broker.COMPONENT.NAME=VALUE` is a property of the local standalone's config file,
+checked against the properties Pravega 0.13.0 defines (loadgen.platforms.pravega_property_names).
+There is no durable profile: the standalone keeps its durable log in memory (NO_DURABLE)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import importlib
 import itertools
 import os
@@ -59,6 +64,7 @@ from collectors.pravega_host import HEADER, ClientHost
 from collectors.resources import resource_collectors
 from compose.pravega import (
     CONTROLLER_ENDPOINT,
+    PRAVEGA_VERSION,
     PravegaDockerStack,
     PravegaExternalStack,
     PravegaLocalStack,
@@ -75,8 +81,10 @@ from loadgen.platforms.base import (
     Producer,
     ReceivedBatch,
 )
+from loadgen.platforms.pravega_property_names import PRAVEGA_COMPONENTS
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import OptionalClient, Platform, parse_port
+from loadgen.settings import SettingsRecord, config_option, namespace
 from loadgen.target import OptionSpec, Target
 
 RECEIVE_WAIT_S = 0.1
@@ -431,7 +439,10 @@ class PravegaConsumer(Consumer):
 # ---- driver -----------------------------------------------------------------------------------
 
 class PravegaDriver(Driver):
-    def __init__(self, controller: str, scope: str, version: str = "") -> None:
+    def __init__(self, controller: str, scope: str, version: str = "", target: Target | None = None,
+                 desc: StackDescription | None = None) -> None:
+        self._target = target
+        self._desc = desc
         self._controller = controller
         self._scope = scope
         self._version = version
@@ -451,6 +462,18 @@ class PravegaDriver(Driver):
 
     def version(self) -> str:
         return self._version
+
+    async def settings_in_force(self) -> dict[str, dict[str, Any]]:
+        """What the standalone's config file holds (streambench's settings and the target's
+        `broker.` ones), as written: neither the controller nor the segment store tells its
+        configuration over the network."""
+        if self._target is None:
+            return {}
+        record = SettingsRecord(self._target)
+        written = dict(self._desc.broker_settings) if self._desc is not None else {}
+        record.add("broker", written, read_back=False, streambench=written)
+        record.add_requested()
+        return record.result()
 
     def _client(self) -> ClientHost:
         if self._host is None:
@@ -526,7 +549,78 @@ def _stack(target: Target) -> Stack:
 
 
 def _driver(target: Target, desc: StackDescription) -> Driver:
-    return PravegaDriver(desc.endpoints[CONTROLLER_ENDPOINT], str(target.options["scope"]), desc.version)
+    return PravegaDriver(desc.endpoints[CONTROLLER_ENDPOINT], str(target.options["scope"]), desc.version,
+                         target, desc)
+
+
+# ---- settings ---------------------------------------------------------------------------------
+
+_NOT_READ = {
+    "controller": "a Pravega controller reads controller.* from Java system properties or its own "
+                  "controller.config.properties, not from the standalone's file; the standalone's "
+                  "controller is configured by the emulator (singlenode.*)",
+    "bookkeeper": "the standalone runs no BookKeeper: its durable log is in memory",
+}
+# the components the standalone reads from its file: its own, and the segment store's
+_COMPONENTS = {c: names for c, names in PRAVEGA_COMPONENTS.items() if c not in _NOT_READ}
+_KNOWN = sorted(f"{c}.{n}" for c, names in _COMPONENTS.items() for n in names)
+_LISTENERS_OFF = "the standalone's REST and admin listeners are off (streambench uses neither)"
+_SEGMENT_STORE = "the segment store listens on 127.0.0.1, on pravega:segment_store_port=N"
+_BROKER_SET_BY_STREAMBENCH = {
+    "singlenode.zk.port": "the standalone's ZooKeeper is on a free loopback port",
+    "singlenode.controller.rpc.port": "use pravega:port=N",
+    "singlenode.segmentStore.port": "use pravega:segment_store_port=N",
+    **{k: _LISTENERS_OFF for k in (
+        "singlenode.controller.rest.enable", "singlenode.controller.rest.port",
+        "singlenode.admin.gateway.enable", "singlenode.admin.gateway.port",
+        "pravegaservice.admin.gateway.enable", "pravegaservice.admin.gateway.port",
+        "pravegaservice.rest.listener.enable", "pravegaservice.rest.listener.host",
+        "pravegaservice.rest.listener.port")},
+    **{k: _SEGMENT_STORE for k in (
+        "pravegaservice.service.listener.port", "pravegaservice.service.published.port",
+        "pravegaservice.service.listener.host.nameOrIp",
+        "pravegaservice.service.published.host.nameOrIp")},
+    "pravegaservice.zk.connect.uri": "the segment store uses the standalone's own ZooKeeper",
+}
+# what the emulator itself fixes
+_FIXED = {
+    "pravegaservice.container.count": "the emulator gives the controller and the segment store "
+                                      "the same count; the file would change the segment store's only",
+    "pravegaservice.dataLog.impl.name": _NOT_READ["bookkeeper"],
+}
+
+
+def check_broker(name: str, raw: str) -> tuple[str, str]:
+    """`broker.COMPONENT.NAME`: a property the standalone reads from its config file
+    (loadgen.platforms.pravega_property_names), not one streambench sets itself."""
+    if name in _BROKER_SET_BY_STREAMBENCH:
+        raise ValueError(f"{name} is set by streambench: {_BROKER_SET_BY_STREAMBENCH[name]}")
+    if name in _FIXED:
+        raise ValueError(f"{name} is fixed by the standalone: {_FIXED[name]}")
+    component, _, rest = name.partition(".")
+    if component in _NOT_READ and rest in PRAVEGA_COMPONENTS[component]:
+        raise ValueError(f"{name}: {_NOT_READ[component]}")
+    if rest not in _COMPONENTS.get(component, ()):
+        close = difflib.get_close_matches(name, _KNOWN, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ValueError(f"not a property of the Pravega {PRAVEGA_VERSION} standalone{hint}")
+    value = raw.strip()
+    if "\n" in value or "\r" in value:
+        raise ValueError("a value is one line")
+    return name, value
+
+
+NO_DURABLE = ("the Pravega standalone keeps its durable log (tier 1) and its long-term storage in "
+              "memory (LocalPravegaEmulator starts no BookKeeper), so no write reaches a disk to be "
+              "fsynced: there is no durable profile; on a Pravega cluster with BookKeeper "
+              "(pravega@tcp://HOST:9090) the bookies sync each write to their journal (BookKeeper's "
+              "default)")
+
+
+def _no_profile(name: str) -> str:
+    if name == "durable":
+        raise ValueError(NO_DURABLE)
+    raise ValueError("the Pravega standalone has no profiles (durable: its log is in memory)")
 
 
 def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
@@ -552,6 +646,13 @@ PLATFORMS = [
             "segment_store_port": OptionSpec("loopback segment store port of the standalone "
                                              "(default: a free one)", default=0, parse=parse_port),
             **runtime_options(("docker", "local")),
+            "broker": namespace("broker.COMPONENT.NAME=VALUE: a property of the local standalone's "
+                                "config file (singlenode.*, pravegaservice.*, writer.*, …; e.g. "
+                                "broker.writer.flush.threshold.milliseconds=1000)", check_broker,
+                                broker=True),
+            "profile": OptionSpec("named set of settings: none for the standalone (durable: its "
+                                  "log is in memory)", default=None, parse=_no_profile),
+            "config": config_option(),
         },
         runtimes=("docker", "local", "external"),
         address_example="tcp://HOST:9090",
