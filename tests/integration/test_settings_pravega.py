@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.configuration import non_default_rows
 from tests.integration.conftest import run_cli, run_json
 from tests.integration.test_pravega import CLI_TIMEOUT_S, nothing_left_running, started_pids
 
@@ -49,6 +50,8 @@ def test_storage_settings_in_force_and_recorded(tmp_path: Path, nothing_left_run
     assert settings["broker.writer.flush.threshold.milliseconds"]["value"] == "200"
     assert settings["broker.pravegaservice.service.listener.host.nameOrIp"] == {
         "value": "127.0.0.1", "source": "streambench default", "read_back": False}
+    # the metadata view and the report's configuration table mark them as not read back
+    assert ["broker.filesystem.root", str(tier2), "user (as set)"] in non_default_rows(settings)
     totals = run_json(run_dir)["totals"][0]
     assert totals["produced"] == totals["consumed"] == 600
 

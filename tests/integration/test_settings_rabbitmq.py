@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.configuration import non_default_rows
 from compose.rabbitmq import epmd_binary, script
 from tests.integration.conftest import run_cli, run_json
 from tests.integration.test_rabbitmq import _erlang_pids
@@ -58,6 +59,11 @@ def test_run_records_the_settings_the_node_holds(tmp_path: Path):
                                                     "read_back": True}
     assert settings["topic.x-queue-type"] == {"value": "stream", "source": "streambench default",
                                               "read_back": True}
+    # what the metadata view and the report's configuration table list: not the defaults
+    rows = non_default_rows(settings)
+    assert ["broker.stream.frame_max", "2097152", "user"] in rows
+    assert ["topic.x-max-age", "1h", "user"] in rows
+    assert not any(name == "broker.stream.heartbeat" for name, _, _ in rows)
     totals = run_json(run_dir)["totals"][0]
     assert totals["produced"] == totals["consumed"] == 400
 
