@@ -4,7 +4,8 @@
 #         (the PySpark report of `--report`)
 #   test  `make test` (the default): the demo's, plus redis-tools, nats-server (NATS JetStream
 #         as a local process), rabbitmq-server (RabbitMQ Streams as a local process), Maven
-#         (assembles the Kafka, Pulsar and Pravega jars from Maven Central), and for the docker
+#         (assembles the Kafka, Pulsar and Pravega jars from Maven Central), Go (builds a newer
+#         nats-server from the Go module proxy), and for the docker
 #         runtime's tests docker.io, docker-compose and debootstrap (the test images are built
 #         offline from Debian's archive)
 # As root it installs them from Debian's archive; otherwise it says in one line what to install
@@ -43,6 +44,8 @@ if [ "$profile" = test ]; then
     [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || command -v rabbitmq-server >/dev/null 2>&1 \
         || missing+=(rabbitmq-server)
     command -v mvn >/dev/null 2>&1 || missing+=(maven)
+    # builds the newer nats-server (2.10: fsync on every write) the NATS durability test runs
+    command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || missing+=(golang-go)
     command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
     if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1; then
         missing+=(docker-compose)

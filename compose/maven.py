@@ -116,7 +116,7 @@ def _complete(lib: Path, wanted: str) -> bool:
         return False
 
 
-class _Lock:
+class CacheLock:
     """An exclusive flock on a file next to the classpath, so concurrent assemblies (two
     targets of one run, two streambench processes) wait for each other instead of racing."""
 
@@ -124,7 +124,7 @@ class _Lock:
         self._path = path
         self._fd: int | None = None
 
-    async def acquire(self, progress: Progress, what: str) -> None:
+    async def acquire(self, progress: Progress, what: str, kind: str = "jars") -> None:
         self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         told = False
         while True:
@@ -133,7 +133,7 @@ class _Lock:
                 return
             except BlockingIOError:
                 if not told:
-                    progress(f"waiting for another streambench fetching the {what} jars")
+                    progress(f"waiting for another streambench fetching the {what} {kind}")
                     told = True
                 await asyncio.sleep(0.2)
 
@@ -157,7 +157,7 @@ async def assemble(name: str, coordinates: Sequence[str], progress: Progress, *,
     lib = jars_root / name
     if _complete(lib, wanted):
         return _jars(lib)
-    lock = _Lock(jars_root / f".{name}.lock")
+    lock = CacheLock(jars_root / f".{name}.lock")
     await lock.acquire(progress, what)
     try:
         if not _complete(lib, wanted):

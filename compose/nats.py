@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import urllib.error
 import urllib.request
@@ -23,6 +24,7 @@ from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 
 from compose.docker import ComposeStack
+from compose.gobuild import go_program
 from compose.net import connect_failure
 from compose.process import (
     LocalNode,
@@ -34,9 +36,19 @@ from compose.process import (
 )
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
+from loadgen.settings import settings_of
 from loadgen.target import Target
 
 DATA_PREFIX = "streambench-nats-"
+GO_MODULE = "github.com/nats-io/nats-server/v2"
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.:+-]+")
+# the configuration file settings of nats-server 2.10 (server/opts.go) that 2.9.10 does not know
+SINCE_2_10 = frozenset({
+    'log_max_num', 'logfile_max_num', 'logtime_utc', 'max_closed_clients',
+    'no_fast_producer_stall', 'ocsp_cache', 'prof_block_rate', 'jetstream.prev_ek',
+    'jetstream.prev_encryption_key', 'jetstream.prev_key', 'jetstream.request_queue_limit',
+    'jetstream.sync', 'jetstream.sync_interval',
+})
 DEFAULT_PORT = 4222
 MONITOR_ENDPOINT = "nats-monitor"  # the key of the monitoring URL in a stack's endpoints
 MIN_VERSION = (2, 9)  # JetStream pull consumers with batch + expires, consumer info counters
@@ -160,17 +172,61 @@ class NatsServerOptions:
     port: int  # 0: a free loopback port
     max_memory: str  # JetStream memory store limit, e.g. 1G
     max_file: str  # JetStream file store limit
+    version: str | None = None  # a release to build with Go; None: the installed server
+    # `broker.` settings: NAME or jetstream.NAME -> value as written
+    settings: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, target: Target) -> NatsServerOptions:
         o = target.options
         return cls(int(o.get("port") or 0), str(o.get("max_memory") or "1G"),
-                   str(o.get("max_file") or "10G"))
+                   str(o.get("max_file") or "10G"), o.get("version") or None,
+                   tuple((k, str(v)) for k, v in settings_of(target, "broker").items()))
+
+    def written(self) -> dict[str, str]:
+        """What streambench writes into the configuration file, NAME or jetstream.NAME ->
+        value: its own JetStream limits, then the `broker.` settings."""
+        return {"jetstream.max_memory_store": self.max_memory,
+                "jetstream.max_file_store": self.max_file, **dict(self.settings)}
 
     def config_file(self) -> str:
         """The settings the command line has no flag for (the rest are flags: see argv)."""
-        return (f"jetstream {{\n  max_memory_store: {self.max_memory}\n"
-                f"  max_file_store: {self.max_file}\n}}\n")
+        top: list[str] = []
+        block: list[str] = []
+        for name, value in self.written().items():
+            space, _, rest = name.partition(".")
+            if space == "jetstream" and rest:
+                block.append(f"  {rest}: {config_value(value)}\n")
+            else:
+                top.append(f"{name}: {config_value(value)}\n")
+        return "".join(top) + "jetstream {\n" + "".join(block) + "}\n"
+
+    def too_new(self, version: str) -> list[str]:
+        """The `broker.` settings a server of `version` does not know."""
+        if _release(version) >= (2, 10):
+            return []
+        return [name for name, _ in self.settings if name in SINCE_2_10]
+
+
+def config_value(text: str) -> str:
+    """A setting's value as the configuration file takes it: as it is when it is a number, a
+    size (8MB), a duration (2m) or a word, else as a quoted string."""
+    return text if _PLAIN_VALUE.fullmatch(text) else json.dumps(text)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version)[:2])
+
+
+def installed_version(binary: str) -> str:
+    """`2.9.10` of a nats-server program (it prints `nats-server: v2.9.10`), or ""."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10,
+                             check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    found = re.search(r"\d+\.\d+\.\d+", out)
+    return found.group(0) if found else ""
 
 
 class NatsLocalStack(OneNodeLocalStack):
@@ -197,12 +253,29 @@ class NatsLocalStack(OneNodeLocalStack):
                 "-a", "127.0.0.1", "-p", str(self._port), "-m", str(self._monitor_port),
                 "-l", str(data / "nats.log")]
 
+    async def _binary(self, progress: Progress) -> str:
+        """The nats-server program to run: the release asked for (built once), else the
+        installed one; StackError when a `broker.` setting is newer than that server."""
+        if self._opts.version:
+            binary = str(await go_program("nats-server", GO_MODULE, self._opts.version,
+                                          "nats-server", progress))
+        else:
+            found = find_server()
+            if found is None:
+                raise StackError("nats-server not found: install it (Debian/Ubuntu: apt-get "
+                                 "install nats-server), build one with nats:version=X.Y.Z or "
+                                 "point the target at a server with nats@HOST:PORT")
+            binary = found
+        version = await asyncio.to_thread(installed_version, binary)
+        if missing := self._opts.too_new(version):
+            raise StackError(f"{self._label}: nats-server {version} has no setting "
+                             f"{', '.join(missing)} (nats-server 2.10 or newer has): add "
+                             "nats:version=2.10.27 to build one with Go")
+        return binary
+
     async def up(self, progress: Progress) -> None:
         announce_runtime(progress, self._label, self._target.options)
-        binary = find_server()
-        if binary is None:
-            raise StackError("nats-server not found: install it (Debian/Ubuntu: apt-get install "
-                             "nats-server) or point the target at a server with nats@HOST:PORT")
+        binary = await self._binary(progress)
         if self._port and port_in_use(self._port):
             raise StackError(f"port {self._port} on 127.0.0.1 is already in use; choose another "
                              f"with {self._target.platform}:port=N or leave port unset")
@@ -267,6 +340,7 @@ class NatsLocalStack(OneNodeLocalStack):
             version=self._version,
             config={"jetstream_max_memory": self._opts.max_memory,
                     "jetstream_max_file": self._opts.max_file, "data_dir": str(self._dir)},
+            broker_settings=self._opts.written(),
         )
 
 

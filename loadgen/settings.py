@@ -38,7 +38,7 @@ SECRET_NAME = re.compile(r"pass|secret|token|credential|auth\w*param|private|key
 HIDDEN = "(hidden)"
 
 
-def _hint(name: str, known: Iterable[str]) -> str:
+def hint(name: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
 
@@ -52,7 +52,7 @@ def names_check(known: frozenset[str], what: str, refused: Mapping[str, str] | N
         if name in refused:
             raise ValueError(f"{name} is set by streambench: {refused[name]}")
         if name not in known:
-            raise ValueError(f"not a {what}{_hint(name, known)}")
+            raise ValueError(f"not a {what}{hint(name, known)}")
         if "\n" in raw or "\r" in raw:
             raise ValueError("a value is one line")
         return name, raw
@@ -139,7 +139,7 @@ def kwargs_check(params: Mapping[str, Any], library: str, aliases: Mapping[str, 
                 raise ValueError(f"{library} has no equivalent of {name}: {no_equivalent[name]}")
             candidates = [k for k in params if k not in controlled]
             candidates += [a for a, k in aliases.items() if k not in controlled]
-            raise ValueError(f"{library} has no setting {name}{_hint(keyword, candidates)}")
+            raise ValueError(f"{library} has no setting {name}{hint(keyword, candidates)}")
         default = enums.get(keyword, params[keyword])
         return keyword, typed(raw, default)
 

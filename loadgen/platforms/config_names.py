@@ -5,7 +5,9 @@ offline (with a "did you mean").
   `org.apache.kafka.storage.internals.log.LogConfig.configNames()` of the Kafka 3.9.1 jars.
 - PULSAR_BROKER: every key (set or commented out) of conf/standalone.conf and conf/broker.conf
   of the Pulsar 4.0.8 distribution.
-- REDIS_DIRECTIVES: `CONFIG GET *` of redis-server 7.0.15."""
+- REDIS_DIRECTIVES: `CONFIG GET *` of redis-server 7.0.15.
+- NATS_SERVER, NATS_JETSTREAM: the settings nats-server 2.10.27's configuration parser
+  (server/opts.go) reads."""
 
 from __future__ import annotations
 
@@ -478,4 +480,35 @@ REDIS_DIRECTIVES = frozenset({
     'tls-session-caching', 'tracking-table-max-keys', 'unixsocket', 'unixsocketperm',
     'zset-max-listpack-entries', 'zset-max-listpack-value', 'zset-max-ziplist-entries',
     'zset-max-ziplist-value',
+})
+
+# nats-server 2.10.27 (server/opts.go): the top-level settings of a configuration file that
+# take one value, and the settings of its `jetstream { }` block (the ones 2.9.10 does not know:
+# compose.nats.SINCE_2_10)
+NATS_SERVER = frozenset({
+    'client_advertise', 'connect_error_reports', 'debug', 'disable_sublist_cache',
+    'http_base_path', 'lame_duck_duration', 'lame_duck_grace_period', 'log_max_num',
+    'log_size_limit', 'logfile_max_num', 'logfile_size_limit', 'logtime', 'logtime_utc',
+    'max_closed_clients', 'max_conn', 'max_connections', 'max_control_line', 'max_payload',
+    'max_pending', 'max_sub_tokens', 'max_subs', 'max_subscription_tokens', 'max_subscriptions',
+    'max_traced_msg_len', 'no_auth_user', 'no_fast_producer_stall', 'no_header_support',
+    'no_sublist_cache', 'no_sys_acc', 'no_system', 'no_system_account', 'ping_interval',
+    'ping_max', 'ports_file_dir', 'prof_block_rate', 'prof_port', 'reconnect_error_reports',
+    'remote_syslog', 'server_name', 'syslog', 'system_account', 'trace', 'trace_verbose',
+    'write_deadline',
+})
+# top-level settings that are blocks or lists of settings, not one value
+NATS_SERVER_BLOCKS = frozenset({
+    'account_resolver', 'accounts', 'accounts_resolver', 'allow_non_tls', 'authorization',
+    'cluster', 'default_js_domain', 'gateway', 'leaf', 'leafnodes', 'mappings', 'maps', 'mqtt',
+    'ocsp', 'ocsp_cache', 'operator', 'operators', 'resolver', 'resolver_pinned_accounts',
+    'resolver_preload', 'resolver_tls', 'root', 'root_operator', 'root_operators', 'roots',
+    'server_tags', 'system', 'tls', 'trusted', 'trusted_keys', 'websocket', 'ws',
+})
+NATS_JETSTREAM = frozenset({
+    'cipher', 'domain', 'ek', 'enable', 'enabled', 'encryption_key', 'extension_hint', 'key',
+    'limits', 'max_file', 'max_file_store', 'max_mem', 'max_mem_store', 'max_memory_store',
+    'max_outstanding_catchup', 'prev_ek', 'prev_encryption_key', 'prev_key',
+    'request_queue_limit', 'store', 'store_dir', 'storedir', 'sync', 'sync_interval',
+    'unique_tag',
 })

@@ -27,7 +27,7 @@ from nats.js.api import AckPolicy, DeliverPolicy, DiscardPolicy, StorageType
 from nats.js.errors import APIError, NotFoundError
 
 from collectors.base import Collector
-from collectors.nats import NatsTelemetry
+from collectors.nats import NatsTelemetry, monitor_get
 from collectors.resources import resource_collectors
 from compose.nats import (
     MONITOR_ENDPOINT,
@@ -42,8 +42,14 @@ from compose.nats import open_connection as _open_connection
 from compose.stack import Stack, StackDescription
 from loadgen.errors import DriverError, StackError
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
+from loadgen.platforms.config_names import (
+    NATS_JETSTREAM,
+    NATS_SERVER,
+    NATS_SERVER_BLOCKS,
+)
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
+from loadgen.settings import SettingsRecord, config_option, hint, namespace, profile_option
 from loadgen.target import OptionSpec, Target, parse_positive_int
 
 INTENDED_HEADER = "t"
@@ -272,10 +278,44 @@ class NatsClientOptions:
                    int(o["max_ack_pending"]), int(o["ack_wait"]))
 
 
+def _duration(ns: Any) -> str:
+    """A Go duration of the monitoring endpoint (ns) as the configuration file writes it."""
+    value = int(ns or 0)
+    if value % 1_000_000_000 == 0:
+        return f"{value // 1_000_000_000}s"
+    return f"{value / 1e6:g}ms"
+
+
+def varz_settings(varz: dict[str, Any]) -> dict[str, str]:
+    """The settings the server's /varz tells, by their configuration file names."""
+    found: dict[str, str] = {}
+    for name in ("max_connections", "max_subscriptions", "ping_max", "max_control_line",
+                 "max_payload", "max_pending", "server_name"):
+        if name in varz:
+            found[name] = str(varz[name])
+    for name in ("ping_interval", "write_deadline"):
+        if name in varz:
+            found[name] = _duration(varz[name])
+    config = (varz.get("jetstream") or {}).get("config") or {}
+    if "max_memory" in config:
+        found["jetstream.max_memory_store"] = str(config["max_memory"])
+    if "max_storage" in config:
+        found["jetstream.max_file_store"] = str(config["max_storage"])
+    if config.get("sync_always"):
+        found["jetstream.sync_interval"] = "always"
+    elif config.get("sync_interval"):
+        found["jetstream.sync_interval"] = _duration(config["sync_interval"])
+    for name in ("domain", "unique_tag"):
+        if config.get(name):
+            found[f"jetstream.{name}"] = str(config[name])
+    return found
+
+
 class NatsDriver(Driver):
-    def __init__(self, target: Target, endpoint: str) -> None:
+    def __init__(self, target: Target, endpoint: str, desc: StackDescription | None = None) -> None:
         self._target = target
         self._endpoint = endpoint
+        self._desc = desc
         self._opts = NatsClientOptions.of(target)
         self._admin: NATS | None = None
         self._version = ""
@@ -302,6 +342,22 @@ class NatsDriver(Driver):
 
     def version(self) -> str:
         return self._version
+
+    async def settings_in_force(self) -> dict[str, dict[str, Any]]:
+        """The server's settings its monitoring endpoint tells (/varz), each with its source;
+        the target's other settings as requested."""
+        record = SettingsRecord(self._target)
+        monitor = self._desc.endpoints.get(MONITOR_ENDPOINT) if self._desc is not None else None
+        if monitor:
+            try:
+                varz = await asyncio.to_thread(monitor_get, monitor, "/varz", 5.0)
+            except (OSError, ValueError):
+                varz = None
+            if isinstance(varz, dict):
+                written = self._desc.broker_settings if self._desc is not None else {}
+                record.add("broker", varz_settings(varz), read_back=True, streambench=written)
+        record.add_requested()
+        return record.result()
 
     def adopt_topic(self, name: str, partitions: int) -> None:
         self._partitions[name] = partitions
@@ -388,7 +444,7 @@ class NatsDriver(Driver):
 
 # ---- platform -------------------------------------------------------------------------------
 
-LOCAL_ONLY = ("max_memory", "max_file")
+LOCAL_ONLY = ("max_memory", "max_file", "version")
 
 
 def _stack(target: Target) -> Stack:
@@ -410,7 +466,7 @@ def _stack(target: Target) -> Stack:
 
 
 def _driver(target: Target, desc: StackDescription) -> Driver:
-    return NatsDriver(target, desc.endpoints["nats"])
+    return NatsDriver(target, desc.endpoints["nats"], desc)
 
 
 def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
@@ -433,6 +489,63 @@ def _url(text: str) -> str:
     return text
 
 
+_SET_BY_STREAMBENCH = {
+    **{k: "the server listens on 127.0.0.1; use nats:port=N"
+       for k in ("port", "listen", "host", "net", "client_advertise")},
+    **{k: "streambench gives the server a monitoring port of its own on loopback"
+       for k in ("http", "http_port", "https", "https_port", "monitor_port", "http_base_path")},
+    **{k: "each server has a data directory of its own" for k in ("store_dir", "storedir")},
+    **{k: "streambench keeps the server's log with the run" for k in ("log_file", "logfile")},
+    **{k: "streambench runs the server" for k in ("pid_file", "pidfile", "ports_file_dir")},
+    "jetstream": "give the block's settings one by one: broker.jetstream.NAME=VALUE",
+}
+_JS_SET_BY_STREAMBENCH = {
+    **{k: "JetStream is on for every server streambench starts" for k in ("enable", "enabled")},
+    **{k: "each server has a data directory of its own" for k in ("store", "store_dir", "storedir")},
+    **{k: "use nats:max_memory=SIZE" for k in ("max_mem", "max_mem_store", "max_memory_store")},
+    **{k: "use nats:max_file=SIZE" for k in ("max_file", "max_file_store")},
+    **{k: "a secret is not taken on the command line"
+       for k in ("ek", "key", "encryption_key", "prev_ek", "prev_key", "prev_encryption_key")},
+}
+
+def _check_broker(name: str, raw: str) -> tuple[str, Any]:
+    """`broker.NAME` or `broker.jetstream.NAME`: one setting of the server's configuration file."""
+    space, dot, rest = name.partition(".")
+    if dot and space == "jetstream":
+        if rest in _JS_SET_BY_STREAMBENCH:
+            raise ValueError(f"jetstream.{rest} is set by streambench: {_JS_SET_BY_STREAMBENCH[rest]}")
+        if rest == "limits":
+            raise ValueError("jetstream.limits is a block of settings; streambench takes single "
+                             "values")
+        if rest not in NATS_JETSTREAM:
+            raise ValueError(f"not a nats-server JetStream setting{hint(rest, NATS_JETSTREAM)}")
+    elif dot:
+        raise ValueError(f"not a nats-server setting: NAME or jetstream.NAME"
+                         f"{hint(name, NATS_SERVER)}")
+    elif name in _SET_BY_STREAMBENCH:
+        raise ValueError(f"{name} is set by streambench: {_SET_BY_STREAMBENCH[name]}")
+    elif name in NATS_SERVER_BLOCKS:
+        raise ValueError(f"{name} is a block of settings; streambench takes single values")
+    elif name not in NATS_SERVER:
+        raise ValueError(f"not a nats-server setting{hint(name, NATS_SERVER)}")
+    text = raw.strip()
+    if not text or "\n" in text or "\r" in text:
+        raise ValueError("expected one value")
+    return name, text
+
+
+def _parse_version(text: str) -> str:
+    version = text.strip().lstrip("v")
+    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
+        raise ValueError("expected a nats-server release X.Y.Z, e.g. 2.10.27")
+    if tuple(int(x) for x in version.split(".")[:2]) < (2, 9):
+        raise ValueError("streambench needs nats-server 2.9 or newer")
+    return version
+
+
+# a write is on disk before its acknowledgement (nats-server 2.10 or newer)
+PROFILES = {"durable": {"broker.jetstream.sync_interval": "always"}}
+
 OPTIONS: dict[str, Any] = {
     "storage": OptionSpec("JetStream storage of the streams", default="file",
                           choices=("file", "memory")),
@@ -452,7 +565,16 @@ OPTIONS: dict[str, Any] = {
                            parse=_parse_size),
     "monitor": OptionSpec("@ADDRESS: the server's monitoring endpoint, for its counters (e.g. "
                           "http://HOST:8222; default: none)", default=None, parse=_url),
+    "version": OptionSpec("local: the nats-server release to run, built once with Go from "
+                          "the module proxy (default: the nats-server installed)", default=None,
+                          parse=_parse_version),
     **runtime_options(("docker", "local")),
+    "broker": namespace("broker.NAME=VALUE or broker.jetstream.NAME=VALUE: a setting of the "
+                        "local nats-server's configuration file (e.g. "
+                        "broker.jetstream.sync_interval=always, nats-server 2.10 or newer)",
+                        _check_broker, broker=True),
+    "profile": profile_option(PROFILES),
+    "config": config_option(),
 }
 
 PLATFORMS = [
