@@ -105,8 +105,9 @@ class _Stream:
 
 class DockerStats(Collector):
     """CPU, memory and block I/O of a stack's containers, summed over them; with several
-    containers also each one's CPU and memory as `broker.<container name>.cpu_percent` /
-    `.memory_bytes`."""
+    containers also each one's figures as `broker.<container name>.cpu_percent` /
+    `.memory_bytes` / `.disk_read_bytes` / `.disk_write_bytes` and, on a network of their own,
+    `.net_rx_bytes` / `.net_tx_bytes` (bytes in the interval)."""
 
     name = "docker"
 
@@ -141,16 +142,22 @@ class DockerStats(Collector):
             s.used = frame
             cpu += value or 0.0
             memory += memory_bytes(frame) or 0
-            if len(self._streams) > 1:  # each broker's own figures too
-                name = str(frame.get("name") or s.container_id[:12]).lstrip("/")
-                per_broker[f"broker.{name}.cpu_percent"] = value if value is not None else math.nan
-                per_broker[f"broker.{name}.memory_bytes"] = float(memory_bytes(frame) or 0)
             r, w = block_io(frame)
             read, write = read + r, write + w
             net = network_io(frame)
             if net is not None:
                 networked += 1
                 rx, tx = rx + net[0], tx + net[1]
+            if len(self._streams) > 1:  # each broker's own figures too
+                name = str(frame.get("name") or s.container_id[:12]).lstrip("/")
+                key = f"broker.{name}"
+                per_broker[f"{key}.cpu_percent"] = value if value is not None else math.nan
+                per_broker[f"{key}.memory_bytes"] = float(memory_bytes(frame) or 0)
+                per_broker[f"{key}.disk_read_bytes"] = self._deltas.delta(f"read-{name}", r)
+                per_broker[f"{key}.disk_write_bytes"] = self._deltas.delta(f"write-{name}", w)
+                if net is not None:  # none on the host network: the host's interfaces
+                    per_broker[f"{key}.net_rx_bytes"] = self._deltas.delta(f"rx-{name}", net[0])
+                    per_broker[f"{key}.net_tx_bytes"] = self._deltas.delta(f"tx-{name}", net[1])
         if not seen:
             return Reading()
         reading = Reading(cpu_percent=cpu, memory_bytes=memory,

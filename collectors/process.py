@@ -95,7 +95,8 @@ class ProcessResources(Collector):
 
     async def sample(self) -> Reading:
         """The sum over every broker; with several brokers also each one's figures as
-        `broker.broker-<n>.cpu_percent` / `.memory_bytes` (n = 1, 2 … in the stack's order)."""
+        `broker.broker-<n>.cpu_percent` / `.memory_bytes` / `.disk_read_bytes` /
+        `.disk_write_bytes` (bytes in the interval; n = 1, 2 … in the stack's order)."""
         cpu = 0.0
         rss = 0
         trees = self._trees()
@@ -104,14 +105,23 @@ class ProcessResources(Collector):
         per_broker: dict[str, float] = {}
         for i, procs in trees.items():
             broker_cpu, broker_rss = 0.0, 0
+            broker_read = broker_write = 0.0
             for p in procs:
                 with contextlib.suppress(psutil.Error):
                     broker_cpu += p.cpu_percent(None)
                     broker_rss += p.memory_info().rss
+                with contextlib.suppress(psutil.Error, AttributeError):
+                    io = p.io_counters()
+                    broker_read += io.read_bytes
+                    broker_write += io.write_bytes
             cpu, rss = cpu + broker_cpu, rss + broker_rss
             if len(self._roots) > 1:
-                per_broker[f"broker.broker-{i + 1}.cpu_percent"] = broker_cpu
-                per_broker[f"broker.broker-{i + 1}.memory_bytes"] = float(broker_rss)
+                name = f"broker.broker-{i + 1}"
+                per_broker[f"{name}.cpu_percent"] = broker_cpu
+                per_broker[f"{name}.memory_bytes"] = float(broker_rss)
+                per_broker[f"{name}.disk_read_bytes"] = self._deltas.delta(f"read-{i}", broker_read)
+                per_broker[f"{name}.disk_write_bytes"] = self._deltas.delta(f"write-{i}",
+                                                                            broker_write)
         read, write = self._disk_totals()
         return Reading(
             cpu_percent=cpu,

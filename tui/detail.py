@@ -1,6 +1,7 @@
 """The detail screen of one target (Enter on the selected column): per-partition rates and
-lag, per-broker CPU and memory, the latency percentiles over the chart window, and the
-target's events. Esc goes back; the figures follow the run (or the replay) as the columns do.
+lag, per-broker CPU, memory, disk and network, the latency percentiles over the chart window
+(a table and their curve on a "nines" axis), and the target's events. Esc goes back; the
+figures follow the run (or the replay) as the columns do.
 
 Per-partition rates come from the broker counters `partition.<n>.produced` and
 `partition.<n>.consumed` (messages in the interval) and per-broker figures from
@@ -31,6 +32,7 @@ from tui.history import NS_PER_MS, ChartView, TargetHistory
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
 SORTS = ("partition", "produce", "consume", "lag")
+EVENTS_SHOWN = 12  # the newest; the run's events table has them all
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,20 +86,72 @@ def sort_rows(rows: list[PartitionRow], by: str) -> list[PartitionRow]:
                                        -value(r) if math.isfinite(value(r)) else 0, r.partition))
 
 
-def broker_rows(tick: Tick | None) -> list[tuple[str, float, float]]:
-    """(broker, CPU %, memory bytes) per broker where the collectors report them one by one,
-    else one row for the whole stack."""
+@dataclass(frozen=True, slots=True)
+class BrokerRow:
+    name: str
+    cpu: float  # % of a core
+    memory: float  # bytes
+    disk_read: float  # bytes/s; NaN when not measured
+    disk_write: float
+    net_rx: float
+    net_tx: float
+
+
+def broker_rows(tick: Tick | None) -> list[BrokerRow]:
+    """Per broker where the collectors report them one by one, else one row for the whole
+    stack: CPU %, memory, and disk and network rates over the tick."""
     if tick is None:
         return []
+    seconds = tick.interval_s if tick.interval_s > 0 else math.nan
     found: dict[str, dict[str, float]] = {}
     for name, value in tick.broker.items():
         parts = _counter_parts(name, "broker")
         if parts is not None:
             found.setdefault(parts[0], {})[parts[1]] = value
     if found:
-        return [(name, figures.get("cpu_percent", math.nan), figures.get("memory_bytes", math.nan))
-                for name, figures in sorted(found.items())]
-    return [("all brokers", tick.resources.cpu_percent, float(tick.resources.memory_bytes or math.nan))]
+        return [BrokerRow(name, f.get("cpu_percent", math.nan), f.get("memory_bytes", math.nan),
+                          *(f.get(key, math.nan) / seconds for key in (
+                              "disk_read_bytes", "disk_write_bytes", "net_rx_bytes",
+                              "net_tx_bytes")))
+                for name, f in sorted(found.items())]
+    r = tick.resources
+    # the stack's network is known where its containers have a network of their own
+    networked = bool(r.net_rx_bytes or r.net_tx_bytes)
+    return [BrokerRow("all brokers", r.cpu_percent, float(r.memory_bytes or math.nan),
+                      r.disk_read_bytes / seconds, r.disk_write_bytes / seconds,
+                      r.net_rx_bytes / seconds if networked else math.nan,
+                      r.net_tx_bytes / seconds if networked else math.nan)]
+
+
+def _rate(value: float) -> str:
+    return f"{fmt.megabytes(value)} MB/s" if fmt.known(value) else fmt.MISSING
+
+
+def nines_curve(e2e: HistogramSnapshot, publish: HistogramSnapshot, width: int = 36) -> Table:
+    """The latency percentile curve on a "nines" axis: one row per percentile (p50, p90, p99,
+    p99.9, p99.99, max), each series a bar on a shared logarithmic scale (█ end-to-end,
+    ░ publish: told apart without colour)."""
+    series = [(name, glyph, snap) for name, glyph, snap in (("e2e", "█", e2e), ("publish", "░", publish))
+              if snap.total]
+    values = {name: [float(v) / NS_PER_MS for v in percentiles(snap, list(PERCENTILES))]
+              + [snap.max / NS_PER_MS] for name, _, snap in series}
+    table = _grid("", "", "ms", "")
+    table.columns[3].justify = "left"
+    shown = [v for vs in values.values() for v in vs if v > 0]
+    if not shown:
+        table.add_row("", "", fmt.MISSING, Text("no samples yet", style="dim"))
+        return table
+    low, high = math.log10(min(shown)), math.log10(max(shown))
+    span = max(high - low, 1e-9)
+    labels = [f"p{p:g}" for p in PERCENTILES] + ["max"]
+    for i, label in enumerate(labels):
+        for j, (name, glyph, _) in enumerate(series):
+            value = values[name][i]
+            size = 1 + round((math.log10(value) - low) / span * (width - 1)) if value > 0 else 0
+            table.add_row(label if j == 0 else "", name, fmt.millis(value), glyph * size)
+    table.add_row("", "", "", Text(f"log scale {fmt.millis(10 ** low)} … {fmt.millis(10 ** high)} ms",
+                                   style="dim"))
+    return table
 
 
 def latency_row(snap: HistogramSnapshot) -> list[str]:
@@ -158,25 +212,31 @@ class DetailScreen(Screen[None]):
         if not rows:
             parts.add_row("–", fmt.MISSING, fmt.MISSING, fmt.MISSING)
 
-        brokers = _grid("broker", "cpu", "memory")
-        for name, cpu, memory in broker_rows(history.last):
-            brokers.add_row(name, fmt.percent(cpu),
-                            f"{fmt.megabytes(memory)} MB" if fmt.known(memory) else fmt.MISSING)
+        brokers = _grid("broker", "cpu", "memory", "disk read", "disk write", "net in", "net out")
+        for b in broker_rows(history.last):
+            brokers.add_row(b.name, fmt.percent(b.cpu),
+                            f"{fmt.megabytes(b.memory)} MB" if fmt.known(b.memory) else fmt.MISSING,
+                            _rate(b.disk_read), _rate(b.disk_write), _rate(b.net_rx), _rate(b.net_tx))
 
         e2e, publish = history.latency.merged(None if self.view.window_s is None else start)
         latency = _grid("ms", *(f"p{p:g}" for p in PERCENTILES), "max", "samples")
         latency.add_row("e2e", *latency_row(e2e))
         latency.add_row("publish", *latency_row(publish))
+        curve = nines_curve(e2e, publish)
 
         events = _grid("time", "event")
         events.columns[0].min_width = 8
         events.columns[1].justify = "left"
-        for e in reversed(history.events):
+        newest = list(history.events)[-EVENTS_SHOWN:]
+        for e in reversed(newest):
             when = (datetime.fromtimestamp(e.time_ns / 1e9).strftime("%H:%M:%S")
                     if e.time_ns is not None else "")
             events.add_row(when, Text(f"{e.kind}: {e.detail}", overflow="fold"))
         if not history.events:
             events.add_row("", Text("none", style="dim"))
+        elif history.event_count > len(newest):
+            events.add_row("", Text(f"… {history.event_count - len(newest):,} older: the run's "
+                                    "events table has them all", style="dim"))
 
         recent = f"{history.recent_span_s or history.recent_window_s:.0f} s"
         return Group(
@@ -185,4 +245,6 @@ class DetailScreen(Screen[None]):
             Text(""), Text("brokers", style="bold"), brokers,
             Text(""), Text(f"latency over the window ({window})", style="bold"), latency,
             Text(""), Text(f"events ({history.event_count}, newest first)", style="bold"), events,
+            Text(""), Text(f"latency percentiles over the window ({window}), nines axis",
+                           style="bold"), curve,
         )

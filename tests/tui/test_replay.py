@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.histogram import Histogram
 from loadgen.tick import Tick
 from tests.conftest import run_cli
 from tests.tui.recorded import LABELS, T0_NS, TICKS, recorded_tick, write_recorded_run
 from tests.tui.screen import screen_lines, wait_until
-from tui.detail import DetailScreen, broker_rows, partition_rows, sort_rows
+from tui.detail import DetailScreen, broker_rows, nines_curve, partition_rows, sort_rows
 from tui.history import WINDOWS
 from tui.recording import load_recording
 from tui.replay import ReplayApp
@@ -191,11 +192,38 @@ def test_a_bad_run_directory_is_one_line_and_exit_2(tmp_path: Path, make, messag
 
 
 def test_brokers_are_listed_one_by_one_where_the_collector_reports_them() -> None:
-    tick = recorded_tick("redis", 3)
-    assert broker_rows(tick) == [("all brokers", tick.resources.cpu_percent,
-                                  float(tick.resources.memory_bytes))]
+    tick = dataclasses.replace(recorded_tick("redis", 3), interval_s=2.0)
+    r = tick.resources
+    (whole,) = broker_rows(tick)
+    assert (whole.name, whole.cpu, whole.memory) == ("all brokers", r.cpu_percent,
+                                                     float(r.memory_bytes))
+    assert (whole.disk_read, whole.disk_write) == (r.disk_read_bytes / 2, r.disk_write_bytes / 2)
     per_broker = dataclasses.replace(tick, broker={
         "broker.broker-2.cpu_percent": 30.0, "broker.broker-2.memory_bytes": 2e8,
         "broker.broker-1.cpu_percent": 10.0, "broker.broker-1.memory_bytes": 1e8,
+        "broker.broker-1.disk_write_bytes": 4e6, "broker.broker-2.net_rx_bytes": 1e6,
         "partition.0.produced": 5.0})
-    assert broker_rows(per_broker) == [("broker-1", 10.0, 1e8), ("broker-2", 30.0, 2e8)]
+    first, second = broker_rows(per_broker)
+    assert (first.name, first.cpu, first.memory, first.disk_write) == ("broker-1", 10.0, 1e8, 2e6)
+    assert (second.name, second.cpu, second.memory, second.net_rx) == ("broker-2", 30.0, 2e8, 5e5)
+    assert math.isnan(first.net_rx) and math.isnan(second.disk_write)  # not reported: unknown
+
+
+def test_the_nines_curve_draws_each_percentile_on_one_log_scale() -> None:
+    e2e = Histogram()
+    publish = Histogram()
+    e2e.record_many([v * 1000 for v in range(1, 100_001)])  # 1 µs … 100 ms, evenly
+    publish.record_many([v * 100 for v in range(1, 100_001)])
+    table = nines_curve(e2e.snapshot_and_reset(), publish.snapshot_and_reset(), width=40)
+    labels, names, values, bars = ([str(c) for c in col._cells] for col in table.columns)
+    assert [lb for lb in labels if lb] == ["p50", "p90", "p99", "p99.9", "p99.99", "max"]
+    assert names[:2] == ["e2e", "publish"]
+    drawn = bars[:-1]
+    assert all(set(b) <= {"█"} for b in drawn[0::2]) and all(set(b) <= {"░"} for b in drawn[1::2])
+    # longer bars for higher percentiles; the largest value fills the width
+    e2e_bars = [len(b) for b in drawn[0::2]]
+    assert e2e_bars == sorted(e2e_bars) and max(e2e_bars) == 40
+    assert float(values[0]) == pytest.approx(50.0, rel=0.02)  # e2e p50: 50 ms
+    assert "log scale" in bars[-1]
+    empty = nines_curve(Histogram().snapshot_and_reset(), Histogram().snapshot_and_reset())
+    assert "no samples yet" in str(empty.columns[3]._cells[0])
