@@ -15,23 +15,31 @@ A suite is a YAML file (bundled ones by name, see `streambench suites`):
 
 `--scale F` multiplies every cell's durations and fixed rates by F (0 < F ≤ 1) for small
 machines; the suite's record and report say so. The suite directory holds `suite.json` (the
-matrix and each cell's state), one directory per cell, and the report."""
+matrix and each cell's state), one directory per cell, and the report.
+
+The loop (SuiteRun) tells what happens as events (SuiteEvent): `print_event` here writes them
+as the headless lines, the dashboard (tui.suiteview) draws them; neither runs cells itself."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
 import os
 import re
+import selectors
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -150,23 +158,303 @@ def _cell_dir(root: Path, index: int, target: str, workload: str) -> Path:
     return root / "cells" / f"{index:03d}-{safe}"
 
 
-def run_suite(spec: str, targets: list[str], out: Path | None, scale: float,
-              resume: Path | None, report: bool) -> int:
-    """Run (or resume) a suite; returns the exit code: 0 when every cell ran, 4 when a cell
-    failed (the others ran), 130/143/129 when stopped by a signal."""
+# -- progress: what a suite tells the one watching it ------------------------------------------
+# The headless printer below and the dashboard (tui.suiteview) are the two consumers of these;
+# both get them from the same loop, in the thread that runs it.
+
+@dataclasses.dataclass(frozen=True)
+class SuiteStarted:
+    name: str
+    scale: float
+    root: Path
+    cells: tuple[dict[str, Any], ...]  # copies of suite.json's cells, in order
+    planned_s: tuple[float, ...]  # each cell's warm-up and measuring time, as scaled
+
+
+@dataclasses.dataclass(frozen=True)
+class CellChanged:
+    """A cell started (state running), ended (done, failed, stopped) or was done before."""
+
+    index: int
+    n: int
+    cell: dict[str, Any]  # a copy of its record in suite.json, state as now
+    before: bool = False  # done in an earlier go at the suite (--resume)
+
+
+@dataclasses.dataclass(frozen=True)
+class CellOutput:
+    """A line the running cell wrote: a status line (stdout) or a progress message (stderr)."""
+
+    index: int
+    line: str
+    stderr: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteEnded:
+    name: str
+    root: Path
+    n: int
+    done: int
+    failed: int
+    stopped: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportStep:
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportWritten:
+    path: Path
+    verdicts: tuple[str, ...]  # one line per published finding
+    published: Path | None
+
+
+SuiteEvent = SuiteStarted | CellChanged | CellOutput | SuiteEnded | ReportStep | ReportWritten
+Progress = Callable[[SuiteEvent], None]
+
+
+def cell_name(event: CellChanged) -> str:
+    return f"cell {event.index + 1}/{event.n} {event.cell['target']} × {event.cell['workload']}"
+
+
+def print_event(event: SuiteEvent) -> None:
+    """The headless view of a suite: one line per cell started and ended, on stdout."""
+    line = None
+    if isinstance(event, SuiteStarted):
+        note = f" (scaled ×{event.scale:g})" if event.scale != 1.0 else ""
+        line = f"suite {event.name}{note}: {len(event.cells)} cells in {event.root}"
+    elif isinstance(event, CellChanged):
+        cell = event.cell
+        if event.before:
+            line = f"{cell_name(event)}: done before"
+        elif cell["state"] == "running":
+            line = f"{cell_name(event)}: running"
+        else:
+            line = (f"{cell_name(event)}: {cell['state']}"
+                    + (f" ({cell['error']})" if cell["state"] != "done" else "")
+                    + f", {cell['seconds']:.0f} s")
+    elif isinstance(event, SuiteEnded):
+        line = (f"suite {event.name}: {event.done} of {event.n} cells done, {event.failed} failed"
+                + (f", stopped: resume with --resume {event.root}" if event.stopped else ""))
+    elif isinstance(event, ReportStep):
+        sys.stderr.write(f"report: {event.text}\n")
+        sys.stderr.flush()
+    elif isinstance(event, ReportWritten):
+        lines = [f"report: {event.path}", *event.verdicts]
+        if event.published is not None:
+            lines.append(f"published figures beside the measured ones: {event.published}")
+        line = "\n".join(lines)
+    if line is not None:
+        print(line, flush=True)
+
+
+# -- running a suite ---------------------------------------------------------------------------
+
+EXIT_CELL_FAILED = 4
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+OUTPUT_GRACE_S = 5.0  # how long a cell's output is read after it exited (a leftover holding it)
+MAX_ERRORS = 4 * 1024 * 1024  # of a cell's stderr kept for its last line (the log has it whole)
+
+
+class SuiteRun:
+    """A suite ready to run (its directory and suite.json written): `run_cells` runs the cells
+    not done, telling a Progress what happens; `request_stop` (a signal handler, or `q` in the
+    dashboard) lets the running cell finish its files and stops the suite after it."""
+
+    def __init__(self, suite: Suite, root: Path, state: dict[str, Any]) -> None:
+        self.suite = suite
+        self.root = root
+        self.state = state
+        self.cells: list[dict[str, Any]] = state["cells"]
+        self.workloads = {label: scaled(w, self.scale) for label, w in suite.workloads}
+        self.stop: list[int] = []  # the signals received, first first
+        self.finished = threading.Event()  # set once the cells are over and suite.json saved
+        self.ended: SuiteEnded | None = None  # how the cells went, once over
+        self.report_written: ReportWritten | None = None
+        self._child: subprocess.Popen[bytes] | None = None
+        self._told: set[int] = set()  # pids of the cells the first stop was passed on to
+
+    @property
+    def scale(self) -> float:
+        return float(self.state["scale"])
+
+    def planned_s(self, index: int) -> float:
+        w = self.workloads[self.cells[index]["workload"]]
+        return w.warmup_s + w.duration_s
+
+    def save(self) -> None:
+        path = self.root / "suite.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.state, indent=2))
+        os.replace(tmp, path)
+
+    def request_stop(self, sig: int, _frame: object = None) -> None:
+        """Stop after the running cell, which is told as the command line would tell it: it
+        finishes its files and exits (a second request skips its drain). Safe in a signal
+        handler and from another thread."""
+        self.stop.append(sig)
+        self._tell(self._child, sig)
+
+    def _tell(self, proc: subprocess.Popen[bytes] | None, sig: int) -> None:
+        if proc is None or proc.poll() is not None:
+            return
+        self._told.add(proc.pid)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT if sig == signal.SIGINT else signal.SIGTERM)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every cell ran, 4 when a cell failed (the others ran), 130/143/129 when
+        stopped by a signal (or `q`, as SIGINT)."""
+        if self.stop:
+            return SIGNAL_EXIT.get(signal.Signals(self.stop[0]), 130)
+        return EXIT_CELL_FAILED if any(c["state"] == "failed" for c in self.cells) else 0
+
+    def run_cells(self, progress: Progress) -> None:
+        try:
+            self._run_cells(progress)
+        finally:
+            self.finished.set()
+
+    def _run_cells(self, progress: Progress) -> None:
+        n = len(self.cells)
+        progress(SuiteStarted(self.suite.name, self.scale, self.root,
+                              tuple(dict(c) for c in self.cells),
+                              tuple(self.planned_s(k) for k in range(n))))
+        for k, cell in enumerate(self.cells):
+            if self.stop:
+                break
+            if cell["state"] == "done":
+                progress(CellChanged(k, n, dict(cell), before=True))
+                continue
+            self._run_cell(k, cell, progress)
+            self.save()
+        self.state["ended" if not self.stop else "stopped"] = datetime.now(UTC).isoformat()
+        self.save()
+        self.ended = SuiteEnded(self.suite.name, self.root, n,
+                                sum(c["state"] == "done" for c in self.cells),
+                                sum(c["state"] == "failed" for c in self.cells), bool(self.stop))
+        progress(self.ended)
+
+    def _run_cell(self, k: int, cell: dict[str, Any], progress: Progress) -> None:
+        cell_dir = _cell_dir(self.root, k, cell["target"], cell["workload"])
+        if cell_dir.exists():  # a cell cut short: run it again from the start
+            shutil.rmtree(cell_dir)
+        cell_dir.parent.mkdir(parents=True, exist_ok=True)
+        wfile = self.root / "workloads" / f"{cell['workload']}.yaml"
+        wfile.parent.mkdir(exist_ok=True)
+        wfile.write_text(_workload_yaml(self.workloads[cell["workload"]]))
+        cmd = [sys.executable, "-m", "tui.cli", "run", cell["target"], "--workload", str(wfile),
+               "--headless", "--out", str(cell_dir), *self.suite.options]
+        n = len(self.cells)
+        progress(CellChanged(k, n, {**cell, "state": "running"}))
+        started = time.monotonic()
+        with open(self.root / f"cell-{k:03d}.log", "wb") as log:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.DEVNULL)
+            self._child = proc
+            if self.stop and proc.pid not in self._told:  # a stop that came as it started
+                self._tell(proc, self.stop[-1])
+            try:
+                err = _follow(proc, log, lambda line, stderr: progress(CellOutput(k, line, stderr)))
+            finally:
+                self._child = None
+        cell.update(run_dir=str(cell_dir), exit_code=proc.returncode,
+                    seconds=round(time.monotonic() - started, 1))
+        if proc.returncode == 0:
+            cell["state"] = "done"
+            cell.pop("error", None)
+        else:
+            cell["state"] = "stopped" if self.stop else "failed"
+            lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+            cell["error"] = lines[-1][:300] if lines else f"exit code {proc.returncode}"
+        progress(CellChanged(k, n, dict(cell)))
+
+    def write_report(self, progress: Progress) -> None:
+        """The comparison report over every cell done, and the published figures beside the
+        measured ones; nothing when the suite was stopped or no cell is done."""
+        done = [c for c in self.cells if c["state"] == "done"]
+        if not done or self.stop:
+            return
+        from tui.cli import _report
+
+        path = _report([c["run_dir"] for c in done], self.root / "report", None,
+                       progress=lambda text: progress(ReportStep(text)))
+        self.state["report"] = str(path)
+        self.save()
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(path.parent / "summary.parquet").to_pylist()
+        lines = compare_published(self.state, rows)
+        published = None
+        if lines:
+            published = self.root / "published.md"
+            published.write_text("\n".join(lines))
+        self.report_written = ReportWritten(
+            path, tuple(line for line in lines if line.startswith("- ")), published)
+        progress(self.report_written)
+
+
+def _follow(proc: subprocess.Popen[bytes], log: BinaryIO,
+            on_line: Callable[[str, bool], None]) -> str:
+    """Copy a cell's status lines to its log as they come and hand each (and each line of its
+    errors) to `on_line`; its errors go to the log after its output, as one block. Returns its
+    errors. Ends when the cell has closed both, or OUTPUT_GRACE_S after it exited (a process
+    it left behind may hold them open)."""
+    assert proc.stdout is not None and proc.stderr is not None
+    streams = {proc.stdout.fileno(): False, proc.stderr.fileno(): True}
+    pending = dict.fromkeys(streams, b"")
+    errors = bytearray()
+    exited_at: float | None = None
+    with selectors.DefaultSelector() as selector:
+        for fd in streams:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            for key, _ in selector.select(timeout=0.5):
+                fd = int(key.fd)
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    selector.unregister(fd)
+                    continue
+                if streams[fd]:
+                    errors += chunk
+                    del errors[:-MAX_ERRORS]
+                else:
+                    log.write(chunk)
+                    log.flush()
+                *lines, pending[fd] = (pending[fd] + chunk).split(b"\n")
+                for raw in lines:
+                    text = raw.decode("utf-8", "replace").rstrip()
+                    if text:
+                        on_line(text, streams[fd])
+            if proc.poll() is not None:
+                exited_at = exited_at if exited_at is not None else time.monotonic()
+                if time.monotonic() - exited_at > OUTPUT_GRACE_S:
+                    break
+    proc.wait()
+    log.write(bytes(errors))
+    return errors.decode("utf-8", "replace")
+
+
+def prepare_suite(spec: str, targets: list[str], out: Path | None, scale: float,
+                  resume: Path | None) -> SuiteRun:
+    """A suite checked and its directory ready (suite.json written), or --resume's suite read
+    back; raises WorkloadError (one line) before anything runs."""
     if not 0 < scale <= 1:
         raise WorkloadError(f"--scale must be more than 0 and at most 1 (got {scale:g})")
     if resume is not None:
-        state_path = resume / "suite.json"
         try:
-            state = json.loads(state_path.read_text())
+            state = json.loads((resume / "suite.json").read_text())
         except (OSError, ValueError) as exc:
             raise WorkloadError(f"--resume {shown(str(resume), 100)}: not a suite directory "
                                 f"({type(exc).__name__})") from None
         root = resume
         suite = load_suite(state["suite_spec"])
-        scale = state["scale"]
-        cells = state["cells"]
+        for key in ("ended", "stopped"):  # this go at it ends anew
+            state.pop(key, None)
     else:
         suite = load_suite(spec)
         chosen = targets or list(suite.targets)
@@ -190,95 +478,25 @@ def run_suite(spec: str, targets: list[str], out: Path | None, scale: float,
             Path(spec).resolve()) if os.path.isfile(spec) else spec,
                  "description": suite.description, "source": suite.source, "scale": scale,
                  "scaled": scale != 1.0, "started": datetime.now(UTC).isoformat(), "cells": cells}
-        state_path = root / "suite.json"
-    workloads = {label: scaled(w, scale) for label, w in suite.workloads}
+    run = SuiteRun(suite, root, state)
+    run.save()
+    return run
 
-    def save() -> None:
-        tmp = state_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        os.replace(tmp, state_path)
 
-    save()
-    stop: list[int] = []
-    child: list[subprocess.Popen[str]] = []
-
-    def on_signal(sig: int, _frame: object) -> None:
-        stop.append(sig)
-        for p in child:  # the cell finishes its files and exits; the suite stops after it
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM if sig != signal.SIGINT else signal.SIGINT)
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    n = len(cells)
-    note = f" (scaled ×{scale:g})" if scale != 1.0 else ""
-    print(f"suite {suite.name}{note}: {n} cells in {root}", flush=True)
+def run_suite(spec: str, targets: list[str], out: Path | None, scale: float,
+              resume: Path | None, report: bool) -> int:
+    """Run (or resume) a suite headless, one line per cell on stdout; returns the exit code
+    (SuiteRun.exit_code). INT, TERM and HUP stop it after the running cell."""
+    run = prepare_suite(spec, targets, out, scale, resume)
+    old = {s: signal.signal(s, run.request_stop) for s in SIGNAL_EXIT}
     try:
-        for k, cell in enumerate(cells):
-            if stop:
-                break
-            if cell["state"] == "done":
-                print(f"cell {k + 1}/{n} {cell['target']} × {cell['workload']}: done before", flush=True)
-                continue
-            cell_dir = _cell_dir(root, k, cell["target"], cell["workload"])
-            if cell_dir.exists():  # a cell cut short: run it again from the start
-                import shutil
-
-                shutil.rmtree(cell_dir)
-            cell_dir.parent.mkdir(parents=True, exist_ok=True)
-            wfile = root / "workloads" / f"{cell['workload']}.yaml"
-            wfile.parent.mkdir(exist_ok=True)
-            wfile.write_text(_workload_yaml(workloads[cell["workload"]]))
-            cmd = [sys.executable, "-m", "tui.cli", "run", cell["target"], "--workload", str(wfile),
-                   "--headless", "--out", str(cell_dir), *suite.options]
-            print(f"cell {k + 1}/{n} {cell['target']} × {cell['workload']}: running", flush=True)
-            started = time.monotonic()
-            with open(root / f"cell-{k:03d}.log", "w") as log:
-                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.PIPE, text=True,
-                                        stdin=subprocess.DEVNULL)
-                child[:] = [proc]
-                _, err = proc.communicate()
-                log.write(err)
-            cell.update(run_dir=str(cell_dir), exit_code=proc.returncode,
-                        seconds=round(time.monotonic() - started, 1))
-            if proc.returncode == 0:
-                cell["state"] = "done"
-                cell.pop("error", None)
-            else:
-                cell["state"] = "stopped" if stop else "failed"
-                lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-                cell["error"] = lines[-1][:300] if lines else f"exit code {proc.returncode}"
-            print(f"cell {k + 1}/{n} {cell['target']} × {cell['workload']}: {cell['state']}"
-                  + (f" ({cell['error']})" if cell["state"] != "done" else "")
-                  + f", {cell['seconds']:.0f} s", flush=True)
-            save()
+        run.run_cells(print_event)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-    state["ended" if not stop else "stopped"] = datetime.now(UTC).isoformat()
-    save()
-    done = [c for c in cells if c["state"] == "done"]
-    failed = [c for c in cells if c["state"] == "failed"]
-    print(f"suite {suite.name}: {len(done)} of {n} cells done, {len(failed)} failed"
-          + (", stopped: resume with --resume " + str(root) if stop else ""), flush=True)
-    if report and done and not stop:
-        from tui.cli import _report
-
-        path = _report([c["run_dir"] for c in done], root / "report", None)
-        state["report"] = str(path)
-        save()
-        print(f"report: {path}", flush=True)
-        import pyarrow.parquet as pq
-
-        rows = pq.read_table(path.parent / "summary.parquet").to_pylist()
-        lines = compare_published(state, rows)
-        if lines:
-            (root / "published.md").write_text("\n".join(lines))
-            print("\n".join(line for line in lines if line.startswith("- ")), flush=True)
-            print(f"published figures beside the measured ones: {root / 'published.md'}", flush=True)
-    if stop:
-        return {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}.get(
-            signal.Signals(stop[0]), 130)
-    return 4 if failed else 0
+    if report:
+        run.write_report(print_event)
+    return run.exit_code
 
 
 # -- published figures beside the measured ones ------------------------------------------------
