@@ -648,7 +648,7 @@ def _cmd_session(args: argparse.Namespace) -> int:
     def reporter(run_dirs: Sequence[Path], progress: Callable[[str], None]) -> Path:
         return _report(run_dirs, None, None, progress=progress)
 
-    app = SessionApp(settings, reporter=reporter)
+    app = SessionApp(settings, reporter=reporter, warm_reports=_start_spark)
     terminated: list[int] = []
 
     def on_signal(sig: int, _frame: object) -> None:

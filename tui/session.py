@@ -9,6 +9,9 @@ handling; what a run adds up to comes from the same EndSummary the terminal tabl
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -219,13 +222,20 @@ class SessionStatusBar(StatusBar):
 class SessionApp(DashboardApp):
     """The launcher, then the dashboard of each run started from it, then the session's runs."""
 
-    def __init__(self, settings: LaunchSettings, reporter: Reporter | None = None) -> None:
+    def __init__(self, settings: LaunchSettings, reporter: Reporter | None = None,
+                 warm_reports: Callable[[Path], None] | None = None) -> None:
+        """`warm_reports(log)` starts what the reporter needs (Spark) ahead of time: it runs
+        in the reports' thread as the session's first run starts, so that a report asked for
+        at its end is ready in seconds, not after a JVM has started."""
         super().__init__(None, [], Workload())
         self.settings = settings
         self.reporter = reporter
+        self._warm_reports = warm_reports
+        self._warm_log: Path | None = None
         self.runs: list[SessionRun] = []
         self.running = False
         self.hung_up = False  # the terminal is gone: quit once the run has ended
+        self.signalled = False  # INT, TERM or HUP: quit once the run has ended
         self.report_status = Text("o: the report of the last run · a: one over every run",
                                   style="dim")
         self._reports: dict[tuple[Path, ...], Path] = {}
@@ -283,6 +293,12 @@ class SessionApp(DashboardApp):
         self.running = True
         run.subscribe(self._forward)
         self.run_worker(self._execute(), name="run", group="run")
+        if self._warm_reports is not None and self.reporter is not None and self._warm_log is None:
+            # (the run makes its directory later: the log of Spark's start is a file of its own)
+            fd, name = tempfile.mkstemp(prefix="streambench-spark-start-", suffix=".log")
+            os.close(fd)
+            self._warm_log = Path(name)
+            self._report_thread.submit(self._warm_reports, self._warm_log)
 
     def run_ended(self, result: RunSummary | StreambenchError) -> None:
         self.running = False
@@ -292,7 +308,7 @@ class SessionApp(DashboardApp):
         else:
             record.summary = result
             record.report_path = self.report_path
-        if self.hung_up:
+        if self.hung_up or self.signalled:
             self.exit()
             return
         self.show_end()
@@ -306,7 +322,9 @@ class SessionApp(DashboardApp):
         self.push_screen(EndScreen(self))
 
     def interrupt(self) -> None:
-        """A signal: end the run going on, or the session between runs."""
+        """A signal: end the session, once the run going on has stopped and written its
+        files."""
+        self.signalled = True
         if self.running and self.bench is not None:
             self.bench.request_stop()
         else:
@@ -409,7 +427,10 @@ class SessionApp(DashboardApp):
 
     def close_reports(self, stop_spark: Callable[[], None]) -> None:
         """After the app: `stop_spark` in the reports' thread if Spark was started there."""
-        if self._reports or any(r.report_path for r in self.runs):
+        if self._warm_log is not None or self._reports or any(r.report_path for r in self.runs):
             self._report_thread.submit(stop_spark)
         self._report_thread.shutdown(wait=True, cancel_futures=True)
+        if self._warm_log is not None:
+            with contextlib.suppress(OSError):
+                self._warm_log.unlink()
 

@@ -4,12 +4,15 @@ runs of the session side by side."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow.dataset as ds
 import pytest
 from textual.command import CommandPalette
 from textual.widgets import Input, Static
@@ -284,3 +287,83 @@ async def test_with_report_each_run_is_reported_when_it_ends_and_o_shows_it(
         await pilot.press("escape")
         await wait_until(pilot, lambda: isinstance(app.screen, EndScreen), "back")
     assert len(asked) == 1  # o showed the report written after the run
+
+
+@pytest.mark.integration
+async def test_what_reports_need_starts_with_the_first_run_in_the_reports_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session warms the reporter (the CLI passes Spark's start) once, as its first run
+    starts, in the thread its reports run in; the second run does not start it again, and the
+    end of the session removes its log."""
+    monkeypatch.chdir(tmp_path)
+    import threading
+
+    warmed: list[tuple[Path, str, int]] = []
+    reported: list[str] = []
+
+    def warm(log: Path) -> None:
+        log.write_text("started\n")
+        warmed.append((log, threading.current_thread().name, len(app.runs)))
+
+    def reporter(run_dirs: Sequence[Path], progress: Callable[[str], None]) -> Path:
+        reported.append(threading.current_thread().name)
+        document = run_dirs[0] / "report.md"
+        document.write_text("# report\n")
+        return document
+
+    app = SessionApp(SHORT, reporter=reporter, warm_reports=warm)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: isinstance(app.screen, EndScreen) and not app.running,
+                         "the first run's end", timeout_s=60)
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen, EndScreen) and len(app.runs) == 2
+                         and not app.running, "the second run's end", timeout_s=60)
+        await pilot.press("o")
+        await wait_until(pilot, lambda: isinstance(app.screen, ReportScreen), "the report")
+    ((log, thread, runs),) = warmed
+    assert runs == 1 and log.name.startswith("streambench-spark-start-")
+    assert reported == [thread]
+    assert log.exists()
+    app.close_reports(lambda: None)
+    assert not log.exists()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_during_a_sessions_run_finishes_its_files(
+        sig: signal.Signals, code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TERM (or HUP: the SSH connection dropped) while a run started from the launcher is
+    measuring: the run stops early with complete files, marked as cut short, and the process
+    exits with the signal's documented code."""
+    monkeypatch.chdir(tmp_path)
+    term = PtyRun(["run", "--rate", "500", "--duration", "120", "--warmup", "0"])
+    try:
+        deadline = time.monotonic() + 30
+        while b"NEW RUN" not in term.screen and time.monotonic() < deadline:
+            term.read_for(0.2)
+        assert b"NEW RUN" in term.screen
+        os.write(term.fd, b"redis:runtime=local")
+        term.read_for(0.5)
+        os.write(term.fd, b"\x12")  # ctrl+r: start
+        deadline = time.monotonic() + 60
+        ticks: list[Path] = []
+        while not ticks and time.monotonic() < deadline:
+            term.read_for(0.5)
+            ticks = list(tmp_path.glob("runs/*/ticks/part-*.parquet"))
+        assert ticks, term.screen[-2000:]
+        os.kill(term.pid, sig)
+        exit_code = term.wait_exit(60, read=sig != signal.SIGHUP)
+    finally:
+        term.close()
+    assert exit_code == code
+    (run_dir,) = tmp_path.glob("runs/*")
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["stopped_early"] is True
+    (totals,) = meta["totals"]
+    assert totals["produced"] > 0
+    # every file is whole: readable, none left half-written
+    assert not list(run_dir.rglob("*.inprogress"))
+    table = ds.dataset(run_dir / "ticks", format="parquet").to_table()
+    assert table.num_rows >= 1
