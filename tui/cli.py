@@ -229,6 +229,8 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                             "others run (again)")
     suite.add_argument("--no-report", action="store_true",
                        help="skip the comparison report at the end")
+    suite.add_argument("--headless", action="store_true",
+                       help="no dashboard: one line per cell (also when not in a terminal)")
     sub.add_parser("suites", help="list the bundled suites")
     sub.add_parser("platforms", help="list platforms and their TARGET options")
     sub.add_parser("workloads", help="list the bundled workloads")
@@ -685,6 +687,39 @@ def _cmd_session(args: argparse.Namespace) -> int:
     return EXIT_BROKER_FAILED if failed else 0
 
 
+def _cmd_suite(args: argparse.Namespace) -> int:
+    """A suite: in a terminal its dashboard, else (or with --headless) one line per cell. The
+    same loop runs the cells either way; a signal stops it after the running cell."""
+    from tui.suite import prepare_suite, print_event, run_suite
+
+    if args.headless or not _terminal():
+        return run_suite(args.suite, list(args.targets), args.out, args.scale, args.resume,
+                         not args.no_report)
+    suite = prepare_suite(args.suite, list(args.targets), args.out, args.scale, args.resume)
+    from tui.suiteview import SuiteApp
+
+    app = SuiteApp(suite, report=not args.no_report)
+
+    def on_signal(sig: int, _frame: object) -> None:
+        if sig == signal.SIGHUP:
+            _detach_terminal()  # the dashboard goes on drawing into /dev/null until the end
+            threading.Thread(target=_exit_after_hangup, args=(suite,), daemon=True).start()
+        app.interrupt(sig)
+
+    for sig in SIGNAL_EXIT:
+        signal.signal(sig, on_signal)
+    try:
+        code = app.run()
+    finally:
+        app.wait_cells()
+    for event in (suite.ended, suite.report_written):  # the end, as headless prints it
+        if event is not None:
+            print_event(event)
+    if app.error is not None:
+        raise app.error
+    return suite.exit_code if code is None else code
+
+
 def _baselines(spec: str | None, labels: list[str]) -> Any:
     if not spec:
         return None
@@ -796,12 +831,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "stacks":
             return _cmd_stacks(args)
         if args.command == "suite":
-            from tui.suite import run_suite
-
             if not args.no_report:
                 _require_report_extra()
-            return run_suite(args.suite, list(args.targets), args.out, args.scale, args.resume,
-                             not args.no_report)
+            return _cmd_suite(args)
         if args.command == "suites":
             from tui.suite import bundled_suites, load_suite
 

@@ -7,7 +7,8 @@ headless mode and `--report` print the same figures."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from loadgen.histogram import HistogramSnapshot
@@ -189,3 +190,22 @@ def render(summary: Any, end: EndSummary, marks: dict[str, str] | None = None) -
             lines += _table(chunk, [(name, [table[label][name] for label in chunk]) for name in names])
         lines.append("")
     return "\n".join(lines)
+
+
+def recorded_rows(run_dir: Path) -> dict[str, dict[str, str]]:
+    """Each target's rows (as `rows` names them) of a finished run, read from its files: the
+    figures of the table the run printed when it ended, for a run that is over."""
+    from loadgen.load import TargetTotals
+    from tui.recording import load_recording
+
+    recording = load_recording(run_dir)
+    end = EndSummary(recording.labels)
+    for item in recording.items:
+        end(item)
+    known = {f.name for f in fields(TargetTotals)}
+    totals = {}
+    for entry in recording.meta.get("totals") or []:
+        if isinstance(entry, dict) and "label" in entry:
+            totals[entry["label"]] = TargetTotals(**{k: v for k, v in entry.items() if k in known})
+    return {label: dict(rows(end.figures[label], totals.get(label, TargetTotals(label))))
+            for label in recording.labels}

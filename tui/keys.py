@@ -141,3 +141,16 @@ END_KEY_TABLE: tuple[Key, ...] = (
 REPORT_KEY_TABLE: tuple[Key, ...] = (
     Key(("escape", "q"), ("esc", "q"), "back", "back", "Back to the runs of the session."),
 )
+
+# A suite (`streambench suite`): its cells run by themselves; the keys stop it or look around.
+SUITE_KEY_TABLE: tuple[Key, ...] = (
+    Key(("q", "ctrl+c", "ctrl+q"), ("q", "ctrl+c", "ctrl+q"), "stop", "stop/quit",
+        "Stop as Ctrl-C does: the cell finishes its files, resumable (again: no drain). "
+        "At the end: quit."),
+    Key(("question_mark",), ("?",), "help", "help", "Show or close this help."),
+    Key(("escape",), ("esc",), "close", "back", "Close this help.", footer=False),
+    Key(("up",), ("↑",), "scroll(0,-1)", "up", "Scroll the matrix up", footer=False),
+    Key(("down",), ("↓",), "scroll(0,1)", "down", "down", footer=False, same_line=True),
+    Key(("left",), ("←",), "scroll(-8,0)", "left", "left", footer=False, same_line=True),
+    Key(("right",), ("→",), "scroll(8,0)", "right", "right", footer=False, same_line=True),
+)
