@@ -57,7 +57,8 @@ def _run(run_dir: Path, specs: list[str], rate: float, partitions: int,
 def side_by_side(tmp_path_factory, kafka_39) -> FixedRateRun:  # noqa: F811
     """KRaft and ZooKeeper mode, one broker each, in one run: 2 partitions, 2 consumers."""
     return _run(tmp_path_factory.mktemp("side-by-side") / "run",
-                ["kafka:runtime=local,heap=512M", "kafka-zk:runtime=local,heap=512M"],
+                ["kafka:runtime=local,heap=512M",
+                 "kafka-zk:runtime=local,heap=512M,broker.num.io.threads=6"],
                 SIDE_BY_SIDE_RATE, partitions=2, consumers=2)
 
 
@@ -113,6 +114,12 @@ def test_run_files_describe_each_target(fixed_rate_run: FixedRateRun):
     if "kafka-zk" in by_platform:
         assert by_platform["kafka-zk"]["config"]["mode"] == "zookeeper"
         assert len(by_platform["kafka-zk"]["pids"]) == 2  # ZooKeeper + 1 broker
+        # a broker setting of a ZooKeeper-mode broker, as the broker tells it (DescribeConfigs)
+        zk_settings = by_platform["kafka-zk"]["settings"]
+        assert zk_settings["broker.num.io.threads"] == {"value": "6", "source": "user",
+                                                        "read_back": True}
+        assert by_platform["kafka"]["settings"]["broker.num.io.threads"] == {
+            "value": "8", "source": "platform default", "read_back": True}
         assert by_platform["kafka"]["config"]["mode"] == "kraft"
     else:
         assert by_platform["kafka"]["config"]["brokers"] == "3"
