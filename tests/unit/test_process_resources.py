@@ -14,7 +14,6 @@ import pytest
 
 from collectors.process import ProcessResources
 
-
 # busy: spins, and writes 1 MiB to a file of its own and fsyncs it every 0.1 s
 BUSY = """import os, sys, time
 end = time.time() + 30
