@@ -86,6 +86,14 @@ async def run_for(load: TargetLoad, seconds: float) -> int:
     return wall - mono
 
 
+def evenly(times: list[int], gap: int) -> bool:
+    """Slots `gap` ns apart. A slot's time is the nearest ns to its exact time, so one gap may
+    be 1 ns more or less than `gap` when a re-anchored schedule's clock is fractional; the
+    times do not drift."""
+    return (len(times) > 1 and all(abs(b - a - gap) <= 1 for a, b in itertools.pairwise(times))
+            and abs(times[-1] - times[0] - (len(times) - 1) * gap) <= 1)
+
+
 def sent(load: TargetLoad) -> list[int]:
     return [t for p in load.producers for t in p.sent]  # type: ignore[attr-defined]
 
@@ -104,7 +112,7 @@ async def test_a_rate_change_wakes_the_producer_at_once(submits: bool) -> None:
         # the producer did not sleep on until its old next slot: it follows the new rate now
         assert 150 <= len(after) <= (time.monotonic_ns() - before) // MS + 1
         assert before <= after[0] <= before + 2 * MS
-        assert all(b - a == MS for a, b in itertools.pairwise(after))
+        assert evenly(after, MS)
         assert events(published) == []  # the run records each change, once per target
     finally:
         await load.close()
@@ -130,7 +138,7 @@ async def test_pause_and_resume_producers() -> None:
         # no burst of the paused interval's slots: all come after the resume, 1 ms apart
         assert 70 <= len(new) <= (time.monotonic_ns() - resumed_at) // MS + 2
         assert resumed_at - MS <= new[0] <= resumed_at + 2 * MS
-        assert all(b - a == MS for a, b in itertools.pairwise(new))
+        assert evenly(new, MS)
         assert events(published) == []
     finally:
         await load.close()
@@ -157,7 +165,7 @@ async def test_each_process_takes_its_share_of_a_new_rate() -> None:
         for p in load.producers:
             times = [t - offset for t in p.sent if t - offset > changed + 2 * MS]  # type: ignore[attr-defined]
             # each producer's share: 4,000 / 4 = 1,000 msg/s
-            assert all(b - a == MS for a, b in itertools.pairwise(times))
+            assert evenly(times, MS), [b - a for a, b in itertools.pairwise(times)][:20]
         assert published == []  # the first process records the change, not this one
     finally:
         await load.close()
