@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from abc import abstractmethod
@@ -30,7 +31,7 @@ from typing import Any
 import yaml
 
 from compose.net import classify
-from compose.process import LOG_LIMIT_BYTES, free_port, port_in_use
+from compose.process import LOG_LIMIT_BYTES, free_port, port_in_use, remove_stale_dirs
 from compose.stack import FAULT_ALIASES, Progress, Stack, StackDescription, announce_runtime
 from compose.stack import FAULTS as STACK_FAULTS
 from loadgen.errors import StackError
@@ -54,6 +55,9 @@ INSTALL_HINT = "Debian/Ubuntu: apt-get install docker.io docker-compose"
 FAULTS = (*STACK_FAULTS, *FAULT_ALIASES)
 IMAGE_CHECK_TIMEOUT_S = 5
 FAULT_READY_TIMEOUT_S = 120.0  # a broker started again by a fault hook answers within this
+# the compose file of a target's own settings (ComposeStack.override), in <tmp>/<prefix><pid>-*
+OVERRIDE_PREFIX = "streambench-compose-"
+OVERRIDE_FILE = "settings.yml"
 
 
 def engine_address() -> str:
@@ -293,6 +297,8 @@ class ComposeStack(Stack):
         self._launched = False
         self._version = ""
         self._cadvisor_port = 0
+        self._override_dir: Path | None = None
+        self._written: dict[str, str] = {}  # broker settings the stack set (StackDescription)
 
     # -- what subclasses say --
 
@@ -319,6 +325,29 @@ class ComposeStack(Stack):
         """Settings worth recording in run.json beyond the common ones."""
         return {}
 
+    def override(self) -> dict[str, dict[str, Any]]:
+        """The target's broker settings as compose service fragments (service -> its keys, e.g.
+        `environment` or `command`), merged over the files; called after settings()."""
+        return {}
+
+    def written(self, services: dict[str, Any]) -> dict[str, str]:
+        """The broker settings the stack sets (its own and the target's), NAME -> value, from the
+        effective services of `compose config`."""
+        return {}
+
+    def scratch_dir(self) -> Path:
+        """A directory of this stack's files (override, mounted configs), removed by down()."""
+        if self._override_dir is None:
+            remove_stale_dirs(OVERRIDE_PREFIX)
+            self._override_dir = Path(tempfile.mkdtemp(prefix=f"{OVERRIDE_PREFIX}{os.getpid()}-"))
+            self._override_dir.chmod(0o755)  # a container's own user reads mounted files
+        return self._override_dir
+
+    def _remove_scratch(self) -> None:
+        if self._override_dir is not None:
+            shutil.rmtree(self._override_dir, ignore_errors=True)
+            self._override_dir = None
+
     # -- helpers for subclasses --
 
     def take_port(self, explicit: int, option: str = "port") -> int:
@@ -333,7 +362,10 @@ class ComposeStack(Stack):
     # -- lifecycle --
 
     def _all_files(self) -> list[str]:
-        return self.files() + (["cadvisor.yml"] if self._cadvisor else [])
+        files = self.files() + (["cadvisor.yml"] if self._cadvisor else [])
+        if self._override_dir is not None and (self._override_dir / OVERRIDE_FILE).is_file():
+            files.append(str(self._override_dir / OVERRIDE_FILE))  # absolute: taken as it is
+        return files
 
     async def _run_compose(self, *args: str, timeout_s: float = COMPOSE_TIMEOUT_S) -> tuple[int, str]:
         argv = [*self._compose, "-p", self._project]
@@ -374,10 +406,15 @@ class ComposeStack(Stack):
         if self._cadvisor:
             self._cadvisor_port = self.take_port(0)
             self._env["STREAMBENCH_CADVISOR_PORT"] = str(self._cadvisor_port)
+        fragments = self.override()
+        if fragments:
+            text = yaml.safe_dump({"services": _literal(fragments)}, sort_keys=False)
+            (self.scratch_dir() / OVERRIDE_FILE).write_text(text)
         code, out = await self._run_compose("config")
         if code != 0:
             raise StackError(f"{self._label}: the compose files do not load: {_compose_error(out)}")
         services = (yaml.safe_load(out) or {}).get("services", {})
+        self._written = self.written(services)
         self._images = {name: str(svc.get("image", "")) for name, svc in services.items()}
         for image in dict.fromkeys(self._images.values()):
             await ensure_image(self._client, image, self._label, progress)
@@ -433,6 +470,7 @@ class ComposeStack(Stack):
     async def down(self) -> None:
         if not self._launched:
             self._close_client()
+            self._remove_scratch()
             return
         self._launched = False
         await self._keep_logs()
@@ -446,6 +484,7 @@ class ComposeStack(Stack):
         self.context.events("stack-down", f"compose project {self._project}"
                             + (" (volumes kept)" if self._keep else ""))
         self._close_client()
+        self._remove_scratch()
 
     async def _keep_logs(self) -> None:
         """The containers' output (`compose logs`), into the run's log dir; never raises."""
@@ -481,7 +520,7 @@ class ComposeStack(Stack):
             endpoints["cadvisor"] = f"127.0.0.1:{self._cadvisor_port}"
         config = {
             "compose_project": self._project,
-            "compose_files": ",".join(self._all_files()),
+            "compose_files": ",".join(Path(f).name for f in self._all_files()),
             "images": ",".join(f"{s}={i}" for s, i in sorted(self._images.items())),
             "cpus": f"{self._cpus:g}" if self._cpus else "unlimited",
             "memory": self._memory or "unlimited",
@@ -490,7 +529,8 @@ class ComposeStack(Stack):
         }
         return StackDescription(runtime="docker", endpoints=endpoints, pids=tuple(pids),
                                 container_ids=tuple(c.id for c in containers.values()),
-                                version=self._version, config=config)
+                                version=self._version, config=config,
+                                broker_settings=dict(self._written))
 
     # -- fault hooks --
 
@@ -543,6 +583,18 @@ class ComposeStack(Stack):
             await asyncio.sleep(0.5)
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(container.reload)
+
+
+def _literal(value: Any) -> Any:
+    """Strings of a generated compose file as they are: compose reads `$` as the start of a
+    variable, `$$` as a `$`."""
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, dict):
+        return {k: _literal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_literal(v) for v in value]
+    return value
 
 
 def _compose_error(output: str) -> str:

@@ -13,14 +13,16 @@ from redis.exceptions import RedisError
 
 from compose.docker import ComposeStack, compose_images
 from compose.kafka import broker_count, random_cluster_id
-from compose.redis import check_version, ping
+from compose.redis import RedisServerOptions, check_version, ping
 from compose.stack import Progress
 from loadgen.errors import StackError
+from loadgen.settings import settings_of, text
 from loadgen.target import Target
 
 PROBE_TIMEOUT_S = 2.0
 SHAPES = (1, 3)  # the compose files hold 1- and 3-broker clusters
 KAFKA_IMAGE_ENV = "STREAMBENCH_IMAGE_KAFKA"
+PULSAR_PREFIX = "PULSAR_PREFIX_"
 # a compose file of each platform's docker runtime (the others of a platform run the same images)
 _FILES = {"redis": "redis.yml", "kafka": "kafka.yml", "kafka-zk": "kafka-zk.yml",
           "redpanda": "redpanda.yml", "pulsar": "pulsar.yml",
@@ -33,6 +35,27 @@ def _kafka_image(target: Target) -> dict[str, str]:
     if target.platform == "kafka" and "version" in target.explicit and not os.environ.get(KAFKA_IMAGE_ENV):
         return {KAFKA_IMAGE_ENV: f"apache/kafka:{version}"}
     return {}
+
+
+# variables of the apache/kafka image that configure the JVM or the image, not server properties
+_KAFKA_IMAGE_VARS = frozenset({
+    "KAFKA_HEAP_OPTS", "KAFKA_OPTS", "KAFKA_JVM_PERFORMANCE_OPTS", "KAFKA_LOG4J_OPTS",
+    "KAFKA_JMX_OPTS", "KAFKA_GC_LOG_OPTS", "KAFKA_VERSION", "KAFKA_LOG4J_ROOT_LOGLEVEL",
+    "KAFKA_LOG4J_LOGGERS", "KAFKA_TOOLS_LOG4J_LOGLEVEL"})
+
+
+def kafka_env_name(prop: str) -> str:
+    """The apache/kafka image's variable of a server property: `-` -> `___`, `_` -> `__`,
+    `.` -> `_`, upper case, KAFKA_ in front (log.dirs -> KAFKA_LOG_DIRS)."""
+    return "KAFKA_" + prop.replace("_", "__").replace("-", "___").replace(".", "_").upper()
+
+
+def kafka_property(name: str) -> str | None:
+    """The server property a variable of the image sets (None: not a property)."""
+    if not name.startswith("KAFKA_") or name in _KAFKA_IMAGE_VARS:
+        return None
+    rest = name[len("KAFKA_"):].lower()
+    return rest.replace("___", "-").replace("__", "\0").replace("_", ".").replace("\0", "_")
 
 
 def images_of(target: Target) -> list[str]:
@@ -50,6 +73,7 @@ class RedisDockerStack(ComposeStack):
     def __init__(self, target: Target, label: str) -> None:
         super().__init__(target, label)
         self._port = 0
+        self._opts = RedisServerOptions.of(target)
 
     def files(self) -> list[str]:
         return ["redis.yml"]
@@ -63,6 +87,20 @@ class RedisDockerStack(ComposeStack):
 
     def brokers(self) -> list[str]:
         return ["redis"]
+
+    def _own(self) -> dict[str, str]:
+        """What compose/redis.yml gives redis-server besides the persistence directives."""
+        return {"port": str(self._port), "bind": "127.0.0.1", "dir": "/data", "save": ""}
+
+    def override(self) -> dict[str, dict[str, object]]:
+        """The `conf.` directives after the file's own arguments (the command is replaced whole)."""
+        if not self._opts.conf:
+            return {}
+        own = [arg for name, value in self._own().items() for arg in (f"--{name}", value)]
+        return {"redis": {"command": ["redis-server", *own, *self._opts.argv()]}}
+
+    def written(self, services: dict[str, object]) -> dict[str, str]:
+        return {**self._own(), **self._opts.directives()}
 
     async def probe(self) -> bool:
         try:
@@ -156,6 +194,21 @@ class KafkaDockerStack(KafkaApiDockerStack):
     def brokers(self) -> list[str]:
         return [f"kafka-{i + 1}" for i in range(self._count)]
 
+    def override(self) -> dict[str, dict[str, object]]:
+        """The target's `broker.` settings as the image's KAFKA_* variables, on every broker."""
+        env = {kafka_env_name(k): text(v) for k, v in settings_of(self._target, "broker").items()}
+        return {broker: {"environment": env} for broker in self.brokers()} if env else {}
+
+    def written(self, services: dict[str, object]) -> dict[str, str]:
+        """The server properties of the first broker's KAFKA_* variables (the file's and the
+        target's)."""
+        service = services.get(self.brokers()[0])
+        env = service.get("environment") if isinstance(service, dict) else None
+        if not isinstance(env, dict):
+            return {}
+        return {prop: "" if value is None else str(value) for name, value in env.items()
+                if (prop := kafka_property(name)) is not None}
+
     def config(self) -> dict[str, str]:
         return {"mode": "zookeeper" if self._zookeeper else "kraft", "brokers": str(self._count),
                 "heap": str(self._target.options.get("heap") or "1G")}
@@ -209,6 +262,27 @@ class PulsarDockerStack(ComposeStack):
 
     def brokers(self) -> list[str]:
         return ["pulsar"]
+
+    def override(self) -> dict[str, dict[str, object]]:
+        """The target's `broker.` settings the image's way: bin/apply-config-from-env.py sets a
+        key of conf/standalone.conf from PULSAR_PREFIX_<key> (appending a key the file lacks)."""
+        env = {f"{PULSAR_PREFIX}{k}": text(v) for k, v in settings_of(self._target, "broker").items()}
+        return {"pulsar": {"environment": env}} if env else {}
+
+    def written(self, services: dict[str, object]) -> dict[str, str]:
+        """The standalone.conf keys the service's variables set (the file's and the target's)."""
+        from loadgen.platforms.config_names import PULSAR_BROKER  # the registry imports this module
+
+        service = services.get("pulsar")
+        env = service.get("environment") if isinstance(service, dict) else None
+        if not isinstance(env, dict):
+            return {}
+        found = {}
+        for name, value in env.items():
+            key = name[len(PULSAR_PREFIX):] if name.startswith(PULSAR_PREFIX) else name
+            if key in PULSAR_BROKER or name.startswith(PULSAR_PREFIX):
+                found[key] = "" if value is None else str(value)
+        return found
 
     def _clusters(self) -> bool:
         url = f"http://127.0.0.1:{self._admin_port}/admin/v2/clusters"

@@ -40,6 +40,7 @@ from loadgen.settings import settings_of
 from loadgen.target import Target
 
 DATA_PREFIX = "streambench-nats-"
+CONTAINER_CONF = "/etc/nats/streambench.conf"  # the docker runtime's mounted settings
 GO_MODULE = "github.com/nats-io/nats-server/v2"
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.:+-]+")
 # the configuration file settings of nats-server 2.10 (server/opts.go) that 2.9.10 does not know
@@ -183,17 +184,18 @@ class NatsServerOptions:
                    str(o.get("max_file") or "10G"), o.get("version") or None,
                    tuple((k, str(v)) for k, v in settings_of(target, "broker").items()))
 
-    def written(self) -> dict[str, str]:
+    def written(self, limits: bool = True) -> dict[str, str]:
         """What streambench writes into the configuration file, NAME or jetstream.NAME ->
-        value: its own JetStream limits, then the `broker.` settings."""
-        return {"jetstream.max_memory_store": self.max_memory,
-                "jetstream.max_file_store": self.max_file, **dict(self.settings)}
+        value: its own JetStream limits (unless not `limits`), then the `broker.` settings."""
+        own = ({"jetstream.max_memory_store": self.max_memory,
+                "jetstream.max_file_store": self.max_file} if limits else {})
+        return {**own, **dict(self.settings)}
 
-    def config_file(self) -> str:
+    def config_file(self, limits: bool = True) -> str:
         """The settings the command line has no flag for (the rest are flags: see argv)."""
         top: list[str] = []
         block: list[str] = []
-        for name, value in self.written().items():
+        for name, value in self.written(limits).items():
             space, _, rest = name.partition(".")
             if space == "jetstream" and rest:
                 block.append(f"  {rest}: {config_value(value)}\n")
@@ -384,6 +386,22 @@ class NatsDockerStack(ComposeStack):
 
     def config(self) -> dict[str, str]:
         return {"jetstream_limits": "server defaults"}
+
+    def override(self) -> dict[str, dict[str, object]]:
+        """The `broker.` settings in a configuration file mounted into the container, read with
+        -c after the file's own flags (which win over it; none of them can be a setting)."""
+        if not self._opts.settings:
+            return {}
+        conf = self.scratch_dir() / "nats.conf"
+        conf.write_text(self._opts.config_file(limits=False))
+        conf.chmod(0o644)
+        return {"nats": {
+            "command": ["-js", "-sd", "/data", "-a", "127.0.0.1", "-p", str(self._port),
+                        "-m", str(self._monitor_port), "-c", CONTAINER_CONF],
+            "volumes": [f"{conf}:{CONTAINER_CONF}:ro"]}}
+
+    def written(self, services: dict[str, object]) -> dict[str, str]:
+        return self._opts.written(limits=False)
 
 
 class NatsExternalStack(Stack):

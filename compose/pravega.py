@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import tempfile
 import urllib.parse
 from pathlib import Path
@@ -52,6 +53,7 @@ _LEFT_OUT = ("logback-classic-", "bc-fips-", "bcprov-jdk15on-")
 MAIN_CLASS = "io.pravega.local.LocalPravegaEmulator"
 READY_LINE = "Pravega Sandbox is running locally now"
 DATA_PREFIX = "streambench-pravega-"
+_SHELL_WORD = re.compile(r"[^\s*?\[\]]*")  # a value the start script passes on unchanged
 JAVA_MIN = 17
 DEFAULT_CONTROLLER_PORT = 9090
 CONTROLLER_ENDPOINT = "pravega"  # StackDescription.endpoints: the controller URI
@@ -343,17 +345,40 @@ class PravegaDockerStack(ComposeStack):
         super().__init__(target, label)
         self._port = 0
         self._ss_port = 0
+        self._zk_port = 0
+        self._broker = {key: text(value) for key, value in settings_of(target, "broker").items()}
 
     def files(self) -> list[str]:
         return ["pravega.yml"]
+
+    def _settings(self) -> dict[str, str]:
+        return {**standalone_settings(self._zk_port, self._port, self._ss_port), **self._broker}
+
+    def override(self) -> dict[str, dict[str, object]]:
+        """The `broker.` settings as -D options after the file's own in PRAVEGA_STANDALONE_OPTS
+        (the variable is replaced whole; the start script splits it at white space)."""
+        if not self._broker:
+            return {}
+        odd = sorted(k for k, v in self._broker.items() if not _SHELL_WORD.fullmatch(v))
+        if odd:
+            raise StackError(f"{self._label}: broker.{odd[0]}={self._broker[odd[0]]!r}: the docker "
+                             "runtime passes settings on the start script's command line, which "
+                             "splits them at spaces and expands * ? [ ]; use runtime=local for "
+                             "such a value")
+        opts = " ".join(f"-D{key}={value}" for key, value in self._settings().items())
+        return {"pravega": {"environment": {"PRAVEGA_STANDALONE_OPTS": opts}}}
+
+    def written(self, services: dict[str, object]) -> dict[str, str]:
+        return self._settings()
 
     def settings(self) -> dict[str, str]:
         self._port = self.take_port(int(self._target.options.get("port") or 0))
         self._ss_port = self.take_port(int(self._target.options.get("segment_store_port") or 0),
                                        "segment_store_port")
+        self._zk_port = self.take_port(0)
         return {"STREAMBENCH_PRAVEGA_PORT": str(self._port),
                 "STREAMBENCH_PRAVEGA_SEGMENT_STORE_PORT": str(self._ss_port),
-                "STREAMBENCH_PRAVEGA_ZK_PORT": str(self.take_port(0)),
+                "STREAMBENCH_PRAVEGA_ZK_PORT": str(self._zk_port),
                 "STREAMBENCH_PRAVEGA_HEAP": str(self._target.options["heap"])}
 
     def brokers(self) -> list[str]:

@@ -168,6 +168,21 @@ def run_tool(tool: str, node: str, env: dict[str, str], args: tuple[str, ...], l
     return done.stdout
 
 
+def _in_container(container: str, argv: tuple[str, ...], label: str,
+                  timeout_s: float = CLI_TIMEOUT_S) -> str:
+    """A node's CLI tool run in its container (which holds the node's name, cookie and epmd
+    port in its environment); StackError when it fails."""
+    try:
+        done = subprocess.run(["docker", "exec", container, *argv], capture_output=True, text=True,
+                              timeout=timeout_s, check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise StackError(f"{label}: {argv[0]} in container {container[:12]}: {exc}") from None
+    if done.returncode != 0:
+        raise StackError(f"{label}: {argv[0]} in container {container[:12]} failed: "
+                         f"{(done.stderr or done.stdout).strip()[:300]}")
+    return done.stdout
+
+
 def _erlang_string(text_: str) -> str:
     return '"' + text_.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -208,12 +223,14 @@ lists:foreach(fun({Key, App, [P | R]}) ->
 """
 
 
-def read_node_settings(config: dict[str, str], wanted: dict[str, str], label: str) -> dict[str, str]:
+def read_node_settings(config: dict[str, str], wanted: dict[str, str], label: str,
+                       container: str = "") -> dict[str, str]:
     """The values a node streambench started holds for rabbitmq.conf keys, read from the
     application parameters each key sets (`wanted`: key -> "app.param[.sub…]", as the schema
-    maps it) with `rabbitmqctl eval`: key -> value, for the keys whose parameter is set and is
-    one plain value. The values are the node's, after its schema translated them (a value may
-    read back in another form than written). StackError when the node does not answer."""
+    maps it) with `rabbitmqctl eval` (run in the node's `container` on the docker runtime):
+    key -> value, for the keys whose parameter is set and is one plain value. The values are
+    the node's, after its schema translated them (a value may read back in another form than
+    written). StackError when the node does not answer."""
     terms = []
     for key, target in wanted.items():
         app, *path = target.split(".")
@@ -224,8 +241,11 @@ def read_node_settings(config: dict[str, str], wanted: dict[str, str], label: st
     if not terms:
         return {}
     expression = _READ_ENV.replace("WANTED", "[" + ", ".join(terms) + "]")
-    env = cli_environment(Path(config["data_dir"]), int(config["epmd_port"]))
-    out = run_tool("rabbitmqctl", config["node"], env, ("eval", expression), label)
+    if container:
+        out = _in_container(container, ("rabbitmqctl", "-q", "eval", expression), label)
+    else:
+        env = cli_environment(Path(config["data_dir"]), int(config["epmd_port"]))
+        out = run_tool("rabbitmqctl", config["node"], env, ("eval", expression), label)
     found: dict[str, str] = {}
     for line in out.splitlines():
         key, tab, value = line.partition("\t")
@@ -457,6 +477,9 @@ class RabbitDockerStack(ComposeStack):
 
     def config(self) -> dict[str, str]:
         return {"plugins": ",".join(PLUGINS), "epmd_port": str(self._ports.get("epmd", 0))}
+
+    def written(self, services: dict[str, object]) -> dict[str, str]:
+        return {**node_settings(self._ports), **broker_settings(self._target)}
 
     async def down(self) -> None:
         try:

@@ -75,8 +75,10 @@ def resolve_target(spec: str, runtime: str | None = None) -> Target:
     table = PLATFORMS[target.platform].options
     broker = sorted(k for k in placed.sources
                     if (kind := table[k.partition(".")[0]].setting) is not None and kind.broker)
-    if broker and placed.runtime != "local":
+    takes = PLATFORMS[target.platform].broker_settings_runtimes
+    if broker and placed.runtime not in takes:
         where = "an existing cluster" if placed.runtime == "external" else f"the {placed.runtime} runtime"
+        allowed = " or ".join(f"runtime={r}" for r in takes)
         raise TargetError(f"{', '.join(broker)}: broker settings apply to brokers streambench starts "
-                          f"itself (runtime=local), not to {where}; client and topic settings do")
+                          f"itself ({allowed}), not to {where}; client and topic settings do")
     return placed

@@ -584,6 +584,7 @@ PLATFORMS = [
                 "pull consumer per subscription",
         options=OPTIONS,
         runtimes=("docker", "local", "external"),
+        broker_settings_runtimes=("docker", "local"),
         make_stack=_stack,
         make_driver=_driver,
         make_collectors=_collectors,

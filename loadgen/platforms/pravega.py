@@ -655,6 +655,7 @@ PLATFORMS = [
             "config": config_option(),
         },
         runtimes=("docker", "local", "external"),
+        broker_settings_runtimes=("docker", "local"),
         address_example="tcp://HOST:9090",
         make_stack=_stack,
         make_driver=_driver,

@@ -645,6 +645,7 @@ PLATFORMS = [
             **_setting_options(),
         },
         runtimes=("docker", "local", "external"),
+        broker_settings_runtimes=("docker", "local"),
         address_example="pulsar://HOST:6650,http://HOST:8080",
         make_stack=_stack,
         make_driver=_driver,

@@ -336,15 +336,17 @@ class RabbitStreamsDriver(Driver):
         record = SettingsRecord(self._target)
         desc = self._desc
         written = dict(desc.broker_settings) if desc is not None else {}
-        if desc is not None and desc.runtime == "local" and desc.config.get("node"):
+        in_container = desc is not None and desc.runtime == "docker" and bool(desc.container_ids)
+        if desc is not None and (in_container or (desc.runtime == "local" and desc.config.get("node"))):
             # the platform's defaults of keys that set a parameter of their own (keys sharing one,
             # e.g. vm_memory_high_watermark.relative and .absolute, only when set)
             targets = list(RABBITMQ_CONF.values())
             wanted = {k: t for k, t in RABBITMQ_CONF.items()
                       if "$" not in k and (targets.count(t) == 1 or k in written)}
             try:
-                values = await asyncio.to_thread(read_node_settings, dict(desc.config), wanted,
-                                                 self._target.label)
+                values = await asyncio.to_thread(
+                    read_node_settings, dict(desc.config), wanted, self._target.label,
+                    desc.container_ids[0] if in_container else "")
             except StackError:
                 values = {}
             record.add("broker", dict(sorted(values.items())), read_back=True, streambench=written)
@@ -477,6 +479,7 @@ PLATFORMS = [
             "driver": driver_option(named_driver(RABBITMQ_FIELDS)),
         },
         runtimes=("docker", "local", "external"),
+        broker_settings_runtimes=("docker", "local"),
         make_stack=_stack,
         make_driver=_driver,
         make_collectors=_collectors,

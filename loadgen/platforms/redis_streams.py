@@ -393,6 +393,7 @@ PLATFORMS = [
             "driver": driver_option(named_driver(REDIS_FIELDS)),
         },
         runtimes=("docker", "local", "external"),
+        broker_settings_runtimes=("docker", "local"),
         make_stack=_stack,
         make_driver=_driver,
         make_collectors=_collectors,

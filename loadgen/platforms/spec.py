@@ -61,6 +61,9 @@ class Platform:
     # the faults (compose.stack.FAULTS) its brokers take, per runtime; None: every fault on every
     # runtime streambench starts itself, none on an existing cluster
     faults: dict[str, tuple[str, ...]] | None = None
+    # the runtimes that take the platform's broker settings (`broker.`, `conf.`); the others
+    # refuse them in one line
+    broker_settings_runtimes: tuple[str, ...] = ("local",)
     # a client library a plain install leaves out (named in `streambench platforms`)
     optional_client: OptionalClient | None = None
     # where it comes from: "<distribution> <version> (<entry point>)", set by the registry,

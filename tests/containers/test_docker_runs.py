@@ -1,7 +1,8 @@
 """Fixed-rate runs with the brokers as containers (the real compose files, offline-built test
 images): Redis Streams and a 1-node KRaft Kafka. Rate within 2 %, nothing lost, lag drained,
-nothing labelled with the run left afterwards, and the CPU and memory in the ticks agreeing
-with `docker stats --no-stream` for the same container under load."""
+nothing labelled with the run left afterwards, the CPU and memory in the ticks agreeing
+with `docker stats --no-stream` for the same container under load, and a broker setting of
+each target in force in its container (read back from the broker: CONFIG GET, DescribeConfigs)."""
 
 from __future__ import annotations
 
@@ -113,12 +114,12 @@ def _run(tmp_path_factory, spec: str) -> DockerRun:
 
 @pytest.fixture(scope="module")
 def redis_run(tmp_path_factory, docker_images) -> DockerRun:
-    return _run(tmp_path_factory, "redis:runtime=docker")
+    return _run(tmp_path_factory, "redis:runtime=docker,conf.hz=20")
 
 
 @pytest.fixture(scope="module")
 def kafka_run(tmp_path_factory, docker_images) -> DockerRun:
-    return _run(tmp_path_factory, "kafka:runtime=docker,heap=512M")
+    return _run(tmp_path_factory, "kafka:runtime=docker,heap=512M,broker.num.io.threads=4")
 
 
 @pytest.fixture(params=["redis_run", "kafka_run"])
@@ -176,3 +177,24 @@ def test_cpu_and_memory_agree_with_docker_stats(docker_run):
         got = tick.resources.memory_bytes
         print(f"memory: tick {got / 2**20:.1f} MiB, docker stats {mem / 2**20:.1f} MiB")
         assert abs(got - mem) <= mem * MEMORY_TOLERANCE + MEMORY_SLACK_BYTES, (got, mem)
+
+
+def _settings(run: DockerRun) -> dict:
+    (target,) = run_json(run.run_dir)["targets"]
+    return target["settings"]
+
+
+def test_redis_conf_directive_in_the_container(redis_run):
+    settings = _settings(redis_run)
+    assert settings["conf.hz"] == {"value": "20", "source": "user", "read_back": True}
+    assert settings["conf.dir"] == {"value": "/data", "source": "streambench default",
+                                    "read_back": True}
+    assert settings["conf.maxclients"]["source"] == "platform default"
+
+
+def test_kafka_broker_setting_in_the_container(kafka_run):
+    settings = _settings(kafka_run)
+    assert settings["broker.num.io.threads"] == {"value": "4", "source": "user", "read_back": True}
+    # a property the compose file sets through the image's variables
+    assert settings["broker.group.initial.rebalance.delay.ms"]["source"] == "streambench default"
+    assert settings["broker.num.network.threads"]["source"] == "platform default"

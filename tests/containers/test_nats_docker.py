@@ -1,7 +1,8 @@
 """NATS JetStream with the server as a container: the real compose file (compose/nats.yml)
 running an offline-built image of Debian's nats-server in the public image's layout. Every
 message consumed once, the lag drained, both listeners on loopback, a kill and a start of the
-container, and nothing labelled with the run left afterwards."""
+container, a `broker.` setting in force in the container (the server's /varz), and nothing
+labelled with the run left afterwards."""
 
 from __future__ import annotations
 
@@ -34,14 +35,17 @@ def nats_image(docker_images: dict[str, str]) -> Iterator[str]:
 
 def test_docker_run_with_a_kill_and_a_start(nats_image, tmp_path):
     out = tmp_path / "run"
-    res = run_cli(["run", "nats:runtime=docker", "--rate", "500", "--duration", "6", "--warmup",
-                   "1", "--partitions", "2", "--track-delivery", "--headless", "--out", str(out),
+    res = run_cli(["run", "nats:runtime=docker,broker.max_payload=2MB", "--rate", "500",
+                   "--duration", "6", "--warmup", "1", "--partitions", "2", "--track-delivery",
+                   "--headless", "--out", str(out),
                    "--at", "2s:kill=nats", "--at", "3s:start=nats"], timeout_s=240)
     assert res.returncode == 0, res.stderr[-2000:]
     meta = run_json(out)
     (target,) = meta["targets"]
     assert target["runtime"] == "docker" and target["version"] == "2.9.10", target
     assert all(v.startswith(("127.0.0.1:", "http://127.0.0.1:")) for v in target["endpoints"].values())
+    assert target["settings"]["broker.max_payload"] == {"value": str(2 * 2**20), "source": "user",
+                                                        "read_back": True}
     (totals,) = meta["totals"]
     assert totals["drained"] and totals["final_lag"] == 0, totals
     broker = ds.dataset(out / "broker", format="parquet").to_table().to_pydict()

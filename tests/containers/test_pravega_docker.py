@@ -60,8 +60,8 @@ def _compose_log(run_dir: Path) -> str:
 
 def test_docker_run_consumes_every_message_once(pravega_image, tmp_path):
     """The ports streambench gives reach the standalone (not the entry point's defaults), the
-    segment store and ZooKeeper listen on 127.0.0.1 only, and 2,000 messages are read once
-    each."""
+    segment store and ZooKeeper listen on 127.0.0.1 only, 2,000 messages are read once each,
+    and a `broker.` setting reaches the emulator in the container (it prints it at start)."""
     out = tmp_path / "run"
     controller, segment_store = free_port(), free_port()
     while segment_store == controller:
@@ -69,7 +69,8 @@ def test_docker_run_consumes_every_message_once(pravega_image, tmp_path):
     stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
     with stdout.open("w") as o, stderr.open("w") as e:
         proc = subprocess.Popen(
-            [*CLI, "run", f"pravega:runtime=docker,port={controller},segment_store_port={segment_store}",
+            [*CLI, "run", f"pravega:runtime=docker,port={controller},segment_store_port={segment_store},"
+             "broker.singlenode.metrics.reporting.interval=7",
              "--rate", "500", "--duration", "3", "--warmup", "1", "--partitions", "2",
              "--track-delivery", "--headless", "--out", str(out)],
             stdout=o, stderr=e, stdin=subprocess.DEVNULL)
@@ -109,6 +110,11 @@ def test_docker_run_consumes_every_message_once(pravega_image, tmp_path):
     assert zookeeper not in (2181, controller, segment_store)
     assert seen.get(zookeeper) and seen[zookeeper] <= LOOPBACK, seen.get(zookeeper)
     assert f"running locally now. You could access it at 127.0.0.1:{controller}" in log
+    assert re.search(r"\smetricsReportInterval=7\s", log), log[:3000]  # the stock value is 60
+    assert target["settings"]["broker.singlenode.metrics.reporting.interval"] == {
+        "value": "7", "source": "user", "read_back": False}
+    assert target["settings"]["broker.singlenode.zk.port"] == {
+        "value": str(zookeeper), "source": "streambench default", "read_back": False}
     nothing_labelled(meta["run_id"])
 
 

@@ -150,7 +150,6 @@ def test_durable_profile_fsyncs_every_write(built_server, nothing_left_running):
     ("nats:broker.port=4333", "port is set by streambench"),
     ("nats:broker.jetstream.max_memory_store=1G", "use nats:max_memory=SIZE"),
     ("nats:broker.cluster=x", "is a block of settings"),
-    ("nats:runtime=docker,broker.max_payload=2MB", "broker settings apply to brokers"),
     ("nats:broker.max_payload=2MB@127.0.0.1:4222", "broker settings apply to brokers"),
     ("nats:version=2.10", "expected a nats-server release X.Y.Z"),
     ("nats:profile=fast", "profile"),

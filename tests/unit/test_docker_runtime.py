@@ -1,12 +1,27 @@
-"""The docker runtime's pure parts: docker stats arithmetic, the runtime rule, the limits."""
+"""The docker runtime's pure parts: docker stats arithmetic, the runtime rule, the limits, the
+compose fragments that carry a target's broker settings."""
 
 from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
 
 import pytest
 
 from collectors.docker import block_io, cpu_percent, memory_bytes, network_io
-from compose.docker import parse_memory, project_name
-from loadgen.errors import TargetError, WorkloadError
+from compose.docker import _literal, parse_memory, project_name
+from compose.docker_stacks import (
+    KafkaDockerStack,
+    PulsarDockerStack,
+    RedisDockerStack,
+    kafka_env_name,
+    kafka_property,
+)
+from compose.nats import CONTAINER_CONF, NatsDockerStack
+from compose.pravega import PravegaDockerStack
+from compose.rabbitmq import RabbitDockerStack
+from loadgen.errors import StackError, TargetError, WorkloadError
 from loadgen.platforms import resolve_target
 from loadgen.platforms.runtime import with_run_settings
 from loadgen.workload import parse_workload
@@ -91,3 +106,114 @@ def test_memory_sizes_and_project_names():
             parse_memory(bad)
     name = project_name("20261121T101500Z", 1)
     assert name.startswith("streambench-20261121t101500z-1-") and name == name.lower()
+
+
+@pytest.mark.parametrize("prop, env", [
+    ("log.dirs", "KAFKA_LOG_DIRS"),
+    ("num.io.threads", "KAFKA_NUM_IO_THREADS"),
+    ("confluent.some_thing", "KAFKA_CONFLUENT_SOME__THING"),
+    ("a-b.c_d", "KAFKA_A___B_C__D"),
+])
+def test_kafka_image_variables(prop, env):
+    assert kafka_env_name(prop) == env
+    assert kafka_property(env) == prop
+    assert kafka_property("KAFKA_HEAP_OPTS") is None  # the JVM's, not a property
+    assert kafka_property("CLUSTER_ID") is None
+
+
+def test_generated_compose_strings_keep_dollars():
+    assert _literal({"a": ["x$y", {"b": "$$"}], "n": 3}) == {"a": ["x$$y", {"b": "$$$$"}], "n": 3}
+
+
+def test_broker_settings_reach_the_docker_runtime():
+    """Every platform with a docker runtime takes broker settings there; none without them
+    adds a compose fragment."""
+    for spec in ("redis:runtime=docker,conf.hz=20", "kafka:runtime=docker,broker.num.io.threads=4",
+                 "kafka-zk:runtime=docker,broker.num.io.threads=4",
+                 "pulsar:runtime=docker,broker.maxMessageSize=2097152",
+                 "nats:runtime=docker,broker.max_payload=2MB",
+                 "rabbitmq:runtime=docker,broker.heartbeat=30",
+                 "pravega:runtime=docker,broker.writer.flush.threshold.milliseconds=200"):
+        assert resolve_target(spec).runtime == "docker", spec
+    assert RedisDockerStack(resolve_target("redis:runtime=docker"), "r").override() == {}
+
+
+def test_redis_conf_directives_after_the_files_arguments():
+    stack = RedisDockerStack(resolve_target("redis:runtime=docker,aof,conf.hz=20"), "redis")
+    port = stack.settings()["STREAMBENCH_REDIS_PORT"]
+    command = stack.override()["redis"]["command"]
+    assert command[:3] == ["redis-server", "--port", port]
+    assert command[-6:] == ["--appendonly", "yes", "--appendfsync", "everysec", "--hz", "20"]
+    written = stack.written({})
+    assert written["hz"] == "20" and written["dir"] == "/data" and written["save"] == ""
+
+
+def test_kafka_settings_as_image_variables_on_every_broker():
+    stack = KafkaDockerStack(resolve_target(
+        "kafka:runtime=docker,brokers=3,broker.num.io.threads=4,broker.log.segment.bytes=1048576"),
+        "kafka", zookeeper=False)
+    stack.settings()
+    fragments = stack.override()
+    assert sorted(fragments) == ["kafka-1", "kafka-2", "kafka-3"]
+    assert fragments["kafka-2"]["environment"] == {"KAFKA_NUM_IO_THREADS": "4",
+                                                   "KAFKA_LOG_SEGMENT_BYTES": "1048576"}
+    # what `compose config` gives the first broker, back as server properties
+    env = {"KAFKA_NUM_IO_THREADS": "4", "KAFKA_LOG_DIRS": "/var/lib/kafka/data",
+           "KAFKA_HEAP_OPTS": "-Xmx1G", "CLUSTER_ID": "x"}
+    assert stack.written({"kafka-1": {"environment": env}}) == {
+        "num.io.threads": "4", "log.dirs": "/var/lib/kafka/data"}
+
+
+def test_pulsar_settings_the_images_way():
+    stack = PulsarDockerStack(resolve_target(
+        "pulsar:runtime=docker,broker.managedLedgerNewEntriesCheckDelayInMillis=0"), "pulsar")
+    stack.settings()
+    env = stack.override()["pulsar"]["environment"]
+    assert env == {"PULSAR_PREFIX_managedLedgerNewEntriesCheckDelayInMillis": "0"}
+    service = {"environment": {**env, "bindAddress": "127.0.0.1", "PULSAR_MEM": "-Xmx1g"}}
+    assert stack.written({"pulsar": service}) == {
+        "managedLedgerNewEntriesCheckDelayInMillis": "0", "bindAddress": "127.0.0.1"}
+
+
+def test_nats_settings_in_a_mounted_file():
+    stack = NatsDockerStack(resolve_target("nats:runtime=docker,broker.max_payload=2MB,"
+                                           "broker.jetstream.max_outstanding_catchup=64MB"), "nats")
+    stack.settings()
+    try:
+        fragment = stack.override()["nats"]
+        host_path, container_path, mode = fragment["volumes"][0].split(":")
+        assert (container_path, mode) == (CONTAINER_CONF, "ro")
+        conf = Path(host_path).read_text()
+        assert "max_payload: 2MB" in conf and "max_outstanding_catchup: 64MB" in conf
+        assert "max_memory_store" not in conf  # the docker runtime keeps the server's limits
+        assert fragment["command"][-2:] == ["-c", CONTAINER_CONF]
+    finally:
+        stack._remove_scratch()
+    assert not os.path.exists(host_path)
+
+
+def test_rabbitmq_written_settings():
+    stack = RabbitDockerStack(resolve_target("rabbitmq:runtime=docker,broker.heartbeat=30"), "rmq")
+    stack.settings()
+    try:
+        written = stack.written({})
+        assert written["heartbeat"] == "30"
+        assert written["management.tcp.ip"] == "127.0.0.1"
+        assert stack.override() == {}  # the settings are in the mounted rabbitmq.conf already
+    finally:
+        asyncio.run(stack.down())
+
+
+def test_pravega_settings_after_the_files_options():
+    stack = PravegaDockerStack(resolve_target(
+        "pravega:runtime=docker,broker.writer.flush.threshold.milliseconds=200"), "pravega")
+    stack.settings()
+    opts = stack.override()["pravega"]["environment"]["PRAVEGA_STANDALONE_OPTS"].split()
+    assert opts[-1] == "-Dwriter.flush.threshold.milliseconds=200"
+    assert "-Dpravegaservice.service.listener.host.nameOrIp=127.0.0.1" in opts
+    assert stack.written({})["writer.flush.threshold.milliseconds"] == "200"
+    spaced = PravegaDockerStack(resolve_target(
+        "pravega:runtime=docker,broker.writer.flush.threshold.milliseconds=2 3"), "pravega")
+    spaced.settings()
+    with pytest.raises(StackError, match="use runtime=local for such a value"):
+        spaced.override()

@@ -80,7 +80,6 @@ BAD = [
     ("kafka:consumer.enable.auto.commit=false", "set by streambench"),
     ("kafka-zk:broker.log.flush.interval.message=1", "did you mean log.flush.interval.messages?"),
     ("kafka:broker.num.io.threads=8@127.0.0.1:9092", "not to an existing cluster"),
-    ("kafka:runtime=docker,broker.num.io.threads=8", "not to the docker runtime"),
     ("pulsar:broker.managedLedgerNewEntriesCheckDelayInMilis=0",
      "did you mean managedLedgerNewEntriesCheckDelayInMillis?"),
     ("pulsar:producer.batching_enable=false", "did you mean batching_enabled?"),
