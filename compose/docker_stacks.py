@@ -3,16 +3,14 @@ settings, which services are brokers, and when the platform counts as ready."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import urllib.error
-import urllib.request
 
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
 from compose.docker import ComposeStack, compose_images
 from compose.kafka import broker_count, random_cluster_id
+from compose.pulsar import STOCK_NAMESPACE, AdminError, PulsarAdmin, create_namespace, ready_check
 from compose.redis import RedisServerOptions, check_version, ping
 from compose.stack import Progress
 from loadgen.errors import StackError
@@ -284,20 +282,26 @@ class PulsarDockerStack(ComposeStack):
                 found[key] = "" if value is None else str(value)
         return found
 
-    def _clusters(self) -> bool:
-        url = f"http://127.0.0.1:{self._admin_port}/admin/v2/clusters"
-        try:
-            with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as resp:
-                return bool(resp.status == 200)
-        except (OSError, urllib.error.URLError):
-            return False
+    def _admin_url(self) -> str:
+        return f"http://127.0.0.1:{self._admin_port}"
 
     async def probe(self) -> bool:
-        return await asyncio.to_thread(self._clusters)
+        """The admin API answers and a topic can be made in the namespace the standalone creates
+        (it answers before it has made it)."""
+        admin = PulsarAdmin(self._admin_url(), timeout_s=PROBE_TIMEOUT_S)
+        try:
+            self._version = await ready_check(admin, STOCK_NAMESPACE)
+        except (OSError, AdminError, ValueError, TimeoutError):
+            return False
+        return True
+
+    async def ready(self, timeout_s: float, progress: Progress) -> None:
+        await super().ready(timeout_s, progress)
+        await create_namespace(self._admin_url(), str(self._target.options["namespace"]),
+                               self._label)
 
     def endpoints(self) -> dict[str, str]:
-        return {"pulsar": f"pulsar://127.0.0.1:{self._port}",
-                "pulsar-admin": f"http://127.0.0.1:{self._admin_port}"}
+        return {"pulsar": f"pulsar://127.0.0.1:{self._port}", "pulsar-admin": self._admin_url()}
 
 
 def _bytes(size: str) -> float:

@@ -477,19 +477,7 @@ class PulsarLocalStack(Stack):
                          f"{timeout_s:.0f} s (log: {self._dir}/pulsar.out)")
 
     async def _create_namespace(self) -> None:
-        """The namespace the target asks for, when it is not the one the standalone makes."""
-        namespace = self._config.namespace
-        if namespace == STOCK_NAMESPACE:
-            return
-        admin = PulsarAdmin(self._admin_url)
-        tenant = namespace.split("/")[0]
-        try:
-            with contextlib.suppress(AdminError):  # 409: the tenant exists (e.g. `public`)
-                await admin.put(f"/admin/v2/tenants/{tenant}", {"allowedClusters": [CLUSTER]})
-            await admin.put(f"/admin/v2/namespaces/{namespace}")
-        except (OSError, AdminError, ValueError) as exc:
-            raise StackError(f"{self._label}: cannot create namespace {namespace}: "
-                             f"{unreachable(exc)}") from None
+        await create_namespace(self._admin_url, self._config.namespace, self._label)
 
     async def ready(self, timeout_s: float, progress: Progress) -> None:
         admin = PulsarAdmin(self._admin_url)
@@ -564,6 +552,22 @@ def _last_error(log: Path) -> str:
         if " ERROR " in line or "Exception:" in line or line.startswith("Error"):
             return line.strip()[:300]
     return ""
+
+
+async def create_namespace(admin_url: str, namespace: str, label: str) -> None:
+    """The namespace a target asks for on a standalone streambench started, when it is not the
+    one the standalone makes."""
+    if namespace == STOCK_NAMESPACE:
+        return
+    admin = PulsarAdmin(admin_url)
+    tenant = namespace.split("/")[0]
+    try:
+        with contextlib.suppress(AdminError):  # 409: the tenant exists (e.g. `public`)
+            await admin.put(f"/admin/v2/tenants/{tenant}", {"allowedClusters": [CLUSTER]})
+        await admin.put(f"/admin/v2/namespaces/{namespace}")
+    except (OSError, AdminError, ValueError) as exc:
+        raise StackError(f"{label}: cannot create namespace {namespace}: "
+                         f"{unreachable(exc)}") from None
 
 
 async def ready_check(admin: PulsarAdmin, namespace: str) -> str:

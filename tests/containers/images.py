@@ -13,6 +13,10 @@ The images follow the public images' conventions, so the real compose files run 
   heap from `KAFKA_HEAP_OPTS`, data in /var/lib/kafka/data (like `apache/kafka:3.9`);
 - zookeeper: `/docker-entrypoint.sh zkServer.sh start-foreground`, configured from `ZOO_*`
   variables, data in /data (like `zookeeper:3.8`);
+- pulsar (built by `pulsar()`, for its own test): the release in /pulsar as the working
+  directory, `bin/apply-config-from-env.py` setting `conf/*.conf` keys from variables (a key's
+  own name, or `PULSAR_PREFIX_<key>`, which also appends a key the file lacks), data in
+  /pulsar/data (like `apachepulsar/pulsar:4.0`);
 - pravega (built by `pravega()`, for its own test): `/opt/pravega/scripts/entrypoint.sh` as the
   entry point with the role (`standalone`) as its command; the entry point appends the
   standalone's default ports and listener to `JAVA_OPTS`, and `/opt/pravega/bin/pravega-standalone`
@@ -31,6 +35,7 @@ from pathlib import Path
 from compose.kafka import KAFKA_3, coordinates
 from compose.maven import assemble, cache_dir
 from compose.pravega import PRAVEGA_VERSION, standalone_jars
+from compose.pulsar import PULSAR_VERSION, distribution
 
 HERE = Path(__file__).parent / "images"
 BASE = "streambench-test/base:bookworm"
@@ -38,6 +43,7 @@ REDIS = "streambench-test/redis:7.0"
 KAFKA = f"streambench-test/kafka:{KAFKA_3}"
 ZOOKEEPER = "streambench-test/zookeeper:3.8"
 PRAVEGA = f"streambench-test/pravega:{PRAVEGA_VERSION}"
+PULSAR = f"streambench-test/pulsar:{PULSAR_VERSION}"
 MIRROR = "http://deb.debian.org/debian"
 BUILD_TIMEOUT_S = 900
 
@@ -125,6 +131,16 @@ def pravega() -> str:
                 (lib / jar.name).symlink_to(jar)
             _build(PRAVEGA, "pravega", {"lib": lib})
     return PRAVEGA
+
+
+def pulsar() -> str:
+    """The Pulsar image (on first use: the distribution from Maven Central, as the local runtime
+    fetches it)."""
+    if not _exists(PULSAR):
+        _base()
+        home = asyncio.run(distribution(_say, "test images"))
+        _build(PULSAR, "pulsar", {"pulsar": home})
+    return PULSAR
 
 
 def broken(name: str, script: str) -> str:
