@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2  # 2: ticks gained the load generator's own figures (loadgen_*)
+# 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table
+SCHEMA_VERSION = 3
 MIN_READER_VERSION = 1  # the oldest reader that reads what this version writes
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -131,6 +132,20 @@ BROKER = _with_meta(
     ],
 )
 
+CONSUMERS = _with_meta(
+    "consumers",
+    [
+        *_key_fields(),
+        _req("topic", pa.int32()),  # the topic's number within the target
+        _req("subscription", pa.string()),
+        _req("consumer", pa.int32()),  # its number within the subscription
+        _req("consumed", pa.int64()),  # messages in the interval
+        # the partitions it held at the tick; null when the broker assigns them unseen
+        _opt("partitions", pa.list_(pa.int32())),
+        _req("shared", pa.bool_()),  # read together with the subscription's other consumers
+    ],
+)
+
 EVENTS = _with_meta(
     "events",
     [
@@ -157,6 +172,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "latency": LATENCY,
     "lag": LAG,
     "broker": BROKER,
+    "consumers": CONSUMERS,
     "events": EVENTS,
     "raw": RAW,
 }

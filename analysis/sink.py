@@ -326,6 +326,24 @@ class ParquetSink:
                         "source": t.lag.source,
                     }
                 )
+        if t.consumers:
+            consumers = self._buffers["consumers"]
+            for c in t.consumers:
+                consumers.append(
+                    {
+                        "run_id": self.run_id,
+                        "target": t.target,
+                        "seq": t.seq,
+                        "time": time_us,
+                        "phase": phase,
+                        "topic": c.topic,
+                        "subscription": c.subscription,
+                        "consumer": c.index,
+                        "consumed": c.consumed,
+                        "partitions": None if c.partitions is None else list(c.partitions),
+                        "shared": c.shared,
+                    }
+                )
         if t.broker:
             broker = self._buffers["broker"]
             for name, counter in t.broker.items():

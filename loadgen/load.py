@@ -27,7 +27,16 @@ from loadgen.platforms import PLATFORMS
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer
 from loadgen.selfwatch import SelfWatch
 from loadgen.target import Target
-from loadgen.tick import BusItem, Phase, RawSamples, Resources, RunEvent, Tick
+from loadgen.tick import (
+    BusItem,
+    ConsumerStat,
+    Phase,
+    RawSamples,
+    Resources,
+    RunEvent,
+    Tick,
+    partition_list,
+)
 from loadgen.workload import Workload
 
 READY_TIMEOUT_S = 60.0
@@ -139,6 +148,8 @@ class TargetLoad:
         self._producer_specs: list[tuple[str, int]] = []  # (topic, index) of each producer
         self._consumer_specs: list[tuple[str, str, int]] = []  # (topic, subscription, index)
         self.consumers: list[Consumer] = []
+        self._slot_consumed: list[int] = []  # per consumer, in the interval
+        self._slot_partitions: list[tuple[int, ...] | None] = []  # as the last tick saw them
         self.collectors: list[Collector] = []
         self._consumer_tasks: list[asyncio.Task[None]] = []
         self._pacers: list[_Pacer] = []
@@ -218,6 +229,8 @@ class TargetLoad:
             self.consumers.append(await self.driver.consumer(self.topics[t], self.subscriptions[s],
                                                              i, self._track_ids))
             self._consumer_specs.append((self.topics[t], self.subscriptions[s], i))
+            self._slot_consumed.append(0)
+            self._slot_partitions.append(None)
         for number in mine.producers:
             t, i = divmod(number, w.producers)
             self.producers.append(await self.driver.producer(self.topics[t], i))
@@ -446,6 +459,7 @@ class TargetLoad:
                 self._raw["e2e"].extend(lat)
             k = batch.count
             self.consumed += k
+            self._slot_consumed[slot] += k
             self.consumed_bytes += batch.payload_bytes
             self.totals.consumed += k
             if batch.ids is not None:
@@ -489,6 +503,7 @@ class TargetLoad:
         raw = {k: np.asarray(v, dtype=np.int64) for k, v in self._raw.items()}
         for v in self._raw.values():
             v.clear()
+        consumers = self._consumer_stats()
         health = self._watch.reading(loaded=bool(self._pacers or self._consumer_tasks))
         self._note_saturation(health.saturated)
         # everything above is cut at one instant; the telemetry answers from the brokers follow
@@ -511,11 +526,34 @@ class TargetLoad:
             produced_total=produced_total,
             consumed_total=consumed_total,
             loadgen=health,
+            consumers=consumers,
         )
         if self._record_raw:
             for kind, values in raw.items():
                 self._publish(RawSamples(self.label, seq, time_ns, phase, kind, values))
         return tick
+
+    def _consumer_stats(self) -> tuple[ConsumerStat, ...]:
+        """Each consumer's count since the last tick and the partitions it holds now; an
+        `assignment` event for each consumer whose partitions changed since the last tick
+        (the first tick tells every consumer's)."""
+        stats = []
+        counts, self._slot_consumed = self._slot_consumed, [0] * len(self._slot_consumed)
+        for slot, consumer in enumerate(self.consumers):
+            topic, subscription, index = self._consumer_specs[slot]
+            try:
+                held = consumer.partitions()
+            except Exception:
+                held = None  # a client in the middle of closing
+            stats.append(ConsumerStat(self.topics.index(topic), subscription, index,
+                                      counts[slot], held, consumer.shared))
+            if held is not None and held != self._slot_partitions[slot]:
+                was = self._slot_partitions[slot]
+                self._publish(RunEvent(time.time_ns(), self.label, "assignment",
+                                       assignment_text(stats[-1], was)))
+            if held is not None:
+                self._slot_partitions[slot] = held
+        return tuple(stats)
 
     def _note_saturation(self, reason: str) -> None:
         """An event when the generator becomes the bottleneck, and one when it no longer is."""
@@ -559,6 +597,17 @@ class TargetLoad:
         if self.stack is not None:
             with contextlib.suppress(Exception):
                 await self.stack.down()
+
+
+def assignment_text(stat: ConsumerStat, was: tuple[int, ...] | None) -> str:
+    """The detail of an `assignment` event: `consumer 1 of streambench-sub-0 (topic 0):
+    partitions 0, 2 (was 0-3)`."""
+    held = stat.partitions or ()
+    text = (f"consumer {stat.index} of {stat.subscription} (topic {stat.topic}): "
+            f"partition{'' if len(held) == 1 else 's'} {partition_list(held)}")
+    if stat.shared:
+        text += ", shared with the subscription's other consumers"
+    return text + (f" (was {partition_list(was)})" if was is not None else "")
 
 
 def _rate_text(rate: float) -> str:

@@ -66,6 +66,39 @@ class LagSnapshot:
     source: str = ""  # what the figure comes from, e.g. "XINFO GROUPS lag+pending"
 
 
+def partition_list(partitions: tuple[int, ...]) -> str:
+    """`0-3, 6, 8-9`: runs of consecutive partitions as ranges; `none` for no partition."""
+    if not partitions:
+        return "none"
+    runs: list[list[int]] = []
+    for p in partitions:
+        if runs and p == runs[-1][1] + 1:
+            runs[-1][1] = p
+        else:
+            runs.append([p, p])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerStat:
+    """One consumer over the interval: what it read and the partitions it holds at the tick."""
+
+    topic: int  # the topic's number within the target (0 … topics-1)
+    subscription: str
+    index: int  # the consumer's number within its subscription
+    consumed: int  # messages in the interval
+    # the partitions it holds at the end of the interval, as its client or driver knows them
+    # (sorted); None when the broker deals them and does not tell
+    partitions: tuple[int, ...] | None = None
+    shared: bool = False  # it reads them together with the subscription's other consumers
+
+    @property
+    def name(self) -> str:
+        """`sub-0/1`: consumer 1 of subscription streambench-sub-0 (`t1 sub-0/1` on topic 1)."""
+        sub = self.subscription.removeprefix("streambench-")
+        return f"{f't{self.topic} ' if self.topic else ''}{sub}/{self.index}"
+
+
 @dataclass(frozen=True, slots=True)
 class Tick:
     """What happened to one target during one interval (normally one second)."""
@@ -91,6 +124,7 @@ class Tick:
     produced_total: int = 0
     consumed_total: int = 0
     loadgen: LoadgenHealth = LoadgenHealth()
+    consumers: tuple[ConsumerStat, ...] = ()  # every consumer of the target, in name order
 
     @property
     def produce_rate(self) -> float:

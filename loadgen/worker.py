@@ -291,8 +291,8 @@ def _sum_totals(label: str, parts: list[TargetTotals]) -> TargetTotals:
 
 
 def _merge_ticks(ticks: list[Tick]) -> Tick:
-    """The first process's tick (telemetry, lag, interval) with every process's counts and
-    latencies."""
+    """The first process's tick (telemetry, lag, interval) with every process's counts,
+    latencies and consumers."""
     if len(ticks) == 1:
         return ticks[0]
     first = ticks[0]
@@ -309,6 +309,8 @@ def _merge_ticks(ticks: list[Tick]) -> Tick:
         produced_total=sum(t.produced_total for t in ticks),
         consumed_total=sum(t.consumed_total for t in ticks),
         loadgen=LoadgenHealth.merge([t.loadgen for t in ticks]),
+        consumers=tuple(sorted((c for t in ticks for c in t.consumers),
+                               key=lambda c: (c.topic, c.subscription, c.index))),
     )
 
 

@@ -22,7 +22,16 @@ from analysis.runmeta import read_run_meta
 from analysis.schema import SCHEMA_VERSION, SCHEMAS
 from loadgen.errors import StreambenchError, WorkloadError
 from loadgen.histogram import HistogramSnapshot
-from loadgen.tick import LagSnapshot, LoadgenHealth, Phase, PhaseChange, Resources, RunEvent, Tick
+from loadgen.tick import (
+    ConsumerStat,
+    LagSnapshot,
+    LoadgenHealth,
+    Phase,
+    PhaseChange,
+    Resources,
+    RunEvent,
+    Tick,
+)
 from loadgen.workload import Workload, parse_workload
 from tui.history import Baseline
 
@@ -131,6 +140,21 @@ def _per_tick(run_dir: Path, table: str, key: str, value: str) -> dict[tuple[str
     return out
 
 
+def _consumers(run_dir: Path) -> dict[tuple[str, int], tuple[ConsumerStat, ...]]:
+    """(target, seq) → the tick's consumers (none in runs of schema version 2 and older)."""
+    rows = read_table(run_dir, "consumers").select(
+        ["target", "seq", "topic", "subscription", "consumer", "consumed", "partitions",
+         "shared"]).to_pydict()
+    out: dict[tuple[str, int], list[ConsumerStat]] = {}
+    for target, seq, topic, sub, index, consumed, held, shared in zip(
+            *rows.values(), strict=True):
+        out.setdefault((target, seq), []).append(ConsumerStat(
+            int(topic or 0), str(sub or ""), int(index or 0), int(consumed or 0),
+            None if held is None else tuple(int(p) for p in held), bool(shared)))
+    return {key: tuple(sorted(found, key=lambda c: (c.topic, c.subscription, c.index)))
+            for key, found in out.items()}
+
+
 def _phase(name: Any, run_dir: Path) -> Phase:
     try:
         return Phase(name)
@@ -151,6 +175,7 @@ def _ticks(run_dir: Path) -> list[Tick]:
     lags = _per_tick(run_dir, "lag", "partition", "lag")
     sources = _per_tick(run_dir, "lag", "partition", "source")
     counters = _per_tick(run_dir, "broker", "name", "value")
+    consumers = _consumers(run_dir)
     empty = np.zeros(0, np.int64)
     ticks = []
     for r, time_us in zip(rows, times, strict=True):
@@ -183,6 +208,7 @@ def _ticks(run_dir: Path) -> list[Tick]:
             produced_total=r["produced_total"] or 0, consumed_total=r["consumed_total"] or 0,
             loadgen=LoadgenHealth(_nan(r["loadgen_cpu_percent"]), _nan(r["loadgen_loop_lag_ms"]),
                                   r["loadgen_saturated"] or ""),
+            consumers=consumers.get((target, seq), ()),
             **snaps,
         ))
     return ticks
@@ -222,6 +248,8 @@ def load_recording(run_dir: Path) -> Recording:
     meta = read_meta(run_dir)
     ticks = _ticks(run_dir)
     if not ticks:
+        if meta.get("failed"):
+            raise RecordingError(f"{run_dir} failed before its first second: {meta['failed']}")
         raise RecordingError(f"{run_dir} has no ticks: the run stopped before its first "
                              "second was written")
     events = _events(run_dir)
@@ -237,7 +265,9 @@ def load_recording(run_dir: Path) -> Recording:
                      "complete file")
     if version < SCHEMA_VERSION:
         notes.append(f"written by an older streambench (run files version {version})")
-    if meta.get("stopped_early"):
+    if meta.get("failed"):
+        notes.append(f"failed: {str(meta['failed'])[:200]}")
+    elif meta.get("stopped_early"):
         notes.append("stopped early")
     return Recording(run_dir=run_dir, meta=meta, labels=_labels(meta, ticks),
                      workload=_workload(meta), items=items, times=[i.time_ns for i in items],

@@ -60,6 +60,17 @@ class Producer(ABC):
 
 
 class Consumer(ABC):
+    # True when the subscription's consumers all read the partitions they hold and the broker
+    # deals the messages among them (a Redis Streams group, a Pulsar shared subscription)
+    shared: bool = False
+
+    def partitions(self) -> tuple[int, ...] | None:
+        """The partitions this consumer holds now, sorted: after the group's latest rebalance
+        where the broker assigns them, else as the driver dealt them. Called once per tick, so
+        it must be cheap (no request to the broker). None when the broker assigns them and the
+        client does not tell."""
+        return None
+
     @abstractmethod
     async def receive(self) -> ReceivedBatch | None:
         """Wait briefly (about 100 ms at most) for messages; None when none came. Messages

@@ -217,6 +217,10 @@ class KafkaConsumer(Consumer):
         self._track = track_ids
         activity.attach(group, consumer)
 
+    def partitions(self) -> tuple[int, ...] | None:
+        # the group coordinator's latest assignment, as the client holds it (no request)
+        return tuple(sorted(tp.partition for tp in self._consumer.assignment()))
+
     async def receive(self) -> ReceivedBatch | None:
         data = await self._consumer.getmany(timeout_ms=RECEIVE_TIMEOUT_MS)
         if not data:

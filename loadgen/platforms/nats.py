@@ -179,7 +179,11 @@ class NatsConsumer(Consumer):
     this consumer's inbox as they are stored. receive() returns what arrived (waiting up to
     RECEIVE_WAIT_S for the first), after acknowledging each message."""
 
-    def __init__(self, nc: NATS, stream: str, durable: str, fetch: int, track_ids: bool) -> None:
+    shared = True  # the subscription's consumers pull from one durable consumer
+
+    def __init__(self, nc: NATS, stream: str, durable: str, fetch: int, track_ids: bool,
+                 partitions: int = 1) -> None:
+        self._all = tuple(range(partitions))
         self._nc = nc
         self._stream = stream
         self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
@@ -221,6 +225,9 @@ class NatsConsumer(Consumer):
         self._open_until = time.monotonic() + PULL_EXPIRES_S + PULL_GRACE_S
         request = b'{"batch":%d,"expires":%d}' % (self._fetch, int(PULL_EXPIRES_S * 1e9))
         await self._nc.publish(self._next_subject, request, reply=self._inbox)
+
+    def partitions(self) -> tuple[int, ...] | None:
+        return self._all
 
     async def receive(self) -> ReceivedBatch | None:
         await self._pull()
@@ -425,7 +432,8 @@ class NatsDriver(Driver):
                 c.forget_request()
 
         nc = await self._connect(f"streambench-consumer-{index}", reconnected=back)
-        consumer = NatsConsumer(nc, stream, subscription, self._opts.fetch, track_ids)
+        consumer = NatsConsumer(nc, stream, subscription, self._opts.fetch, track_ids,
+                                self._partitions.get(topic, 1))
         made.append(consumer)
         try:
             await nc.jsm().consumer_info(stream, subscription, timeout=API_TIMEOUT_S)

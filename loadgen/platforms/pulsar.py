@@ -272,7 +272,10 @@ class PulsarProducer(Producer):
 
 
 class PulsarConsumer(Consumer):
-    def __init__(self, handle: pulsar_asyncio.Consumer, track_ids: bool, numbered: bool) -> None:
+    def __init__(self, handle: pulsar_asyncio.Consumer, track_ids: bool, numbered: bool,
+                 held: tuple[int, ...] | None = None, shared: bool = False) -> None:
+        self._held = held
+        self.shared = shared
         self._handle = handle
         self._raw: _pulsar.Consumer = handle._consumer
         self._track = track_ids
@@ -295,6 +298,9 @@ class PulsarConsumer(Consumer):
             self._pending = True
             # completes inline when a message is already queued, else later on an I/O thread
             self._raw.receive_async(self._on_message)
+
+    def partitions(self) -> tuple[int, ...] | None:
+        return self._held
 
     async def receive(self) -> ReceivedBatch | None:
         if self._error is not None:
@@ -509,7 +515,11 @@ class PulsarDriver(Driver):
         except (pulsar_asyncio.PulsarException, TypeError, ValueError) as exc:
             raise DriverError(f"cannot subscribe {subscription} ({kind}) to {self._name(topic)}: "
                               f"{exc}") from None
-        return PulsarConsumer(handle, track_ids, numbered=not self._config.persistent)
+        every = tuple(range(self._partitions.get(topic, 1)))
+        # failover: the broker makes one consumer per partition the active one, unseen here
+        return PulsarConsumer(handle, track_ids, numbered=not self._config.persistent,
+                              held=None if kind == "failover" else every,
+                              shared=kind in ("shared", "key_shared"))
 
     async def close(self) -> None:
         if self._client is not None:

@@ -49,6 +49,23 @@ class _StreamsClient(rbs.StreamsClient):
         return Option(protocol)
 
 
+class OneByOne:
+    """rbfly's single-message Publisher behind the batch publishers' batch() and flush(): a
+    flush sends the queued messages one at a time, each confirmed before the next is sent."""
+
+    def __init__(self, publisher: rbs.Publisher) -> None:
+        self.publisher = publisher
+        self._data: list[Any] = []
+
+    def batch(self, message: Any) -> None:
+        self._data.append(message)
+
+    async def flush(self) -> None:
+        queued, self._data = self._data, []
+        for message in queued:
+            await self.publisher.send(message)
+
+
 class RabbitProducer(Producer):
     """One connection, one publisher per partition stream (named, so the server deduplicates
     what the client sends again after a reconnection). A batch is split by partition and each
@@ -99,8 +116,10 @@ class RabbitConsumer(Consumer):
     empties. Offsets are stored per stream under the subscription's name."""
 
     def __init__(self, client: rbs.StreamsClient, streams: dict[int, str], reference: str,
-                 track_ids: bool, store_interval_s: float) -> None:
+                 track_ids: bool, store_interval_s: float,
+                 subscribe: dict[str, Any] | None = None) -> None:
         self._client = client
+        self._subscribe = dict(subscribe or {})  # subscribe()'s `consumer.` keyword arguments
         self._streams = streams
         self._reference = reference
         self._track = track_ids
@@ -116,6 +135,10 @@ class RabbitConsumer(Consumer):
         self._stored_at = time.monotonic()
         self._failure: BaseException | None = None
         self._tasks = [asyncio.create_task(self._read(p, s)) for p, s in streams.items()]
+        self._held = tuple(sorted(streams))
+
+    def partitions(self) -> tuple[int, ...] | None:
+        return self._held  # dealt by the driver: partition i to consumer i mod consumers
 
     async def _start(self, partition: int, stream: str) -> rbs.Offset:
         """Where a (re)subscription starts: after the last message handed over, else after the
@@ -149,7 +172,7 @@ class RabbitConsumer(Consumer):
         track = self._track
         last = self._last
         start = await self._start(partition, stream)
-        async for body in self._client.subscribe(stream, offset=start):
+        async for body in self._client.subscribe(stream, offset=start, **self._subscribe):
             ctx = get_ctx()
             # receive() swaps the lists: look them up on every message
             self._intended.append(ctx.app_properties[INTENDED_PROPERTY])  # type: ignore[arg-type]
@@ -221,16 +244,18 @@ async def connect(uri: str, where: str) -> rbs.StreamsClient:
 
 
 async def producer(client: rbs.StreamsClient, topic: str, streams: list[str], index: int,
-                   where: str) -> RabbitProducer:
-    """Producer `index` of `topic`: a publisher on `client` for each of its partition streams."""
+                   where: str, publisher: str = "PublisherBatchFast") -> RabbitProducer:
+    """Producer `index` of `topic`: a publisher of rbfly's class `publisher` on `client` for
+    each of its partition streams."""
+    cls = getattr(rbs, publisher)
     stack = contextlib.AsyncExitStack()
     publishers = []
     try:
         for stream in streams:
             # the name keys the server's deduplication: one per producer and stream
-            publishers.append(await stack.enter_async_context(client.publisher(
-                stream, name=f"{stream}.producer-{index}.{os.getpid()}",
-                cls=rbs.PublisherBatchFast)))
+            made = await stack.enter_async_context(client.publisher(
+                stream, name=f"{stream}.producer-{index}.{os.getpid()}", cls=cls))
+            publishers.append(made if isinstance(made, rbs.PublisherBatchFast) else OneByOne(made))
     except Exception as exc:
         await stack.aclose()
         await client.disconnect()

@@ -147,8 +147,11 @@ class RedisConsumer(Consumer):
     are pending (read, not yet acknowledged), as with any consumer that acknowledges after
     processing; close() sends what is still owed."""
 
+    shared = True  # every consumer of the group reads every stream; the server deals entries
+
     def __init__(self, conn: RespConnection, streams: list[str], group: str, name: str,
                  track_ids: bool) -> None:
+        self._all = tuple(range(len(streams)))
         self._conn = conn
         self._track = track_ids
         self._index = {s.encode(): i for i, s in enumerate(streams)}
@@ -218,6 +221,9 @@ class RedisConsumer(Consumer):
                 [b"$%d\r\n%s\r\n" % (len(e), e) for e in entry_ids])))
         self._acks, self._ack_count = b"".join(acks), len(acks)
         return ReceivedBatch(receive_ns, intended, size, ids)
+
+    def partitions(self) -> tuple[int, ...] | None:
+        return self._all
 
     def take_over(self, lost: Consumer) -> None:
         if not isinstance(lost, RedisConsumer):
