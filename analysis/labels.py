@@ -91,4 +91,6 @@ def ending(meta: Mapping[str, Any]) -> str:
     """How the run ended, for the runs table."""
     if "ended" not in meta:
         return "killed (no end recorded)"
+    if meta.get("failed"):
+        return f"failed: {str(meta['failed'])[:120]}"
     return "stopped early" if _truthy(meta.get("stopped_early")) else "completed"

@@ -132,7 +132,9 @@ def load_runs(run_dirs: Sequence[Path]) -> list[RunInfo]:
         seen_ids[run_id] = path
         run = RunInfo(path=path, run_id=run_id, meta=meta)
         if not run.has_files("ticks"):
+            failed = meta.get("failed")
             raise ReportError(
+                f"run {run_id} ({path}) failed before its first second: {failed}" if failed else
                 f"run {run_id} ({path}) has no ticks: it stopped before its first second "
                 "was written"
             )

@@ -268,9 +268,8 @@ class PulsarDockerStack(ComposeStack):
         return {"pulsar": {"environment": env}} if env else {}
 
     def written(self, services: dict[str, object]) -> dict[str, str]:
-        """The standalone.conf keys the service's variables set (the file's and the target's)."""
-        from loadgen.platforms.config_names import PULSAR_BROKER  # the registry imports this module
-
+        """The standalone.conf keys the service's variables set (the file's and the target's):
+        the keys are camelCase, the image's other variables (PULSAR_MEM…) upper case."""
         service = services.get("pulsar")
         env = service.get("environment") if isinstance(service, dict) else None
         if not isinstance(env, dict):
@@ -278,7 +277,7 @@ class PulsarDockerStack(ComposeStack):
         found = {}
         for name, value in env.items():
             key = name[len(PULSAR_PREFIX):] if name.startswith(PULSAR_PREFIX) else name
-            if key in PULSAR_BROKER or name.startswith(PULSAR_PREFIX):
+            if name.startswith(PULSAR_PREFIX) or name[:1].islower():
                 found[key] = "" if value is None else str(value)
         return found
 

@@ -377,7 +377,15 @@ class NatsDockerStack(ComposeStack):
         return True
 
     async def ready(self, timeout_s: float, progress: Progress) -> None:
-        await super().ready(timeout_s, progress)
+        try:
+            await super().ready(timeout_s, progress)
+        except StackError as exc:
+            newer = self._opts.too_new("2.9")
+            if newer and "unknown field" in str(exc):
+                raise StackError(f"{exc} ({', '.join(newer)}: nats-server 2.10 or newer; set "
+                                 "STREAMBENCH_IMAGE_NATS to such an image, or use runtime=local "
+                                 "with version=2.10.27)") from None
+            raise
         check_version(self._version, f"the image {self._images.get('nats')}")
 
     def endpoints(self) -> dict[str, str]:

@@ -312,6 +312,15 @@ class Run:
                 "totals": [json.loads(json.dumps(t.__dict__)) for t in summary.targets],
                 "broker_failures": summary.broker_failures,
             })))
+        except BaseException as exc:
+            # run.json says the run failed and why, also when it never got to measure
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            with contextlib.suppress(Exception):
+                self.publish(RunMeta(self._meta({
+                    "ended": datetime.now(UTC).isoformat(), "stopped_early": True,
+                    "failed": reason[:500],
+                    "broker_failures": list(self.broker_failures)})))
+            raise
         finally:
             await asyncio.gather(*(r.close() for r in self.runners), return_exceptions=True)
             if self._recorder is not None:

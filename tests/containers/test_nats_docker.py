@@ -12,9 +12,11 @@ from collections.abc import Iterator
 import pyarrow.dataset as ds
 import pytest
 
+from analysis.labels import ending
 from tests.containers import images
 from tests.containers.conftest import nothing_labelled
 from tests.integration.conftest import run_cli, run_json
+from tui.recording import RecordingError, load_recording
 
 pytestmark = pytest.mark.integration
 
@@ -56,4 +58,24 @@ def test_docker_run_with_a_kill_and_a_start(nats_image, tmp_path):
     assert 0 < totals["produced"] <= stored <= totals["produced"] + totals["send_errors"]
     events = ds.dataset(out / "events", format="parquet").to_table().to_pydict()["kind"]
     assert events.index("fault-kill") < events.index("fault-start") and "broker-died" not in events
+    nothing_labelled(meta["run_id"])
+
+
+def test_setting_newer_than_the_image(nats_image, tmp_path):
+    """The durable profile's jetstream.sync_interval on the 2.9 image: the server refuses its
+    configuration file; the run ends in one line that says what to do, nothing left."""
+    out = tmp_path / "run"
+    res = run_cli(["run", "nats:runtime=docker,profile=durable", "--rate", "100", "--duration",
+                   "2", "--headless", "--out", str(out)], timeout_s=120)
+    assert res.returncode == 2, res.stderr[-2000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert 'unknown field "sync_interval"' in last, last
+    assert "nats-server 2.10 or newer" in last and "version=2.10.27" in last, last
+    assert "Traceback" not in res.stderr
+    # run.json marks the run as failed, with the same line; replay refuses it naming the reason
+    meta = run_json(out)
+    assert meta["failed"] in last and meta["stopped_early"] is True and "ended" in meta
+    assert ending(meta).startswith("failed: ")
+    with pytest.raises(RecordingError, match=r"failed before its first second: .*sync_interval"):
+        load_recording(out)
     nothing_labelled(meta["run_id"])

@@ -73,7 +73,6 @@ BAD = [
     ("rabbitmq:profile=durable", "do not fsync a write"),
     ("rabbitmq:profile=latency", "no profiles"),
     ("rabbitmq:broker.stream.frame_max=2097152@127.0.0.1:5552", "not to an existing cluster"),
-    ("rabbitmq:runtime=docker,broker.stream.frame_max=2097152", "not to the docker runtime"),
     ("pravega:broker.writer.flush.treshold.milliseconds=1",
      "did you mean writer.flush.threshold.milliseconds?"),
     ("pravega:broker.singlenode.controller.rpc.port=9090", "use pravega:port=N"),
