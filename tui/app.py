@@ -333,11 +333,15 @@ class DashboardApp(App[DashboardResult]):
         self.push_screen(DetailScreen(self.histories[label], self.view, self.keys_hint()))
 
     def keys_hint(self) -> str:
-        return "esc back · o sort · w window · x screenshot · ? help"
+        return "esc back · o/O sort · w window · x screenshot · ? help"
 
     def action_sort(self) -> None:
         if isinstance(self.screen, DetailScreen):
             self.screen.next_sort()
+
+    def action_sort_consumers(self) -> None:
+        if isinstance(self.screen, DetailScreen):
+            self.screen.next_consumer_sort()
 
     def action_cycle_window(self) -> None:
         self.view.cycle_window()

@@ -1,5 +1,6 @@
 """The detail screen of one target (Enter on the selected column): per-partition rates and
-lag, per-broker CPU, memory, disk and network, the latency percentiles over the chart window
+lag, per-consumer rates, lag and the partitions each holds, per-broker CPU, memory, disk and
+network, the latency percentiles over the chart window
 (a table and their curve on a "nines" axis), and the target's events. Esc goes back; the
 figures follow the run (or the replay) as the columns do.
 
@@ -7,7 +8,8 @@ Per-partition rates come from the broker counters `partition.<n>.produced` and
 `partition.<n>.consumed` (messages in the interval) and per-broker figures from
 `broker.<name>.cpu_percent` and `broker.<name>.memory_bytes`, where the platform's collectors
 report them (docs/run-format.md, broker table); a platform without them shows the lag alone
-and the stack's total.
+and the stack's total. Per-consumer figures come from the ticks' `consumers` (the load
+generator's own counts, and the partitions each consumer's client or driver holds).
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from loadgen.histogram import HistogramSnapshot, percentiles
-from loadgen.tick import Tick
+from loadgen.tick import ConsumerStat, Tick, partition_list
 from tui import formatting as fmt
 from tui.history import NS_PER_MS, ChartView, TargetHistory
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
 SORTS = ("partition", "produce", "consume", "lag")
+CONSUMER_SORTS = ("consumer", "held", "consume", "lag")
+PARTITIONS_WIDTH = 24  # the consumers table's partitions column, at most (80 columns)
 EVENTS_SHOWN = 12  # the newest; the run's events table has them all
 
 
@@ -84,6 +88,71 @@ def sort_rows(rows: list[PartitionRow], by: str) -> list[PartitionRow]:
              "lag": lambda r: r.lag}[by]
     return sorted(rows, key=lambda r: (not math.isfinite(value(r)),
                                        -value(r) if math.isfinite(value(r)) else 0, r.partition))
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRow:
+    key: tuple[int, str, int]  # (topic, subscription, index): the name order
+    name: str
+    partitions: tuple[int, ...] | None  # held at the latest tick; None when not known
+    shared: bool
+    consume: float  # msg/s over the recent ticks
+    lag: float  # messages of the partitions it holds alone, at the latest tick; NaN if unknown
+
+
+def _key(c: ConsumerStat) -> tuple[int, str, int]:
+    return (c.topic, c.subscription, c.index)
+
+
+def consumer_rows(ticks: Iterable[Tick]) -> list[ConsumerRow]:
+    """Per consumer of the latest tick that has them: its rate over `ticks`, the partitions
+    it holds now, and its lag: the sum of its partitions' lag, known when it holds them alone
+    and the target has one subscription of one topic (the per-partition lag is summed over
+    subscriptions)."""
+    sums: dict[tuple[int, str, int], int] = {}
+    seconds = 0.0
+    latest: Tick | None = None
+    for tick in ticks:
+        seconds += tick.interval_s
+        for c in tick.consumers:
+            sums[_key(c)] = sums.get(_key(c), 0) + c.consumed
+        if tick.consumers:
+            latest = tick
+    if latest is None:
+        return []
+    lags = latest.lag.per_partition if latest.lag is not None else {}
+    one_group = len({(c.topic, c.subscription) for c in latest.consumers}) == 1
+    rows = []
+    for c in latest.consumers:
+        lag = math.nan
+        if (one_group and not c.shared and c.partitions is not None
+                and all(p in lags for p in c.partitions)):
+            lag = float(sum(lags[p] for p in c.partitions))
+        rows.append(ConsumerRow(_key(c), c.name, c.partitions, c.shared,
+                                sums.get(_key(c), 0) / seconds if seconds > 0 else math.nan, lag))
+    return rows
+
+
+def sort_consumers(rows: list[ConsumerRow], by: str) -> list[ConsumerRow]:
+    """By name ascending; by the partitions held, the rate or the lag largest first (unknown
+    figures last)."""
+    if by == "consumer":
+        return sorted(rows, key=lambda r: r.key)
+
+    def value(r: ConsumerRow) -> float:
+        if by == "held":
+            return math.nan if r.partitions is None else float(len(r.partitions))
+        return r.consume if by == "consume" else r.lag
+
+    return sorted(rows, key=lambda r: (not math.isfinite(value(r)),
+                                       -value(r) if math.isfinite(value(r)) else 0, r.key))
+
+
+def held_text(row: ConsumerRow) -> str:
+    """The partitions a consumer holds, as the consumers table writes them."""
+    if row.partitions is None:
+        return "broker assigns"
+    return partition_list(row.partitions) + (" shared" if row.shared else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +246,7 @@ class DetailScreen(Screen[None]):
         self.view = view
         self.hint = hint
         self.sort = "lag"
+        self.consumer_sort = "consumer"
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="detail"):
@@ -189,9 +259,33 @@ class DetailScreen(Screen[None]):
         self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
         self.show()
 
+    def next_consumer_sort(self) -> None:
+        self.consumer_sort = CONSUMER_SORTS[(CONSUMER_SORTS.index(self.consumer_sort) + 1)
+                                            % len(CONSUMER_SORTS)]
+        self.show()
+
     def show(self) -> None:
         if self.is_mounted:
             self.query_one("#detail-body", Static).update(self.body())
+
+    def consumers_table(self, ticks: list[Tick]) -> Table:
+        rows = sort_consumers(consumer_rows(ticks), self.consumer_sort)
+        titles = {"consumer": "consumer", "held": "held", "consume": "consume/s", "lag": "lag"}
+        marked = {name: title + ((" ▲" if name == "consumer" else " ▼")
+                                 if name == self.consumer_sort else "")
+                  for name, title in titles.items()}
+        table = _grid(marked["consumer"], marked["held"], "partitions", marked["consume"],
+                      marked["lag"])
+        table.columns[2].justify = "left"
+        table.columns[2].max_width = PARTITIONS_WIDTH
+        table.columns[2].overflow = "ellipsis"
+        for r in rows:
+            table.add_row(r.name, fmt.MISSING if r.partitions is None else str(len(r.partitions)),
+                          held_text(r), fmt.count(r.consume), fmt.count(r.lag))
+        if not rows:
+            table.add_row("–", fmt.MISSING, Text("no consumer figures", style="dim"),
+                          fmt.MISSING, fmt.MISSING)
+        return table
 
     def body(self) -> RenderableType:
         history = self.history
@@ -211,6 +305,8 @@ class DetailScreen(Screen[None]):
                           fmt.count(r.lag))
         if not rows:
             parts.add_row("–", fmt.MISSING, fmt.MISSING, fmt.MISSING)
+
+        consumers = self.consumers_table(history.recent_ticks)
 
         brokers = _grid("broker", "cpu", "memory", "disk read", "disk write", "net in", "net out")
         for b in broker_rows(history.last):
@@ -242,6 +338,8 @@ class DetailScreen(Screen[None]):
         return Group(
             head, Text(""),
             Text(f"partitions (rates over the last {recent}; o sorts)", style="bold"), parts,
+            Text(""), Text(f"consumers (rates over the last {recent}; O sorts)", style="bold"),
+            consumers,
             Text(""), Text("brokers", style="bold"), brokers,
             Text(""), Text(f"latency over the window ({window})", style="bold"), latency,
             Text(""), Text(f"events ({history.event_count}, newest first)", style="bold"), events,

@@ -30,13 +30,14 @@ class Key:
 # keys of the live dashboard and of a replay alike: how the charts and the detail show
 VIEW_KEYS: tuple[Key, ...] = (
     Key(("enter",), ("enter",), "detail", "detail",
-        "Detail: partitions, brokers, latency, events.", footer=False),
+        "Detail: partitions, consumers, brokers, events.", footer=False),
     Key(("w",), ("w",), "cycle_window", "window", "Chart window: 1 min, 5 min, whole run.",
         footer=False),
     Key(("y",), ("y",), "toggle_scale", "y scale",
         "Selected column: shared y scale ↔ its own.", footer=False),
-    Key(("o",), ("o",), "sort", "sort", "Detail: sort partitions by the next column.",
-        footer=False),
+    Key(("o",), ("o",), "sort", "sort", "Detail: next sort of partitions.", footer=False),
+    Key(("O",), ("O",), "sort_consumers", "sort consumers", "of consumers.", footer=False,
+        same_line=True),
     Key(("x",), ("x",), "save_screen", "screenshot",
         "Save the screen as SVG in the run directory.", footer=False),
     Key(("v",), ("v",), "compare", "compare",

@@ -96,7 +96,7 @@ class ReplayApp(DashboardApp, inherit_bindings=False):
             self.notify(note, timeout=6)
 
     def keys_hint(self) -> str:
-        return "esc back · o sort · space play/pause · w window · x screenshot · ? help"
+        return "esc back · o/O sort · space play/pause · w window · x screenshot · ? help"
 
     def run_description(self) -> RunDescription:
         return {**self.recording.meta, "run_dir": str(self.recording.run_dir)}

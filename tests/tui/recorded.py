@@ -8,6 +8,7 @@ from pathlib import Path
 from analysis.sink import ParquetSink
 from loadgen.histogram import Histogram, HistogramSnapshot
 from loadgen.tick import (
+    ConsumerStat,
     LagSnapshot,
     LoadgenHealth,
     Phase,
@@ -71,6 +72,11 @@ def recorded_tick(label: str, seq: int) -> Tick:
                 "partition.1.produced": float(produced // 2),
                 "partition.0.consumed": float(consumed - consumed // 2),
                 "partition.1.consumed": float(consumed // 2)},
+        # a Redis Streams group: both consumers read both streams, the server deals entries
+        consumers=(ConsumerStat(0, "streambench-sub-0", 0, consumed - consumed // 2 - seq % 3,
+                                (0, 1), shared=True),
+                   ConsumerStat(0, "streambench-sub-0", 1, consumed // 2 + seq % 3, (0, 1),
+                                shared=True)),
     )
 
 

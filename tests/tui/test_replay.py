@@ -10,13 +10,23 @@ import math
 from pathlib import Path
 
 import pytest
+from textual.containers import VerticalScroll
 
 from loadgen.histogram import Histogram
-from loadgen.tick import Tick
+from loadgen.tick import ConsumerStat, LagSnapshot, Tick, partition_list
 from tests.conftest import run_cli
 from tests.tui.recorded import LABELS, T0_NS, TICKS, recorded_tick, write_recorded_run
 from tests.tui.screen import screen_lines, wait_until
-from tui.detail import DetailScreen, broker_rows, nines_curve, partition_rows, sort_rows
+from tui.detail import (
+    DetailScreen,
+    broker_rows,
+    consumer_rows,
+    held_text,
+    nines_curve,
+    partition_rows,
+    sort_consumers,
+    sort_rows,
+)
 from tui.history import WINDOWS
 from tui.recording import load_recording
 from tui.replay import ReplayApp
@@ -103,7 +113,8 @@ async def test_side_by_side_charts_share_one_scale_until_a_column_takes_its_own(
         assert any("-0:30" in ln and "whole run" in ln for ln in screen_lines(app))
 
 
-async def test_detail_screen_lists_partitions_brokers_latency_and_events(recorded_dir: Path) -> None:
+async def test_detail_screen_lists_partitions_consumers_brokers_latency_and_events(
+        recorded_dir: Path) -> None:
     app = ReplayApp(load_recording(recorded_dir), playing=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("end", "tab", "enter")
@@ -112,11 +123,57 @@ async def test_detail_screen_lists_partitions_brokers_latency_and_events(recorde
         text = "\n".join(screen_lines(app))
         assert "redis:aof · detail" in text
         assert "lag ▼" in text  # sorted by lag first
-        assert "e2e" in text and "p99.99" in text and "send-error" in text
+        assert "e2e" in text and "p99.99" in text
+        # the recorded consumers: a Redis Streams group, both reading both streams
+        consumers = [ln for ln in screen_lines(app) if "sub-0/" in ln]
+        assert [ln.split()[1:5] for ln in consumers] == [
+            ["sub-0/0", "2", "0-1", "shared"], ["sub-0/1", "2", "0-1", "shared"]]
+        assert "consumer ▲" in text
         await pilot.press("o")
         assert app.screen.sort == "partition"
+        await pilot.press("O", "O")  # the consumers: by partitions held, then by rate
+        assert app.screen.consumer_sort == "consume"
+        await pilot.pause()
+        rates = [ln.split()[1] for ln in screen_lines(app) if "sub-0/" in ln]
+        assert rates == ["sub-0/1", "sub-0/0"]  # consumer 1 read more in the recorded ticks
+        app.screen.query_one("#detail", VerticalScroll).scroll_end(animate=False)
+        await pilot.pause()
+        assert "send-error" in "\n".join(screen_lines(app))
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, DetailScreen), "the columns")
+
+
+def test_consumer_rows_follow_a_rebalance_and_sum_the_lag_of_what_each_holds() -> None:
+    sub = "streambench-sub-0"
+    first = dataclasses.replace(recorded_tick("redis", 20), consumers=(
+        ConsumerStat(0, sub, 0, 3000, (0, 1, 2, 3)), ConsumerStat(0, sub, 1, 0, None)))
+    # a rebalance: consumer 1 joined and took partitions 2 and 3
+    second = dataclasses.replace(
+        recorded_tick("redis", 21), lag=LagSnapshot(70, {0: 10, 1: 20, 2: 30, 3: 10}),
+        consumers=(ConsumerStat(0, sub, 0, 1000, (0, 1)), ConsumerStat(0, sub, 1, 1400, (2, 3))))
+    rows = consumer_rows([first, second])
+    assert [(r.name, r.partitions, r.consume, r.lag) for r in rows] == [
+        ("sub-0/0", (0, 1), 2000.0, 30.0), ("sub-0/1", (2, 3), 700.0, 40.0)]
+    assert [r.name for r in sort_consumers(rows, "lag")] == ["sub-0/1", "sub-0/0"]
+    assert [r.name for r in sort_consumers(rows, "consume")] == ["sub-0/0", "sub-0/1"]
+    # partitions read by the whole group, or a second subscription: no lag of its own
+    shared = dataclasses.replace(second, consumers=tuple(
+        dataclasses.replace(c, shared=True) for c in second.consumers))
+    assert [held_text(r) for r in consumer_rows([shared])] == ["0-1 shared", "2-3 shared"]
+    assert all(math.isnan(r.lag) for r in consumer_rows([shared]))
+    two = dataclasses.replace(second, consumers=(*second.consumers,
+                                                  ConsumerStat(0, "streambench-sub-1", 0, 5, (0, 1, 2, 3))))
+    assert all(math.isnan(r.lag) for r in consumer_rows([two]))
+    assert next(r.name for r in sort_consumers(consumer_rows([two]), "held")) == "sub-1/0"
+    unknown = dataclasses.replace(second, consumers=(ConsumerStat(0, sub, 0, 1, None),))
+    assert [held_text(r) for r in consumer_rows([unknown])] == ["broker assigns"]
+    assert consumer_rows([dataclasses.replace(first, consumers=())]) == []
+
+
+def test_partition_lists_are_written_as_ranges() -> None:
+    assert partition_list((0, 1, 2, 3, 6, 8, 9)) == "0-3, 6, 8-9"
+    assert partition_list((5,)) == "5"
+    assert partition_list(()) == "none"
 
 
 def test_partition_rates_add_up_to_the_targets_rate() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from textual.containers import VerticalScroll
 
 from analysis.sink import ParquetSink
 from loadgen.interventions import parse_at
@@ -20,7 +21,7 @@ from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
 from loadgen.target import unique_labels
-from loadgen.tick import Tick
+from loadgen.tick import RunEvent, Tick
 from loadgen.workload import Workload
 from tests.tui.screen import screen_lines, wait_until
 from tui.detail import DetailScreen, partition_rows
@@ -68,6 +69,15 @@ async def test_a_real_run_replays_whole(real_run: Path) -> None:
         == pytest.approx(produced, abs=2)
     assert sum(t.broker.get("partition.0.produced", 0) for t in ticks) > 0
     assert sum(t.broker.get("partition.1.produced", 0) for t in ticks) > 0
+    # each consumer's count, kept in the consumers table, adds up to the tick's
+    assert all(len(t.consumers) == 2 and sum(c.consumed for c in t.consumers) == t.consumed
+               for t in ticks)
+    assert all(c.consumed for c in ticks[-3].consumers)  # both read (the group deals entries)
+    # the group's consumers read both streams: told once each, as the first tick saw them
+    told = [e.detail for e in rec.items if isinstance(e, RunEvent) and e.kind == "assignment"]
+    assert sorted(told) == [
+        f"consumer {i} of streambench-sub-0 (topic 0): partitions 0-1, shared with the "
+        "subscription's other consumers" for i in (0, 1)]
 
     app = ReplayApp(rec, playing=False)
     label = rec.labels[0]
@@ -80,6 +90,10 @@ async def test_a_real_run_replays_whole(real_run: Path) -> None:
         assert history.marks  # the rate change
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the detail")
+        consumers = [ln.split()[1:5] for ln in screen_lines(app) if "sub-0/" in ln]
+        assert consumers == [["sub-0/0", "2", "0-1", "shared"], ["sub-0/1", "2", "0-1", "shared"]]
+        app.screen.query_one("#detail", VerticalScroll).scroll_end(animate=False)
+        await pilot.pause()
         text = "\n".join(screen_lines(app))
         assert "rate: 1,000 msg/s → 2,000 msg/s" in text
 
