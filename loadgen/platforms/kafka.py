@@ -622,8 +622,8 @@ def _setting_options(local_brokers: bool) -> dict[str, OptionSpec]:
         "config": config_option(),
     }
     if local_brokers:
-        found["broker"] = namespace("broker.NAME=VALUE: a server.properties setting of the local "
-                                    "brokers (e.g. broker.num.io.threads=8)",
+        found["broker"] = namespace("broker.NAME=VALUE: a server.properties setting of the brokers "
+                                    "streambench starts (e.g. broker.num.io.threads=8)",
                                     names_check(KAFKA_BROKER, "Kafka broker config",
                                                 _BROKER_SET_BY_STREAMBENCH), broker=True)
     return found

@@ -608,7 +608,8 @@ def _setting_options() -> dict[str, OptionSpec]:
               "consumer": kwargs_check(consumer, "pulsar-client subscribe",
                                        controlled=_SET_BY_STREAMBENCH)}
     return {
-        "broker": namespace("broker.KEY=VALUE: a key of the local standalone's standalone.conf",
+        "broker": namespace("broker.KEY=VALUE: a standalone.conf key of the standalone "
+                            "streambench starts",
                             names_check(PULSAR_BROKER, "key of Pulsar's standalone.conf or "
                                         "broker.conf", _BROKER_SET_BY_STREAMBENCH), broker=True),
         "producer": namespace("producer.NAME=VALUE: a keyword argument of pulsar-client's "

@@ -390,8 +390,8 @@ PLATFORMS = [
                                  default=0, parse=parse_non_negative),
             **runtime_options(("docker", "local")),
             **REDIS_SECURITY_OPTIONS,
-            "conf": namespace("conf.DIRECTIVE=VALUE: a redis-server directive of the local server "
-                              "(e.g. conf.appendfsync=always)",
+            "conf": namespace("conf.DIRECTIVE=VALUE: a directive of the redis-server streambench "
+                              "starts (e.g. conf.appendfsync=always)",
                               names_check(REDIS_DIRECTIVES, "redis-server directive",
                                           _SET_BY_STREAMBENCH), broker=True),
             "profile": profile_option(PROFILES),
