@@ -591,6 +591,9 @@ PROFILES = {
                    "consumer.fetch_min_bytes": "65536", "consumer.fetch_max_wait_ms": "100"},
     # fsync of every message before it is acknowledged
     "durable": {"topic.flush.messages": "1"},
+    # the Pulsar-vs-Kafka latency study's "fsync on" (OpenMessaging Benchmark): every message and
+    # at once (the suite fsync-partitions runs it beside the broker's default)
+    "omb-fsync": {"topic.flush.messages": "1", "topic.flush.ms": "0"},
 }
 
 

@@ -597,6 +597,9 @@ PROFILES = {
                    "producer.batching_max_allowed_size_in_bytes": "1048576",
                    "consumer.receiver_queue_size": "10000"},
     "durable": {"broker.journalSyncData": "true"},
+    # the Pulsar-vs-Kafka latency study's "fsync off": the bookie journal written without fsync
+    # (the suite fsync-partitions runs it beside the default)
+    "omb-no-fsync": {"broker.journalSyncData": "false"},
 }
 
 

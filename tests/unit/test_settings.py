@@ -68,6 +68,12 @@ def test_profile_then_file_then_target(tmp_path: Path) -> None:
     assert settings_of(t, "conf") == {"appendonly": "yes", "appendfsync": "always"}
     assert resolve_target("redis:runtime=local,profile=durable").options["conf.appendfsync"] == "always"
     assert resolve_target("kafka:profile=durable@127.0.0.1:9092").options["topic.flush.messages"] == "1"
+    # the studies' configurations, as the fsync-partitions suite runs them
+    study = resolve_target("kafka:profile=omb-fsync@127.0.0.1:9092")
+    assert settings_of(study, "topic") == {"flush.messages": "1", "flush.ms": "0"}
+    assert study.sources["topic.flush.ms"] == "profile"
+    assert resolve_target("pulsar:runtime=local,profile=omb-no-fsync").options[
+        "broker.journalSyncData"] == "false"
 
 
 BAD = [
