@@ -120,25 +120,34 @@ def signature_defaults(*functions: Callable[..., Any]) -> dict[str, Any]:
 def kwargs_check(params: Mapping[str, Any], library: str, aliases: Mapping[str, str] | None = None,
                  no_equivalent: Mapping[str, str] | None = None,
                  controlled: Mapping[str, str] | None = None,
-                 enums: Mapping[str, type] | None = None) -> Check:
+                 enums: Mapping[str, type] | None = None,
+                 unsettable: Mapping[str, str] | None = None) -> Check:
     """A check of a client's keyword arguments: a Java-style name (`linger.ms`) maps to the
     keyword (`linger_ms`) through `aliases` or by its dots; `no_equivalent` names settings of
     the Java client the library lacks (with what to use instead); `controlled` keywords
-    streambench sets itself; `enums` gives the enum type of a keyword whose default is None."""
+    streambench sets itself; `unsettable` keywords that take what a TARGET cannot give (a
+    function, an object), with why; `enums` gives the enum type of a keyword whose default is
+    None."""
     aliases = dict(aliases or {})
     no_equivalent = dict(no_equivalent or {})
     controlled = dict(controlled or {})
+    unsettable = dict(unsettable or {})
     enums = dict(enums or {})
 
     def check(name: str, raw: str) -> tuple[str, Any]:
         keyword = aliases.get(name) or name.replace(".", "_").replace("-", "_")
         if keyword in controlled:
             raise ValueError(f"{keyword} is set by streambench: {controlled[keyword]}")
+        if keyword in unsettable:
+            raise ValueError(f"{keyword} cannot be given in a TARGET: {unsettable[keyword]}")
         if keyword not in params:
             if name in no_equivalent:
                 raise ValueError(f"{library} has no equivalent of {name}: {no_equivalent[name]}")
-            candidates = [k for k in params if k not in controlled]
+            candidates = [k for k in params if k not in controlled and k not in unsettable]
             candidates += [a for a, k in aliases.items() if k not in controlled]
+            if not candidates:
+                raise ValueError(f"{library} has no setting {name}, and none of its "
+                                 f"parameters ({', '.join(params)}) can be given in a TARGET")
             raise ValueError(f"{library} has no setting {name}{hint(keyword, candidates)}")
         default = enums.get(keyword, params[keyword])
         return keyword, typed(raw, default)

@@ -35,17 +35,21 @@ last message they handed over every `store_interval_ms` and on close.
 
 Settings: `broker.KEY=VALUE` is a rabbitmq.conf key of a node streambench starts, checked against
 RabbitMQ 3.10.8's schema (loadgen.platforms.rabbitmq_conf_names); `topic.NAME=VALUE` an argument
-each stream is created with. There is no durable profile: RabbitMQ streams do not fsync a write
-(NO_DURABLE)."""
+each stream is created with; `producer.NAME=VALUE` and `consumer.NAME=VALUE` keyword arguments of
+rbfly's StreamsClient.publisher() and subscribe(), the few of them a TARGET can give (the
+publisher's class, the subscription's timeout; the rest streambench sets itself or take Python
+objects). There is no durable profile: RabbitMQ streams do not fsync a write (NO_DURABLE)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import difflib
+import enum
 import importlib
 import json
 import logging
+import math
 import re
 import urllib.parse
 from dataclasses import dataclass
@@ -74,7 +78,7 @@ from loadgen.platforms.rabbitmq_conf_names import RABBITMQ_CONF, RABBITMQ_OTHER_
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import OptionalClient, Platform, parse_non_negative, parse_port
 from loadgen.security import REDIS_SECURITY_OPTIONS, read_secret
-from loadgen.settings import SettingsRecord, config_option, namespace, settings_of
+from loadgen.settings import SettingsRecord, config_option, kwargs_check, namespace, settings_of
 from loadgen.target import OptionSpec, Target
 
 if TYPE_CHECKING:
@@ -219,6 +223,68 @@ def check_topic(name: str, raw: str) -> tuple[str, Any]:
     return f"x-{bare}", value
 
 
+class PublisherClass(enum.Enum):
+    """The rbfly publisher classes a producer can use (`producer.cls=NAME`), by rbfly's names."""
+
+    # streambench's: a batch is queued whole and flushed, one confirm awaited per batch
+    PublisherBatchFast = "PublisherBatchFast"
+    # each message published alone, its confirm awaited before the next is sent
+    Publisher = "Publisher"
+
+
+# the parameters of rbfly 0.10's StreamsClient.publisher() and StreamsClient.subscribe() with
+# their defaults (subscribe's timeout as a float: it is seconds), written out so that settings
+# are checked without rbfly installed; a test compares them with rbfly's own signatures
+PUBLISHER_PARAMETERS: dict[str, Any] = {"stream": None, "name": None, "filter_extract": None,
+                                        "cls": PublisherClass.Publisher}
+SUBSCRIBE_PARAMETERS: dict[str, Any] = {"stream": None, "offset": None, "filter": None,
+                                        "timeout": 0.0, "amqp": True}
+_CLIENT_SET_BY_STREAMBENCH = {
+    "stream": "a producer publishes to every partition stream, a consumer reads those dealt to it",
+    "name": "one per producer and stream (the server deduplicates by it after a reconnection)",
+    "offset": "a subscription goes on after its stored offset (kept under the subscription's "
+              "name), else from the stream's first message",
+    "amqp": "streambench reads each message's send time from its AMQP application properties",
+}
+_FILTERING = "stream filtering, which RabbitMQ has from 3.13 on"
+_CLIENT_UNSETTABLE = {
+    "filter_extract": f"it takes a Python function ({_FILTERING})",
+    "filter": f"it takes a MessageFilter object ({_FILTERING})",
+}
+# rbfly's other publisher classes, and why a producer does not use them
+_OTHER_PUBLISHERS = {
+    "PublisherBatchLimit": "its batch() waits for room below a max_len, but streambench hands "
+                           "each batch over whole before it flushes (use PublisherBatchFast)",
+    "PublisherBatchMem": "rbfly's old name of PublisherBatchLimit, which streambench does not use",
+    "PublisherBatch": "rbfly's old name of PublisherBatchFast (use that)",
+    "PublisherBin": "it sends bodies without AMQP properties, and a message carries its send "
+                    "time as one",
+    "PublisherBinBatch": "it sends bodies without AMQP properties, and a message carries its "
+                         "send time as one",
+}
+_check_publisher = kwargs_check(PUBLISHER_PARAMETERS, "rbfly's publisher",
+                                controlled=_CLIENT_SET_BY_STREAMBENCH,
+                                unsettable=_CLIENT_UNSETTABLE)
+_check_subscribe = kwargs_check(SUBSCRIBE_PARAMETERS, "rbfly's subscribe",
+                                controlled=_CLIENT_SET_BY_STREAMBENCH,
+                                unsettable=_CLIENT_UNSETTABLE)
+
+
+def check_producer(name: str, raw: str) -> tuple[str, Any]:
+    """`producer.NAME`: a keyword argument of rbfly's StreamsClient.publisher() (the class)."""
+    if name == "cls" and raw.strip() in _OTHER_PUBLISHERS:
+        raise ValueError(f"{raw.strip()}: {_OTHER_PUBLISHERS[raw.strip()]}")
+    return _check_publisher(name, raw)
+
+
+def check_consumer(name: str, raw: str) -> tuple[str, Any]:
+    """`consumer.NAME`: a keyword argument of rbfly's StreamsClient.subscribe() (the timeout)."""
+    keyword, value = _check_subscribe(name, raw)
+    if keyword == "timeout" and not (math.isfinite(value) and value >= 0):
+        raise ValueError("expected seconds: 0 (never) or more")
+    return keyword, value
+
+
 NO_DURABLE = ("RabbitMQ streams do not fsync a write: osiris, the stream log of RabbitMQ 3.10, "
               "writes each chunk to its segment file and leaves flushing to the operating system; "
               "a stream is made durable by replication over nodes (x-initial-cluster-size), so "
@@ -242,6 +308,9 @@ class RabbitOptions:
     segment_bytes: int  # 0: the server's default
     # `topic.` settings: stream arguments, (x-NAME, value)
     topic: tuple[tuple[str, Any], ...] = ()
+    # `producer.` and `consumer.` settings: rbfly's publisher() and subscribe() keyword arguments
+    producer: tuple[tuple[str, Any], ...] = ()
+    consumer: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def of(cls, target: Target) -> RabbitOptions:
@@ -256,7 +325,17 @@ class RabbitOptions:
                               "give one of them")
         return cls(str(o.get("user") or "guest"), secret.reveal() if secret else "guest",
                    int(o.get("store_interval_ms") or 0), int(o.get("max_length_bytes") or 0),
-                   int(o.get("segment_bytes") or 0), tuple(topic.items()))
+                   int(o.get("segment_bytes") or 0), tuple(topic.items()),
+                   tuple(settings_of(target, "producer").items()),
+                   tuple(settings_of(target, "consumer").items()))
+
+    def publisher_class(self) -> PublisherClass:
+        found: PublisherClass = dict(self.producer).get("cls", PublisherClass.PublisherBatchFast)
+        return found
+
+    def subscribe_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of each subscribe() besides streambench's own."""
+        return dict(self.consumer)
 
     def stream_arguments(self) -> dict[str, Any]:
         """The arguments each stream is created with, as the stream protocol names them."""
@@ -352,6 +431,11 @@ class RabbitStreamsDriver(Driver):
             record.add("broker", dict(sorted(values.items())), read_back=True, streambench=written)
         rest = {k: v for k, v in written.items() if f"broker.{k}" not in record.entries}
         record.add("broker", rest, read_back=False, streambench=written)
+        # the clients' keyword arguments that are not per client (stream, name, offset)
+        record.add("producer", {"cls": self._opts.publisher_class()}, read_back=False,
+                   streambench=["cls"])
+        record.add("consumer", {"amqp": True, "timeout": 0, **self._opts.subscribe_kwargs()},
+                   read_back=False, streambench=["amqp"])
         plain = [f"x-{a}" for option, a in PLAIN_ARGUMENTS.items() if option in self._target.explicit]
         arguments = await self._stream_arguments()
         if arguments is not None:
@@ -399,7 +483,8 @@ class RabbitStreamsDriver(Driver):
     async def producer(self, topic: str, index: int) -> Producer:
         client = await self._client()
         made: Producer = await client_module().producer(client, topic, self._streams(topic), index,
-                                                        self._where())
+                                                        self._where(),
+                                                        self._opts.publisher_class().value)
         return made
 
     async def consumer(self, topic: str, subscription: str, index: int, track_ids: bool) -> Consumer:
@@ -407,7 +492,8 @@ class RabbitStreamsDriver(Driver):
         mine = {p: streams[p] for p in assigned(len(streams), self._consumers, index)}
         client = await self._client()
         made: Consumer = client_module().RabbitConsumer(client, mine, subscription, track_ids,
-                                                        self._opts.store_interval_ms / 1000.0)
+                                                        self._opts.store_interval_ms / 1000.0,
+                                                        self._opts.subscribe_kwargs())
         return made
 
     async def close(self) -> None:
@@ -473,6 +559,16 @@ PLATFORMS = [
             "topic": namespace("topic.NAME=VALUE: an argument each stream is created with: "
                                + ", ".join(f"x-{k}" for k in STREAM_ARGUMENTS)
                                + " (e.g. topic.x-max-age=1h)", check_topic),
+            "producer": namespace("producer.NAME=VALUE: a keyword argument of rbfly's publisher: "
+                                  "producer.cls=PublisherBatchFast (streambench's: a batch sent "
+                                  "whole, one confirm awaited per batch) or producer.cls=Publisher "
+                                  "(each message sent alone, its confirm awaited before the next)",
+                                  check_producer),
+            "consumer": namespace("consumer.NAME=VALUE: a keyword argument of rbfly's subscribe: "
+                                  "consumer.timeout=SECONDS (a subscription that receives nothing "
+                                  "for that long fails, counted as a receive error, and subscribes "
+                                  "again where it left off; 0 = never, rbfly's default)",
+                                  check_consumer),
             "profile": OptionSpec("named set of settings: none for RabbitMQ (durable: RabbitMQ "
                                   "streams do not fsync a write)", default=None, parse=_no_profile),
             "config": config_option(),

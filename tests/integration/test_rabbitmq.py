@@ -207,6 +207,111 @@ def test_node_files_and_names_are_its_own(node):
     assert "rabbitmq_stream" in (root / "enabled_plugins").read_text()
 
 
+def test_client_settings_reach_rbfly(node):
+    """`producer.cls=Publisher` gives each partition stream rbfly's single-message publisher: a
+    batch of 300 messages then waits for a confirm per message instead of one for the whole
+    batch, timed against the default (PublisherBatchFast) on the same node. `consumer.timeout`
+    reaches each subscription: once the consumer has read everything, nothing more comes and
+    rbfly's timeout fails the subscription (a receive error); it subscribes again and goes on
+    after the last message it handed over, none read twice. A consumer without it waits on."""
+    port = _port(node)
+    desc = node.describe()
+    platform = PLATFORMS["rabbitmq"]
+
+    def batch(n: int) -> list[OutMessage]:
+        return [OutMessage(b"x" * 100, None, time.time_ns()) for _ in range(n)]
+
+    async def send_timed(spec: str) -> tuple[set[str], float]:
+        driver = platform.make_driver(resolve_target(spec), desc)
+        await driver.connect()
+        await driver.create_topic("client-settings", 1, ["sub", "plain"])
+        producer = await driver.producer("client-settings", 0)
+        publishers = producer._publishers  # type: ignore[attr-defined]
+        kinds = {type(getattr(p, "publisher", p)).__name__ for p in publishers}
+        await producer.send_batch(batch(10))  # the connection and the publisher warmed up
+        start = time.perf_counter()
+        await producer.send_batch(batch(300))
+        took = time.perf_counter() - start
+        await producer.close()
+        await driver.close()
+        return kinds, took
+
+    async def read(consumer, until: int, deadline_s: float) -> tuple[int, BaseException | None]:
+        got = 0
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            try:
+                received = await consumer.receive()
+            except TimeoutError as exc:
+                return got, exc
+            got += received.count if received else 0
+            if got > until:
+                break
+        return got, None
+
+    async def scenario() -> dict:
+        found: dict = {}
+        found["batch"] = await send_timed(f"rabbitmq@127.0.0.1:{port}")
+        found["one_by_one"] = await send_timed(f"rabbitmq:producer.cls=Publisher@127.0.0.1:{port}")
+        drivers = [platform.make_driver(resolve_target(f"rabbitmq{options}@127.0.0.1:{port}"), desc)
+                   for options in (":consumer.timeout=1", "")]
+        for driver in drivers:
+            await driver.connect()
+            driver.adopt_topic("client-settings", 1)
+        timing_out = await drivers[0].consumer("client-settings", "sub", 0, False)
+        plain = await drivers[1].consumer("client-settings", "plain", 0, False)
+        try:
+            found["before"] = await read(timing_out, 10_000, 15)
+            # sent before it subscribes again (half a second after the timeout)
+            producer = await drivers[0].producer("client-settings", 1)
+            await producer.send_batch(batch(7))
+            await producer.close()
+            found["after"] = await read(timing_out, 6, 15)
+            found["plain"] = await read(plain, 627, 3)
+        finally:
+            await timing_out.close()
+            await plain.close()
+            await drivers[0].delete_topic("client-settings")
+            for driver in drivers:
+                await driver.close()
+        return found
+
+    found = asyncio.run(scenario())
+    kinds, batched = found["batch"]
+    assert kinds == {"PublisherBatchFast"}
+    kinds, one_by_one = found["one_by_one"]
+    assert kinds == {"Publisher"}
+    # a confirm round trip per message against one for the batch
+    assert one_by_one > 5 * batched, (one_by_one, batched)
+    got, failure = found["before"]
+    assert got == 620 and isinstance(failure, TimeoutError)  # everything, then rbfly's timeout
+    assert found["after"] == (7, None)  # subscribed again after the last message handed over
+    assert found["plain"] == (627, None)  # no timeout: it waits on
+
+
+def test_client_settings_recorded(node, tmp_path):
+    """A config file's `producer.cls` and the TARGET's `consumer.timeout` on a run: run.json
+    records them as the user's, beside the keyword argument streambench sets itself, and every
+    message arrives once (each sent alone and confirmed, over two partitions)."""
+    config = tmp_path / "clients.yaml"
+    config.write_text("producer:\n  cls: Publisher\n")
+    run_dir = tmp_path / "run"
+    workload = Workload(name="client-settings", rate=300, duration_s=2, warmup_s=0, partitions=2,
+                        message_size=100)
+    target = resolve_target(f"rabbitmq:config={config},consumer.timeout=5@127.0.0.1:{_port(node)}")
+    run = Run(workload, unique_labels([target]), out_dir=run_dir, recorder=ParquetSink)
+    run_precise(run.execute())
+    meta = run_json(run_dir)
+    settings = meta["targets"][0]["settings"]
+    assert settings["producer.cls"] == {"value": "Publisher", "source": "user", "read_back": False}
+    assert settings["consumer.timeout"] == {"value": "5.0", "source": "user", "read_back": False}
+    assert settings["consumer.amqp"] == {"value": "true", "source": "streambench default",
+                                         "read_back": False}
+    totals = meta["totals"][0]
+    assert totals["produced"] == totals["consumed"] == 600, totals
+    assert totals["send_errors"] == totals["receive_errors"] == 0, totals
+
+
 BAD_INPUTS = [
     (["run", "rabbitmq:port=abc", "--headless"], "port"),
     (["run", "rabbitmq:store_interval_ms=-1", "--headless"], "store_interval_ms"),

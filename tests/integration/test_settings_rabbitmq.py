@@ -2,8 +2,8 @@
 node streambench starts with rabbitmq.conf keys of the target's, and whose streams are created
 with its arguments; run.json records them with their sources, read back from the node itself
 (its application parameters, through rabbitmqctl) and from the management API (the stream's
-arguments). Bad keys, broker settings for an existing server and the durable profile end
-before anything starts, with one line."""
+arguments), and the clients' keyword arguments as given. Bad keys, broker settings for an
+existing server and the durable profile end before anything starts, with one line."""
 
 from __future__ import annotations
 
@@ -59,6 +59,11 @@ def test_run_records_the_settings_the_node_holds(tmp_path: Path):
                                                     "read_back": True}
     assert settings["topic.x-queue-type"] == {"value": "stream", "source": "streambench default",
                                               "read_back": True}
+    # the clients' keyword arguments: streambench's publisher class, rbfly's own timeout
+    assert settings["producer.cls"] == {"value": "PublisherBatchFast",
+                                        "source": "streambench default", "read_back": False}
+    assert settings["consumer.timeout"] == {"value": "0", "source": "platform default",
+                                            "read_back": False}
     # what the metadata view and the report's configuration table list: not the defaults
     rows = non_default_rows(settings)
     assert ["broker.stream.frame_max", "2097152", "user"] in rows
@@ -76,6 +81,9 @@ BAD = [
     ("rabbitmq:broker.stream.frame_max=2097152@127.0.0.1:5552",
      "broker settings apply to brokers streambench starts itself"),
     ("rabbitmq:profile=durable", "RabbitMQ streams do not fsync a write"),
+    ("rabbitmq:producer.clss=Publisher", "did you mean cls?"),
+    ("rabbitmq:producer.name=mine", "set by streambench"),
+    ("rabbitmq:consumer.timeout=soon", "expected a number"),
 ]
 
 
