@@ -48,7 +48,7 @@ HEADER = struct.Struct("<qHQQ")
 EVENT_FRAME_BYTES = 8  # type and length before each event in a segment
 READ_AHEAD = 2  # batches a reader may have sent that its consumer has not taken yet
 GROUP_BATCHES = 64  # most queued batches one flush acknowledges
-WRITER_INFLIGHT = 10_000
+WRITER_INFLIGHT = 10_000  # a writer's events in flight (create_writer's max_inflight_events)
 START_TIMEOUT_S = 30.0
 _PR_SET_PDEATHSIG = 1
 
@@ -139,9 +139,11 @@ class _Host:
 
     # -- writers --
 
-    def op_writer(self, wid: int, scope: str, stream: str, partitions: int) -> None:
+    def op_writer(self, wid: int, scope: str, stream: str, partitions: int,
+                  kwargs: dict[str, Any]) -> None:
+        """A writer with create_writer's keyword arguments `kwargs` (max_inflight_events)."""
         self._ensure_stream(scope, stream, partitions)
-        writer = self._manager.create_writer(scope, stream, WRITER_INFLIGHT)
+        writer = self._manager.create_writer(scope, stream, **kwargs)
         jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._writers[wid] = jobs
         threading.Thread(target=self._write_loop, args=(writer, jobs), daemon=True).start()

@@ -40,6 +40,9 @@ one line naming the install command.
 
 Settings: `broker.COMPONENT.NAME=VALUE` is a property of the local standalone's config file,
 checked against the properties Pravega 0.13.0 defines (loadgen.platforms.pravega_property_names).
+`producer.NAME=VALUE` is a parameter of the client's create_writer (max_inflight_events, the one
+the driver does not set otherwise); `consumer.NAME=VALUE` would be one of create_reader_group's,
+each of which the driver sets itself or takes an object, so every such name is refused with why.
 There is no durable profile: the standalone keeps its durable log in memory (NO_DURABLE)."""
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ from typing import Any
 
 from collectors.base import Collector
 from collectors.pravega import PravegaTelemetry, reader_group_name
-from collectors.pravega_host import HEADER, ClientHost
+from collectors.pravega_host import HEADER, WRITER_INFLIGHT, ClientHost
 from collectors.resources import resource_collectors
 from compose.pravega import (
     CONTROLLER_ENDPOINT,
@@ -84,7 +87,7 @@ from loadgen.platforms.base import (
 from loadgen.platforms.pravega_property_names import PRAVEGA_COMPONENTS
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import OptionalClient, Platform, parse_port
-from loadgen.settings import SettingsRecord, config_option, namespace
+from loadgen.settings import SettingsRecord, config_option, kwargs_check, namespace, settings_of
 from loadgen.target import OptionSpec, Target
 
 RECEIVE_WAIT_S = 0.1
@@ -472,8 +475,18 @@ class PravegaDriver(Driver):
         record = SettingsRecord(self._target)
         written = dict(self._desc.broker_settings) if self._desc is not None else {}
         record.add("broker", written, read_back=False, streambench=written)
+        # the writers' and reader groups' parameters that are not per client (names)
+        record.add("producer", self._writer_kwargs(), read_back=False,
+                   streambench=["max_inflight_events"])
+        record.add("consumer", {"read_from_tail": False}, read_back=False,
+                   streambench=["read_from_tail"])
         record.add_requested()
         return record.result()
+
+    def _writer_kwargs(self) -> dict[str, Any]:
+        """create_writer's keyword arguments: streambench's, then the `producer.` settings."""
+        given = settings_of(self._target, "producer") if self._target is not None else {}
+        return {"max_inflight_events": WRITER_INFLIGHT, **given}
 
     def _client(self) -> ClientHost:
         if self._host is None:
@@ -511,7 +524,7 @@ class PravegaDriver(Driver):
         host = await self._own_host()
         partitions = self._partitions.get(topic, 1)
         try:
-            await host.call("writer", wid, self._scope, topic, partitions)
+            await host.call("writer", wid, self._scope, topic, partitions, self._writer_kwargs())
         except (DriverError, TimeoutError) as exc:
             await host.close(grace_s=0.5)
             raise DriverError(f"cannot create a writer on {self._scope}/{topic}: {exc}") from None
@@ -623,6 +636,36 @@ def _no_profile(name: str) -> str:
     raise ValueError("the Pravega standalone has no profiles (durable: its log is in memory)")
 
 
+# the parameters of the client's (pravega 0.3.8) StreamManager.create_writer and
+# create_reader_group, with their defaults, written out so that settings are checked without the
+# client installed; a test compares them with the client's own signatures
+WRITER_PARAMETERS: dict[str, Any] = {"scope_name": None, "stream_name": None,
+                                     "max_inflight_events": 0}
+READER_GROUP_PARAMETERS: dict[str, Any] = {"reader_group_name": None, "scope_name": None,
+                                           "stream_name": None, "read_from_tail": False,
+                                           "stream_cut": None}
+_CLIENT_SET_BY_STREAMBENCH = {
+    "scope_name": "use pravega:scope=NAME", "stream_name": "a stream per topic of the run",
+    "reader_group_name": "one reader group per topic and subscription",
+    "read_from_tail": "a reader group starts at the stream's head, so nothing written before "
+                      "its readers join is missed",
+}
+_CLIENT_UNSETTABLE = {"stream_cut": "it takes a StreamCut object (a position to read from, "
+                                    "which streambench does not offer)"}
+_check_writer = kwargs_check(WRITER_PARAMETERS, "the Pravega client's create_writer",
+                             controlled=_CLIENT_SET_BY_STREAMBENCH, unsettable=_CLIENT_UNSETTABLE)
+check_consumer = kwargs_check(READER_GROUP_PARAMETERS, "the Pravega client's create_reader_group",
+                              controlled=_CLIENT_SET_BY_STREAMBENCH, unsettable=_CLIENT_UNSETTABLE)
+
+
+def check_producer(name: str, raw: str) -> tuple[str, Any]:
+    """`producer.NAME`: a keyword argument of the client's create_writer."""
+    keyword, value = _check_writer(name, raw)
+    if keyword == "max_inflight_events" and value < 0:
+        raise ValueError("expected a whole number of at least 0")
+    return keyword, value
+
+
 def _collectors(target: Target, desc: StackDescription, topic: str, partitions: int,
                 subscriptions: list[str]) -> list[Collector]:
     found: list[Collector] = [PravegaTelemetry(desc.endpoints[CONTROLLER_ENDPOINT],
@@ -650,6 +693,16 @@ PLATFORMS = [
                                 "config file (singlenode.*, pravegaservice.*, writer.*, …; e.g. "
                                 "broker.writer.flush.threshold.milliseconds=1000)", check_broker,
                                 broker=True),
+            "producer": namespace("producer.NAME=VALUE: a keyword argument of the client's "
+                                  "create_writer: producer.max_inflight_events=N, the events a "
+                                  "writer has in flight before a write waits for the oldest one's "
+                                  "acknowledgement (streambench: 10000; 0, the client's default, "
+                                  "acknowledges each event before the next is written)",
+                                  check_producer),
+            "consumer": namespace("consumer.NAME=VALUE: a keyword argument of the client's "
+                                  "create_reader_group; streambench sets each one itself "
+                                  "(read_from_tail=false: from the stream's head) or it takes an "
+                                  "object, so none can be given", check_consumer),
             "profile": OptionSpec("named set of settings: none for the standalone (durable: its "
                                   "log is in memory)", default=None, parse=_no_profile),
             "config": config_option(),

@@ -263,6 +263,62 @@ def test_every_message_consumed_once(standalone, tmp_path):
     assert target["runtime"] == "external"
 
 
+def test_writer_settings_in_force(standalone):
+    """`producer.max_inflight_events=0` (the client's own default) makes the writer wait for
+    each event's acknowledgement before it writes the next: a batch of 300 events then takes
+    a round trip per event instead of one flush for all, timed against streambench's 10,000 in
+    flight on the same standalone."""
+    topic = f"inflight-{time.time_ns()}"
+
+    async def timed(options: str) -> float:
+        driver = PravegaDriver(standalone.controller, SCOPE, target=resolve_target(
+            standalone.target(options)))
+        await driver.connect()
+        try:
+            await driver.create_topic(topic, 1, [])
+            producer = await driver.producer(topic, 0)
+            try:
+                await producer.send_batch([OutMessage(b"w", None, time.time_ns())])  # warmed up
+                start = time.perf_counter()
+                await producer.send_batch([OutMessage(b"z" * 100, None, time.time_ns())
+                                           for _ in range(300)])
+                return time.perf_counter() - start
+            finally:
+                await producer.close()
+        finally:
+            await driver.close()
+
+    async def scenario() -> tuple[float, float]:
+        pipelined = await timed("")
+        one_by_one = await timed("producer.max_inflight_events=0")
+        driver = PravegaDriver(standalone.controller, SCOPE)
+        await driver.connect()
+        driver.adopt_topic(topic, 1)
+        await driver.delete_topic(topic)
+        await driver.close()
+        return pipelined, one_by_one
+
+    pipelined, one_by_one = run_precise(scenario())
+    assert one_by_one > 5 * pipelined, (one_by_one, pipelined)
+
+
+def test_client_settings_recorded(standalone, tmp_path):
+    """A run with `producer.max_inflight_events=0`: run.json records it as the user's, and the
+    reader groups' start as streambench's; every message arrives."""
+    run_dir = tmp_path / "run"
+    workload = Workload(name="pravega-clients", rate=200, duration_s=2, warmup_s=0, message_size=100)
+    _run(workload, [standalone.target("producer.max_inflight_events=0")], run_dir)
+    meta = run_json(run_dir)
+    settings = meta["targets"][0]["settings"]
+    assert settings["producer.max_inflight_events"] == {"value": "0", "source": "user",
+                                                        "read_back": False}
+    assert settings["consumer.read_from_tail"] == {"value": "false",
+                                                   "source": "streambench default",
+                                                   "read_back": False}
+    totals = meta["totals"][0]
+    assert totals["produced"] == totals["consumed"] == 400, totals
+
+
 def _tail(manager, stream: str) -> dict[int, int]:
     name = f"tail-{time.time_ns()}"
     cut = manager.create_reader_group(name, SCOPE, stream, True).get_streamcut().get_segment_offset_map()

@@ -3,9 +3,9 @@ whose standalone keeps its long-term storage (tier 2) in files under a directory
 through broker.pravegaservice.storage.impl.name=FILESYSTEM and broker.filesystem.root, with the
 segment store's writer flushing to it every 200 ms. The standalone does not tell its
 configuration, so the setting is seen in force by its effect: the segment store's chunk files
-in that directory. run.json records the settings as written, with their sources. Bad keys,
-broker settings for an existing cluster and the durable profile end before anything starts,
-with one line."""
+in that directory. run.json records the settings as written, with their sources (the client's
+too). Bad keys, broker settings for an existing cluster and the durable profile end before
+anything starts, with one line."""
 
 from __future__ import annotations
 
@@ -50,6 +50,8 @@ def test_storage_settings_in_force_and_recorded(tmp_path: Path, nothing_left_run
     assert settings["broker.writer.flush.threshold.milliseconds"]["value"] == "200"
     assert settings["broker.pravegaservice.service.listener.host.nameOrIp"] == {
         "value": "127.0.0.1", "source": "streambench default", "read_back": False}
+    assert settings["producer.max_inflight_events"] == {
+        "value": "10000", "source": "streambench default", "read_back": False}
     # the metadata view and the report's configuration table mark them as not read back
     assert ["broker.filesystem.root", str(tier2), "user (as set)"] in non_default_rows(settings)
     totals = run_json(run_dir)["totals"][0]
@@ -64,6 +66,9 @@ BAD = [
     ("pravega:broker.writer.flush.threshold.milliseconds=200@tcp://127.0.0.1:9090",
      "broker settings apply to brokers streambench starts itself"),
     ("pravega:profile=durable", "no write reaches a disk to be fsynced"),
+    ("pravega:producer.max_inflight=1", "did you mean max_inflight_events?"),
+    ("pravega:producer.max_inflight_events=-1", "at least 0"),
+    ("pravega:consumer.read_from_tail=true", "set by streambench"),
 ]
 
 
