@@ -61,7 +61,65 @@ def test_pravega_properties_reach_the_standalone_file() -> None:
     assert lines[-2:] == ["writer.flush.threshold.milliseconds=500", "filesystem.root=C:\\\\data"]
 
 
+def test_client_parameters_are_the_libraries_own() -> None:
+    """The parameter lists the client settings are checked against (written out, so that they
+    are checked without the optional clients) are those of the installed rbfly and pravega."""
+    import inspect
+
+    import pravega_client
+    import rbfly.streams as rbs
+
+    from loadgen.platforms import pravega, rabbitmq
+    from loadgen.settings import signature_defaults
+
+    assert list(signature_defaults(rbs.StreamsClient.publisher)) == list(
+        rabbitmq.PUBLISHER_PARAMETERS)
+    assert list(signature_defaults(rbs.StreamsClient.subscribe)) == list(
+        rabbitmq.SUBSCRIBE_PARAMETERS)
+    assert signature_defaults(rbs.StreamsClient.subscribe)["timeout"] == 0
+    assert {c.value for c in rabbitmq.PublisherClass} <= set(dir(rbs))
+
+    def names(method: object) -> list[str]:
+        return [n for n in inspect.signature(method).parameters if n != "self"]
+
+    assert names(pravega_client.StreamManager.create_writer) == list(pravega.WRITER_PARAMETERS)
+    assert names(pravega_client.StreamManager.create_reader_group) == list(
+        pravega.READER_GROUP_PARAMETERS)
+
+
+def test_client_settings_typed_and_from_a_config_file(tmp_path: Path) -> None:
+    from loadgen.platforms.rabbitmq import PublisherClass
+
+    t = resolve_target("rabbitmq:producer.cls=publisher,consumer.timeout=2.5")
+    assert RabbitOptions.of(t).publisher_class() is PublisherClass.Publisher
+    assert RabbitOptions.of(t).subscribe_kwargs() == {"timeout": 2.5}
+    assert RabbitOptions.of(resolve_target("rabbitmq")).publisher_class() is (
+        PublisherClass.PublisherBatchFast)
+    file = tmp_path / "clients.yaml"
+    file.write_text("producer:\n  cls: Publisher\nconsumer.timeout: 3\n")
+    t = resolve_target(f"rabbitmq:config={file},consumer.timeout=4")
+    assert settings_of(t, "producer") == {"cls": PublisherClass.Publisher}
+    assert settings_of(t, "consumer") == {"timeout": 4.0}  # the TARGET's own wins
+    assert t.sources == {"producer.cls": "user", "consumer.timeout": "user"}
+    props = tmp_path / "clients.properties"
+    props.write_text("producer.max_inflight_events=0\n")
+    p = resolve_target(f"pravega:config={props}")
+    assert settings_of(p, "producer") == {"max_inflight_events": 0}
+
+
 BAD = [
+    ("rabbitmq:producer.cls=PublisherBatchLimit", "hands each batch over whole"),
+    ("rabbitmq:producer.cls=PublisherBin", "without AMQP properties"),
+    ("rabbitmq:producer.cls=Fast", "expected one of publisher, publisherbatchfast"),
+    ("rabbitmq:producer.filter_extract=f", "takes a Python function"),
+    ("rabbitmq:consumer.offset=first", "stored offset"),
+    ("rabbitmq:consumer.amqp=false", "AMQP application properties"),
+    ("rabbitmq:consumer.timeout=-1", "0 (never) or more"),
+    ("rabbitmq:consumer.timout=1", "did you mean timeout?"),
+    ("pravega:producer.max_inflight_events=many", "expected a whole number"),
+    ("pravega:producer.scope_name=x", "use pravega:scope=NAME"),
+    ("pravega:consumer.stream_cut=x", "StreamCut object"),
+    ("pravega:consumer.receiver_queue_size=5", "none of its parameters"),
     ("rabbitmq:broker.stream.fram_max=1", "did you mean stream.frame_max?"),
     ("rabbitmq:broker.stream.advertised_port=1", "set by streambench"),
     ("rabbitmq:broker.listeners.tcp.default=5672", "rabbitmq:port=N"),
