@@ -78,6 +78,11 @@ def typed(raw: str, default: Any) -> Any:
     members = _members(default)
     if members is not None:
         by_name = {name.lower(): m for name, m in members.items()}
+        # an enum's own word for a member counts too (nats-py's WORK_QUEUE is "workqueue")
+        by_value = {m.value.lower(): m for m in members.values()
+                    if isinstance(getattr(m, "value", None), str)}
+        if text.lower() not in by_name and text.lower() in by_value:
+            return by_value[text.lower()]
         if text.lower() not in by_name:
             raise ValueError(f"expected one of {', '.join(sorted(by_name))}")
         return by_name[text.lower()]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import enum
 import itertools
 import json
 import re
@@ -23,7 +25,17 @@ from typing import Any
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
-from nats.js.api import AckPolicy, DeliverPolicy, DiscardPolicy, StorageType
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    PersistMode,
+    RetentionPolicy,
+    StorageType,
+    StoreCompression,
+    StreamConfig,
+)
 from nats.js.errors import APIError, NotFoundError
 
 from collectors.base import Collector
@@ -49,7 +61,16 @@ from loadgen.platforms.config_names import (
 )
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
-from loadgen.settings import SettingsRecord, config_option, hint, namespace, profile_option
+from loadgen.settings import (
+    SettingsRecord,
+    config_option,
+    hint,
+    kwargs_check,
+    namespace,
+    profile_option,
+    settings_of,
+    signature_defaults,
+)
 from loadgen.target import OptionSpec, Target, parse_positive_int
 
 INTENDED_HEADER = "t"
@@ -277,12 +298,44 @@ class NatsClientOptions:
     fetch: int
     max_ack_pending: int
     ack_wait_s: int
+    # `topic.` settings (StreamConfig fields) and `consumer.` settings (ConsumerConfig fields of
+    # each subscription's durable consumer), over streambench's own: (name, value)
+    stream: tuple[tuple[str, Any], ...] = ()
+    consumer: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def of(cls, target: Target) -> NatsClientOptions:
         o = target.options
         return cls(str(o["storage"]), int(o["max_msgs"]), int(o["fetch"]),
-                   int(o["max_ack_pending"]), int(o["ack_wait"]))
+                   int(o["max_ack_pending"]), int(o["ack_wait"]),
+                   tuple(settings_of(target, "topic").items()),
+                   tuple(settings_of(target, "consumer").items()))
+
+    def stream_config(self, stream: str) -> dict[str, Any]:
+        """add_stream's keyword arguments: streambench's, then the `topic.` settings."""
+        return {"name": stream, "subjects": [f"{stream}.*"], "storage": StorageType(self.storage),
+                "num_replicas": 1, "max_msgs": self.max_msgs or -1, "discard": DiscardPolicy.OLD,
+                **dict(self.stream)}
+
+    def consumer_config(self, durable: str) -> dict[str, Any]:
+        """add_consumer's keyword arguments: streambench's, then the `consumer.` settings."""
+        return {"durable_name": durable, "ack_policy": AckPolicy.EXPLICIT,
+                "deliver_policy": DeliverPolicy.ALL, "ack_wait": self.ack_wait_s,
+                "max_ack_pending": self.max_ack_pending, "max_waiting": 512, **dict(self.consumer)}
+
+
+def _config_values(config: Any) -> dict[str, Any]:
+    """The plain fields of a StreamConfig / ConsumerConfig the server answered with (enums by
+    value, nothing for fields it left unset or that hold objects)."""
+    found: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, enum.Enum):
+            value = value.value
+        if value is None or isinstance(value, (list, dict)) or dataclasses.is_dataclass(value):
+            continue
+        found[f.name] = value
+    return found
 
 
 def _duration(ns: Any) -> str:
@@ -329,6 +382,7 @@ class NatsDriver(Driver):
         self._partitions: dict[str, int] = {}
         self._leaders: dict[str, str] = {}  # topic -> the server leading its stream, when told
         self._created: set[str] = set()
+        self._durables: dict[str, list[str]] = {}  # stream -> its subscriptions' consumers
 
     async def _connect(self, name: str, disconnected: Callback | None = None,
                        reconnected: Callback | None = None) -> NATS:
@@ -354,6 +408,7 @@ class NatsDriver(Driver):
         """The server's settings its monitoring endpoint tells (/varz), each with its source;
         the target's other settings as requested."""
         record = SettingsRecord(self._target)
+        await self._stream_settings(record)
         monitor = self._desc.endpoints.get(MONITOR_ENDPOINT) if self._desc is not None else None
         if monitor:
             try:
@@ -366,13 +421,35 @@ class NatsDriver(Driver):
         record.add_requested()
         return record.result()
 
+    async def _stream_settings(self, record: SettingsRecord) -> None:
+        """The run's first stream's configuration and its first subscription's consumer's, as
+        the server answers them (as requested when it does not)."""
+        if self._admin is None or not self._created:
+            return
+        stream = sorted(self._created)[0]
+        explicit = self._target.explicit
+        plain = [k for k in ("storage", "max_msgs") if k in explicit]
+        jsm = self._admin.jsm()
+        with contextlib.suppress(NatsError, TimeoutError):
+            info = await jsm.stream_info(stream)
+            record.add("topic", _config_values(info.config), read_back=True,
+                       streambench=self._opts.stream_config(stream), user=plain)
+        durable = next(iter(self._durables.get(stream, ())), None)
+        if durable is not None:
+            with contextlib.suppress(NatsError, TimeoutError):
+                found = await jsm.consumer_info(stream, durable, timeout=API_TIMEOUT_S)
+                user = [k for k in ("ack_wait", "max_ack_pending") if k in explicit]
+                record.add("consumer", _config_values(found.config), read_back=True,
+                           streambench=self._opts.consumer_config(durable), user=user)
+
     def adopt_topic(self, name: str, partitions: int) -> None:
         self._partitions[name] = partitions
 
     def topic_layout(self, name: str, partitions: int) -> dict[str, Any]:
         stream = stream_name(name)
         layout: dict[str, Any] = {"name": stream, "partitions": partitions,
-                                  "subjects": subjects(stream, partitions), "replication": 1}
+                                  "subjects": subjects(stream, partitions),
+                                  "replication": int(dict(self._opts.stream).get("num_replicas") or 1)}
         if self._leaders.get(name):
             layout["leader"] = self._leaders[name]
         return layout
@@ -383,22 +460,18 @@ class NatsDriver(Driver):
         stream, opts = stream_name(name), self._opts
         jsm = self._admin.jsm()
         try:
-            info = await jsm.add_stream(name=stream, subjects=[f"{stream}.*"],
-                                 storage=StorageType(opts.storage), num_replicas=1,
-                                 max_msgs=opts.max_msgs or -1, discard=DiscardPolicy.OLD)
-        except (NatsError, TimeoutError) as exc:
+            info = await jsm.add_stream(**opts.stream_config(stream))
+        except (NatsError, TimeoutError, TypeError, ValueError) as exc:
             raise DriverError(f"cannot create stream {stream} on NATS at {self._endpoint}: "
                               f"{_failure(exc)}") from None
         self._created.add(stream)
         leader = info.cluster.leader if info.cluster is not None else None
         self._leaders[name] = leader or ""
+        self._durables[stream] = list(subscriptions)
         for sub in subscriptions:
             try:
-                await jsm.add_consumer(stream, durable_name=sub, ack_policy=AckPolicy.EXPLICIT,
-                                       deliver_policy=DeliverPolicy.ALL, ack_wait=opts.ack_wait_s,
-                                       max_ack_pending=opts.max_ack_pending,
-                                       max_waiting=512, timeout=API_TIMEOUT_S)
-            except (NatsError, TimeoutError) as exc:
+                await jsm.add_consumer(stream, **opts.consumer_config(sub), timeout=API_TIMEOUT_S)
+            except (NatsError, TimeoutError, TypeError, ValueError) as exc:
                 raise DriverError(f"cannot create consumer {sub} on stream {stream}: "
                                   f"{_failure(exc)}") from None
 
@@ -551,6 +624,33 @@ def _parse_version(text: str) -> str:
     return version
 
 
+_OBJECTS = "it holds a list or an object, which a TARGET does not give"
+_STREAM_CHECK = kwargs_check(
+    signature_defaults(StreamConfig), "a JetStream stream's configuration",
+    controlled={"name": "one stream per topic, named by the run",
+                "subjects": "a subject per partition of the topic",
+                "storage": "use nats:storage=file|memory", "max_msgs": "use nats:max_msgs=N"},
+    unsettable={k: _OBJECTS for k in ("placement", "mirror", "sources", "republish",
+                                      "subject_transform", "metadata", "consumer_limits")},
+    enums={"retention": RetentionPolicy, "compression": StoreCompression,
+           "persist_mode": PersistMode})
+_CONSUMER_CHECK = kwargs_check(
+    signature_defaults(ConsumerConfig), "a JetStream consumer's configuration",
+    controlled={"name": "one durable consumer per subscription",
+                "durable_name": "one durable consumer per subscription",
+                "ack_policy": "explicit: each message is acknowledged once counted",
+                "deliver_policy": "all: a subscription reads the run's stream from its start",
+                "opt_start_seq": "a subscription reads the run's stream from its start",
+                "opt_start_time": "a subscription reads the run's stream from its start",
+                "filter_subject": "a subscription reads every partition's subject",
+                "headers_only": "streambench reads the payload",
+                "ack_wait": "use nats:ack_wait=SECONDS",
+                "max_ack_pending": "use nats:max_ack_pending=N"},
+    unsettable={**{k: "streambench's consumers pull; it is a push consumer's setting"
+                   for k in ("deliver_subject", "deliver_group", "flow_control", "idle_heartbeat",
+                             "rate_limit_bps")},
+                **{k: _OBJECTS for k in ("backoff", "filter_subjects", "metadata")}})
+
 # a write is on disk before its acknowledgement (nats-server 2.10 or newer)
 PROFILES = {"durable": {"broker.jetstream.sync_interval": "always"}}
 
@@ -577,8 +677,14 @@ OPTIONS: dict[str, Any] = {
                           "the module proxy (default: the nats-server installed)", default=None,
                           parse=_parse_version),
     **runtime_options(("docker", "local")),
+    "topic": namespace("topic.NAME=VALUE: a field of each stream's configuration (nats-py's "
+                       "StreamConfig, e.g. topic.max_bytes=1073741824, topic.retention=interest, "
+                       "topic.duplicate_window=0)", _STREAM_CHECK),
+    "consumer": namespace("consumer.NAME=VALUE: a field of each subscription's durable pull "
+                          "consumer (nats-py's ConsumerConfig, e.g. consumer.max_deliver=3)",
+                          _CONSUMER_CHECK),
     "broker": namespace("broker.NAME=VALUE or broker.jetstream.NAME=VALUE: a setting of the "
-                        "local nats-server's configuration file (e.g. "
+                        "nats-server streambench starts (its configuration file; e.g. "
                         "broker.jetstream.sync_interval=always, nats-server 2.10 or newer)",
                         _check_broker, broker=True),
     "profile": profile_option(PROFILES),

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pyarrow.dataset as ds
 import pytest
 from nats.js.api import StorageType
 
@@ -104,13 +105,48 @@ def test_broker_settings_in_force(nothing_left_running):
 
 
 def test_run_records_settings(tmp_path: Path, nothing_left_running):
+    """broker., topic. (the stream's configuration) and consumer. (the durable consumer's)
+    settings read back from the server; topic.max_bytes keeps the stream small while every
+    message is still consumed."""
     run_dir = tmp_path / "run"
-    res = run_cli(["run", "nats:runtime=local,broker.max_payload=4MB", "--rate", "200",
-                   "--duration", "2", "--warmup", "0", "--headless", "--out", str(run_dir)])
+    spec = ("nats:runtime=local,broker.max_payload=4MB,topic.max_bytes=65536,"
+            "topic.retention=limits,consumer.max_deliver=3")
+    res = run_cli(["run", spec, "--rate", "200", "--duration", "2", "--warmup", "0", "--size",
+                   "1024", "--headless", "--out", str(run_dir)])
     assert res.returncode == 0, res.stderr
-    (target,) = run_json(run_dir)["targets"]
-    assert target["settings"]["broker.max_payload"] == {"value": str(4 * 2**20), "source": "user",
-                                                        "read_back": True}
+    meta = run_json(run_dir)
+    (target,) = meta["targets"]
+    settings = target["settings"]
+    assert settings["broker.max_payload"] == {"value": str(4 * 2**20), "source": "user",
+                                              "read_back": True}
+    assert settings["topic.max_bytes"] == {"value": "65536", "source": "user", "read_back": True}
+    assert settings["topic.retention"] == {"value": "limits", "source": "user", "read_back": True}
+    assert settings["topic.discard"] == {"value": "old", "source": "streambench default",
+                                         "read_back": True}
+    assert settings["consumer.max_deliver"] == {"value": "3", "source": "user", "read_back": True}
+    assert settings["consumer.ack_policy"]["value"] == "explicit"
+    (totals,) = meta["totals"]
+    assert totals["produced"] == totals["consumed"] == 400, totals
+    # the server's own count of what the stream holds, per partition, in the broker table
+    broker = ds.dataset(run_dir / "broker", format="parquet").to_table().to_pydict()
+    held = [v for n, v in zip(broker["name"], broker["value"], strict=True)
+            if n.startswith("partition.")]
+    assert held and max(held) <= 64 < totals["produced"], held
+
+
+@pytest.mark.parametrize(("spec", "fragment"), [
+    ("nats:topic.max_byte=1", "did you mean max_bytes"),
+    ("nats:topic.storage=memory", "use nats:storage=file|memory"),
+    ("nats:topic.retention=forever", "expected one of interest, limits, work_queue"),
+    ("nats:topic.sources=x", "holds a list or an object"),
+    ("nats:consumer.deliver_subject=x", "it is a push consumer's setting"),
+    ("nats:consumer.ack_policy=none", "explicit: each message is acknowledged once counted"),
+])
+def test_bad_stream_and_consumer_settings(spec, fragment, tmp_path, nothing_left_running):
+    res = run_cli(["run", spec, "--duration", "2", "--headless", "--out", str(tmp_path / "r")])
+    assert res.returncode == 2, res.stderr
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert fragment in line, line
 
 
 def test_a_setting_the_installed_server_lacks(tmp_path: Path, nothing_left_running):
