@@ -80,3 +80,12 @@ def test_every_bundled_suite_loads_and_its_targets_parse():
     # 10 MB/s of payload in every cell
     assert {w.message_size * w.rate for _, w in sbk.workloads} == {10_000_000}
     assert {w.producers for _, w in sbk.workloads} == {1, 10}
+
+
+def test_the_studys_kafka_compares_with_a_kafka_zk_cell(tmp_path):
+    """The study's Kafka ran with ZooKeeper, as the bundled suites' kafka-zk target does: its
+    figure is compared with that cell (a KRaft cell of the same run would come first)."""
+    state, rows = _state(tmp_path, {"kafka-zk": 3.0, "pulsar": 1.2, "redis:aof": 0.9})
+    text = "\n".join(compare_published(state, rows))
+    assert "| latency-1kb-1000 | e2e_mean_ms | kafka | 1.714 | 3 | 1.00 | 1.00 |" in text
+    assert "**reproduced**" in text
