@@ -116,3 +116,25 @@ def test_kafka_and_pulsar_targets_spread_over_processes(tmp_path):
         assert t.send_errors == 0 and t.receive_errors == 0, t
         assert t.produced == 5000, t
         assert t.consumed == t.produced and t.duplicates == 0 and t.drained, t
+
+
+def test_the_consumers_of_every_process_in_each_tick(spread_run):
+    """Consumer 1 runs in the first process, 0 and 2 in the second: each tick lists the three,
+    their counts adding up to the tick's, and each told its partitions once."""
+    run_dir, summary, _ = spread_run
+    ticks = ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pydict()
+    consumers = ds.dataset(run_dir / "consumers", format="parquet").to_table().to_pydict()
+    per_tick: dict[int, list[tuple[int, int]]] = {}
+    for seq, index, consumed in zip(consumers["seq"], consumers["consumer"],
+                                    consumers["consumed"], strict=True):
+        per_tick.setdefault(seq, []).append((index, consumed))
+    assert sorted(per_tick) == sorted(ticks["seq"])
+    for seq, consumed in zip(ticks["seq"], ticks["consumed"], strict=True):
+        assert sorted(i for i, _ in per_tick[seq]) == [0, 1, 2]
+        assert sum(n for _, n in per_tick[seq]) == consumed
+    assert sum(consumers["consumed"]) == summary.targets[0].consumed
+    assert all(held == [0, 1] for held in consumers["partitions"]) and all(consumers["shared"])
+    events = ds.dataset(run_dir / "events", format="parquet").to_table().to_pydict()
+    told = sorted(d for k, d in zip(events["kind"], events["detail"], strict=True)
+                  if k == "assignment")
+    assert [d.split(" of ")[0] for d in told] == ["consumer 0", "consumer 1", "consumer 2"]
