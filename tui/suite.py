@@ -553,9 +553,9 @@ def compare_published(state: dict[str, Any], summary_rows: list[dict[str, Any]])
         if run_id in by_run:
             measured[(cell["workload"], _platform(cell["target"]))] = by_run[run_id]
     for (workload, platform), row in list(measured.items()):
-        for published, alike in _SAME_PLATFORM.items():
+        for family, alike in _SAME_PLATFORM.items():
             if platform in alike:
-                measured.setdefault((workload, published), row)
+                measured.setdefault((workload, family), row)
     lines = ["# Published figures beside the measured ones", ""]
     if source:
         lines += [f"Published: {source}. Absolute figures depend on the machine; what is compared "
