@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -230,6 +231,22 @@ def latency_row(snap: HistogramSnapshot) -> list[str]:
     return [fmt.millis(v) for v in values] + [fmt.millis(snap.max / NS_PER_MS), fmt.count(snap.total)]
 
 
+def _text_grid(headers: list[str], rows: list[list[str]]) -> Text:
+    """What _grid draws for plain one-line cells (the first column left, the others right, one
+    space on each side of a cell, the header bold), built as text: a table of a hundred rows
+    laid out by Rich each second is most of the detail screen's cost."""
+    widths = [max([cell_len(h), *(cell_len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "".join(f" {c.ljust(w) if i == 0 else c.rjust(w)} "
+                       for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
+    text = Text(line(headers), style="bold", no_wrap=True, overflow="crop")
+    if rows:
+        text.append("\n" + "\n".join(line(r) for r in rows), style="not bold")
+    return text
+
+
 def _grid(*headers: str) -> Table:
     table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     for i, header in enumerate(headers):
@@ -298,13 +315,10 @@ class DetailScreen(Screen[None]):
         rows = sort_rows(partition_rows(history.recent_ticks), self.sort)
         titles = {"partition": "partition", "produce": "produce/s", "consume": "consume/s",
                   "lag": "lag"}
-        parts = _grid(*(title + ((" ▲" if name == "partition" else " ▼") if name == self.sort
-                                 else "") for name, title in titles.items()))
-        for r in rows:
-            parts.add_row(str(r.partition), fmt.count(r.produce), fmt.count(r.consume),
-                          fmt.count(r.lag))
-        if not rows:
-            parts.add_row("–", fmt.MISSING, fmt.MISSING, fmt.MISSING)
+        cells = [[str(r.partition), fmt.count(r.produce), fmt.count(r.consume), fmt.count(r.lag)]
+                 for r in rows] or [["–", fmt.MISSING, fmt.MISSING, fmt.MISSING]]
+        parts = _text_grid([title + ((" ▲" if name == "partition" else " ▼") if name == self.sort
+                                     else "") for name, title in titles.items()], cells)
 
         consumers = self.consumers_table(history.recent_ticks)
 
