@@ -50,6 +50,9 @@ class _Search:
     rates: list[float] = field(default_factory=list)  # the rate decided at each step
     converged: bool = False
     unread: float = 0.0  # the receive backlog at the previous decision
+    # what the producers had acknowledged over the measuring phase's periods, and their length
+    measured_sent: float = 0.0
+    measured_s: float = 0.0
 
 
 class RateSearch:
@@ -65,6 +68,12 @@ class RateSearch:
     def converged(self, label: str) -> bool:
         return self._targets[label].converged
 
+    def sustained(self, label: str) -> float | None:
+        """The acknowledged msg/s over the measuring phase (the rates the search held there,
+        with their probes and back-offs): the run's result. None before any measured period."""
+        s = self._targets[label]
+        return s.measured_sent / s.measured_s if s.measured_s > 0 else None
+
     def tick(self, tick: Tick) -> tuple[float, str, bool] | None:
         """(next rate, what was seen, whether the search has just converged) at the end of a
         period; None otherwise."""
@@ -79,6 +88,9 @@ class RateSearch:
         if seconds <= 0:
             return None
         sent = sum(t.produced for t in period)
+        measuring = [t for t in period if t.phase == Phase.MEASURING]
+        s.measured_sent += sum(t.produced for t in measuring)
+        s.measured_s += sum(t.interval_s for t in measuring)
         expected = sum(t.target_rate * t.interval_s for t in period)
         received = sum(t.consumed for t in period) / self.subscriptions
         last = period[-1]

@@ -567,8 +567,12 @@ class Run:
             return
         for label in self.labels:
             state = "converged" if self._search.converged(label) else "NOT converged"
+            sustained = self._search.sustained(label)
+            over = ("" if sustained is None else
+                    f"; {sustained:,.0f} msg/s acknowledged on average over the measuring phase")
             self.publish(RunEvent(time.time_ns(), label, "rate-search-result",
-                                  f"{state}; held {self._search.rate(label):,.0f} msg/s at the end"))
+                                  f"{state}; held {self._search.rate(label):,.0f} msg/s at the "
+                                  f"end{over}"))
 
     async def _end_backlog(self, label: str) -> None:
         """The backlog is built: the target's consumers resume. Its drain is timed by the

@@ -53,6 +53,7 @@ def test_rate_search_on_redis(redis_search: tuple[Path, list[dict]]) -> None:
             assert later[0]["target_rate"] == pytest.approx(new, abs=0.5), step["detail"]  # shown rounded
     result = [e for e in events if e["kind"] == "rate-search-result"]
     assert len(result) == 1 and "msg/s at the end" in result[0]["detail"]
+    assert "msg/s acknowledged on average over the measuring phase" in result[0]["detail"]
     meta = run_json(out)
     assert meta["workload"]["producerRate"] == 0 and meta["workload"]["maxRate"] == "search"
     assert meta["totals"][0]["drained"]
