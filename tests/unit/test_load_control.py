@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -72,12 +72,25 @@ def make_load(rate: float, producers: int = 1, share: tuple[int, int] = (0, 1),
         if i % share[1] == share[0]:
             load.producers.append(MemoryProducer(submits))
             load._producer_numbers.append(i)
-    load.consumers = [MemoryConsumer() for _ in range(consumers)]
+    for i in range(consumers):  # what the load's own start-up records of each consumer
+        load.consumers.append(MemoryConsumer())
+        load._consumer_specs.append(("topic-0", "sub-0", i))
+        load._slot_consumed.append(0)
     return load, published
 
 
 def events(published: list[BusItem]) -> list[tuple[str, str]]:
     return [(e.kind, e.detail) for e in published if isinstance(e, RunEvent)]
+
+
+async def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    """Whether `condition` holds within `timeout_s`, looked at every 5 ms."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return True
 
 
 async def run_for(load: TargetLoad, seconds: float) -> int:
@@ -198,15 +211,15 @@ async def test_pause_and_resume_consumers() -> None:
     consumer = load.consumers[0]
     assert isinstance(consumer, MemoryConsumer)
     try:
-        await asyncio.sleep(0.05)
+        # on a busy machine the consumer's task may be slow to get going: wait for it, bounded
+        assert await eventually(lambda: consumer.calls >= 2)
         load.pause_consumers()
         await asyncio.sleep(0.01)  # the receive under way finishes, and is counted
         calls, consumed = consumer.calls, load.totals.consumed
         await asyncio.sleep(0.1)
         assert consumer.calls == calls and load.totals.consumed == consumed
         load.resume_consumers()
-        await asyncio.sleep(0.05)
-        assert consumer.calls > calls and load.totals.consumed > consumed
+        assert await eventually(lambda: consumer.calls > calls and load.totals.consumed > consumed)
         assert events(published) == []
     finally:
         await load.close()
