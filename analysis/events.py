@@ -23,6 +23,7 @@ RECOVERY_KINDS: tuple[str, ...] = ("recovered", "not-recovered")
 BACKLOG_KIND = "backlog-drained"
 # listed beside the changes: they say which seconds describe streambench rather than the broker
 NOTE_KINDS: tuple[str, ...] = ("loadgen-saturated", "coordinator-late", "intervention-failed",
+                               "consumer-failed",  # a consumer that reads nothing more
                                # OMB's backlog phase and rate search
                                "backlog-built", "backlog-drain-done", "rate-search-converged",
                                "rate-search-result")

@@ -345,7 +345,8 @@ def _changes_section(data: ReportData) -> Section | None:
             "For consumers started again, the backlog they found and how fast it drained. "
             "Also listed: seconds in which the load generator was saturated and late wake-ups "
             "of the run loop (the figures of those seconds describe streambench rather than "
-            "the broker), and interventions that failed.",
+            "the broker), interventions that failed, and consumers that ended on an unexpected "
+            "error (consumer-failed: they read nothing more from then on).",
             Table(
                 ["target", "time (s)", "phase", "event", "what changed",
                  "healthy again after (s)", "lag peak", "longest publish stall (ms)",

@@ -77,6 +77,7 @@ class TargetTotals:
     consumed: int = 0
     send_errors: int = 0
     receive_errors: int = 0
+    consumers_failed: int = 0  # consumers that ended on an unexpected error (no more reads)
     duplicates: int = 0
     expected: int = 0  # produced × subscriptions: what the consumers must have read
     final_lag: int | None = None
@@ -302,7 +303,9 @@ class TargetLoad:
         self._interval_start = t0_mono
         self._watch.start()
         for slot in range(len(self.consumers)):
-            self._consumer_tasks.append(asyncio.create_task(self._consume(slot)))
+            task = asyncio.create_task(self._consume(slot))
+            task.add_done_callback(partial(self._consumer_ended, slot))
+            self._consumer_tasks.append(task)
         n = self._producer_count()
         per_rate = self._rate / n
         payloads = self.workload.payloads()
@@ -419,6 +422,22 @@ class TargetLoad:
 
     def _consumers_stopping(self) -> bool:
         return self._stop_consuming
+
+    def _consumer_ended(self, slot: int, task: asyncio.Task[None]) -> None:
+        """A consumer's loop ended: cancelled or stopped at the end of the run, or killed by an
+        error no part of the loop expected (its receive errors are caught inside). Such a
+        consumer reads nothing more, so it is counted and said once, as a `consumer-failed`
+        event; otherwise the run would only show its consumption stopping."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        self.totals.consumers_failed += 1
+        topic, subscription, index = self._consumer_specs[slot]
+        what = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line
+        self._publish(RunEvent(time.time_ns(), self.label, "consumer-failed",
+                               f"consumer {index} of {subscription} (topic "
+                               f"{self.topics.index(topic) if topic in self.topics else topic}): "
+                               f"{what}; it reads no more messages"))
 
     async def _consume(self, slot: int) -> None:
         while not self._stop_consuming:

@@ -286,6 +286,7 @@ def _sum_totals(label: str, parts: list[TargetTotals]) -> TargetTotals:
         total.consumed += t.consumed
         total.send_errors += t.send_errors
         total.receive_errors += t.receive_errors
+        total.consumers_failed += t.consumers_failed
         total.duplicates += t.duplicates
     return total
 

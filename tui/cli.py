@@ -513,6 +513,8 @@ def _print_summary(summary: Any, end: EndSummary) -> None:
         parts = [f"{t.label}: produced {t.produced:,}, consumed {t.consumed:,}"]
         if t.send_errors:
             parts.append(f"send errors {t.send_errors:,}")
+        if t.consumers_failed:
+            parts.append(f"consumers failed {t.consumers_failed:,} (see the consumer-failed event)")
         if t.duplicates:
             parts.append(f"duplicates {t.duplicates:,}")
         if not t.drained:

@@ -122,6 +122,8 @@ def rows(figures: TargetFigures, totals: Any) -> list[tuple[str, str]]:
         out.append(("faults and restarts", str(f.faults)))
     if totals.send_errors:
         out.append(("send errors", f"{totals.send_errors:,}"))
+    if totals.consumers_failed:
+        out.append(("consumers failed", f"{totals.consumers_failed:,}"))
     if totals.duplicates:
         out.append(("duplicates", f"{totals.duplicates:,}"))
     lost = max(totals.expected - totals.consumed, 0) if totals.expected else 0
