@@ -35,7 +35,6 @@ from loadgen.tick import (
     Resources,
     RunEvent,
     Tick,
-    partition_list,
 )
 from loadgen.workload import Workload
 
@@ -150,7 +149,6 @@ class TargetLoad:
         self._consumer_specs: list[tuple[str, str, int]] = []  # (topic, subscription, index)
         self.consumers: list[Consumer] = []
         self._slot_consumed: list[int] = []  # per consumer, in the interval
-        self._slot_partitions: list[tuple[int, ...] | None] = []  # as the last tick saw them
         self.collectors: list[Collector] = []
         self._consumer_tasks: list[asyncio.Task[None]] = []
         self._pacers: list[_Pacer] = []
@@ -231,7 +229,6 @@ class TargetLoad:
                                                              i, self._track_ids))
             self._consumer_specs.append((self.topics[t], self.subscriptions[s], i))
             self._slot_consumed.append(0)
-            self._slot_partitions.append(None)
         for number in mine.producers:
             t, i = divmod(number, w.producers)
             self.producers.append(await self.driver.producer(self.topics[t], i))
@@ -553,9 +550,8 @@ class TargetLoad:
         return tick
 
     def _consumer_stats(self) -> tuple[ConsumerStat, ...]:
-        """Each consumer's count since the last tick and the partitions it holds now; an
-        `assignment` event for each consumer whose partitions changed since the last tick
-        (the first tick tells every consumer's)."""
+        """Each consumer's count since the last tick and the partitions it holds now (the
+        coordinator tells them as `assignment` events: loadgen.assignments)."""
         stats = []
         counts, self._slot_consumed = self._slot_consumed, [0] * len(self._slot_consumed)
         for slot, consumer in enumerate(self.consumers):
@@ -566,12 +562,6 @@ class TargetLoad:
                 held = None  # a client in the middle of closing
             stats.append(ConsumerStat(self.topics.index(topic), subscription, index,
                                       counts[slot], held, consumer.shared))
-            if held is not None and held != self._slot_partitions[slot]:
-                was = self._slot_partitions[slot]
-                self._publish(RunEvent(time.time_ns(), self.label, "assignment",
-                                       assignment_text(stats[-1], was)))
-            if held is not None:
-                self._slot_partitions[slot] = held
         return tuple(stats)
 
     def _note_saturation(self, reason: str) -> None:
@@ -616,17 +606,6 @@ class TargetLoad:
         if self.stack is not None:
             with contextlib.suppress(Exception):
                 await self.stack.down()
-
-
-def assignment_text(stat: ConsumerStat, was: tuple[int, ...] | None) -> str:
-    """The detail of an `assignment` event: `consumer 1 of streambench-sub-0 (topic 0):
-    partitions 0, 2 (was 0-3)`."""
-    held = stat.partitions or ()
-    text = (f"consumer {stat.index} of {stat.subscription} (topic {stat.topic}): "
-            f"partition{'' if len(held) == 1 else 's'} {partition_list(held)}")
-    if stat.shared:
-        text += ", shared with the subscription's other consumers"
-    return text + (f" (was {partition_list(was)})" if was is not None else "")
 
 
 def _rate_text(rate: float) -> str:

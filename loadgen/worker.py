@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compose.stack import StackDescription
+from loadgen.assignments import AssignmentWatch
 from loadgen.errors import StackError, StreambenchError
 from loadgen.histogram import HistogramSnapshot
 from loadgen.interventions import Intervention
 from loadgen.load import DROPPED_SLOTS, LoadHandle, Publish, TargetLoad, TargetTotals
 from loadgen.pacing import run_precise
 from loadgen.target import Target
-from loadgen.tick import LoadgenHealth, Phase, Tick
+from loadgen.tick import LoadgenHealth, Phase, RunEvent, Tick
 from loadgen.workload import Workload
 
 _CLOSE_TIMEOUT_S = 120.0
@@ -328,6 +329,7 @@ class TargetWorker:
         self.totals = TargetTotals(self.label)
         self._publish = publish
         self._described: dict[str, Any] | None = None
+        self._assignments = AssignmentWatch()
         self._procs = [_LoadProcess(self.label, (index, target, workload, run_id, record_raw,
                                                  track_ids, (k, processes), log_dir), publish)
                        for k in range(processes)]
@@ -391,7 +393,10 @@ class TargetWorker:
         replies = await asyncio.gather(
             *(p.request("tick", seq, time_ns, phase, elapsed_s) for p in self._procs))
         self._take_counts([totals for _, totals in replies])
-        return _merge_ticks([t for t, _ in replies])
+        tick = _merge_ticks([t for t, _ in replies])
+        for detail in self._assignments.changes(tick.consumers):
+            self._publish(RunEvent(time.time_ns(), self.label, "assignment", detail))
+        return tick
 
     async def close(self) -> None:
         """Stop the load processes, then the first (brokers down); never raises."""
