@@ -35,9 +35,11 @@ from pyspark.sql import functions as F
 
 from analysis.events import (
     READ_KINDS,
+    AssignmentRow,
     ChangeRow,
     Event,
     SegmentStart,
+    assignment_rows,
     change_rows,
     segment_starts,
     split_points,
@@ -288,6 +290,8 @@ class ReportData:
     targets: list[TargetReport]
     baseline: TargetReport | None = None  # the target the comparison divides by
     changes: list[ChangeRow] = field(default_factory=list)  # "Faults and changes", time order
+    # "Consumer assignments": the consumers' partitions at start-up and each change, time order
+    assignments: list[AssignmentRow] = field(default_factory=list)
 
     def run(self, run_id: str) -> RunInfo:
         return next(r for r in self.runs if r.run_id == run_id)
@@ -929,5 +933,7 @@ def compute_report(
         )
     chosen = baseline_key or keys[0]
     base = next(t for t in targets if (t.run_id, t.target) == chosen)
-    changes = change_rows(events, {k: totals[k].start_us for k in keys})
-    return ReportData(runs=list(runs), targets=targets, baseline=base, changes=changes)
+    measuring_start = {k: totals[k].start_us for k in keys}
+    return ReportData(runs=list(runs), targets=targets, baseline=base,
+                      changes=change_rows(events, measuring_start),
+                      assignments=assignment_rows(events, measuring_start))

@@ -2,8 +2,9 @@
 changes, producers and consumers stopped and started, broker faults) in time order, each fault
 with the recovery the run loop measured after it and each resumption of the consumers with the
 drain of their backlog; the events that matter for reading the figures (the load generator
-saturated, the run loop late); and the points where the interventions split a target's
-measuring phase into segments.
+saturated, the run loop late); the consumers' partitions at start-up and each change after
+(`assignment` events); and the points where the interventions split a target's measuring
+phase into segments.
 
 Plain Python over rows already collected from Spark: the recovery and backlog figures are
 parsed from the events' text, so a figure the text lacks is simply unknown (None)."""
@@ -27,7 +28,10 @@ NOTE_KINDS: tuple[str, ...] = ("loadgen-saturated", "coordinator-late", "interve
                                # OMB's backlog phase and rate search
                                "backlog-built", "backlog-drain-done", "rate-search-converged",
                                "rate-search-result")
-READ_KINDS: tuple[str, ...] = (*CHANGE_KINDS, *RECOVERY_KINDS, BACKLOG_KIND, *NOTE_KINDS)
+# which partitions the consumers hold: at start-up, and each change (a rebalance) after
+ASSIGNMENT_KIND = "assignment"
+READ_KINDS: tuple[str, ...] = (*CHANGE_KINDS, *RECOVERY_KINDS, BACKLOG_KIND, *NOTE_KINDS,
+                               ASSIGNMENT_KIND)
 
 
 def is_fault(kind: str) -> bool:
@@ -188,6 +192,54 @@ def change_rows(events: Iterable[Event], measuring_start_us: Mapping[Key, int]) 
                 row = rows[i]
                 rows[i] = ChangeRow(row.event, row.at_s, backlog=parse_backlog(e.detail))
     return rows
+
+
+# -- the consumers' assignments ------------------------------------------------------------------
+
+_ONE_CONSUMER = re.compile(
+    r"consumer (?P<index>\d+) of (?P<sub>\S+) \(topic (?P<topic>\d+)\): partitions? "
+    r"(?P<held>.*?)(?P<shared>, shared with the subscription's other consumers)?"
+    r"(?: \(was (?P<was>.*)\))?")
+_FIRST = re.compile(r"(?P<count>\d+) consumers assigned \d+ partitions?: (?P<listed>.*)")
+
+
+@dataclass(frozen=True)
+class AssignmentRow:
+    """One row of the "Consumer assignments" table: an `assignment` event, read."""
+
+    event: Event
+    at_s: float  # seconds from the start of the measuring phase (negative: warm-up)
+    consumer: str  # `sub-0/1` (`t1 sub-0/1` on topic 1); `8 consumers` for the start-up event
+    partitions: str  # what it holds from then on (a start-up event: every consumer's)
+    before: str = ""  # what it held before; "" for its first
+
+
+def parse_assignment(detail: str) -> tuple[str, str, str]:
+    """(consumer, partitions, before) of an `assignment` event's text: one consumer's
+    (`consumer 1 of streambench-sub-0 (topic 0): partitions 2-3 (was 0-3)`) or the start-up
+    one of several (`8 consumers assigned 100 partitions: sub-0/0 0-12; …`). A text of
+    neither form is kept whole as the partitions."""
+    one = _ONE_CONSUMER.fullmatch(detail)
+    if one is not None:
+        topic = int(one["topic"])
+        name = (f"{f't{topic} ' if topic else ''}{one['sub'].removeprefix('streambench-')}/"
+                f"{one['index']}")
+        return name, one["held"] + (" shared" if one["shared"] else ""), one["was"] or ""
+    first = _FIRST.fullmatch(detail)
+    if first is not None:
+        return f"{first['count']} consumers", first["listed"], ""
+    return "", detail, ""
+
+
+def assignment_rows(events: Iterable[Event], measuring_start_us: Mapping[Key, int]
+                    ) -> list[AssignmentRow]:
+    """Every `assignment` event of the targets in `measuring_start_us`, in time order (runs in
+    that mapping's order), read."""
+    run_order = list(dict.fromkeys(k[0] for k in measuring_start_us))
+    chosen = sorted((e for e in events if e.kind == ASSIGNMENT_KIND and e.key in measuring_start_us),
+                    key=lambda e: (run_order.index(e.run_id), e.time_us))
+    return [AssignmentRow(e, (e.time_us - measuring_start_us[e.key]) / 1e6,
+                          *parse_assignment(e.detail)) for e in chosen]
 
 
 # -- segments ----------------------------------------------------------------------------------

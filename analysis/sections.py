@@ -20,11 +20,12 @@ from analysis.compute import (
     Segment,
     TargetReport,
 )
-from analysis.events import ChangeRow, is_fault
+from analysis.events import AssignmentRow, ChangeRow, is_fault
 from analysis.labels import MARKS, ending
 from analysis.schema import LATENCY_KINDS
 from analysis.stats import Trend
 
+ASSIGNMENT_ROWS = 60  # rows of "Consumer assignments" shown; the events table has every one
 FEW_SAMPLES = 10  # a percentile resting on fewer samples than this is marked
 TOO_SHORT = "n/a (run too short to extrapolate)"
 
@@ -358,6 +359,40 @@ def _changes_section(data: ReportData) -> Section | None:
     )
 
 
+def _assignment_target(data: ReportData, row: AssignmentRow) -> str:
+    for t in data.targets:
+        if (t.run_id, t.target) == row.event.key:
+            return t.heading
+    return row.event.target
+
+
+def _assignments_section(data: ReportData) -> Section | None:
+    """Which partitions the consumers held: at start-up (one row per target) and after each
+    change, e.g. a rebalance (one row per consumer that changed)."""
+    if not data.assignments:
+        return None
+    shown = data.assignments[:ASSIGNMENT_ROWS]
+    rows = [[_assignment_target(data, r), fmt(r.at_s, 1), r.event.phase, r.consumer,
+             r.partitions, r.before] for r in shown]
+    blocks: list[Block] = [
+        "Which partitions the consumers held, from their assignment events, in time order "
+        "with the time from the start of the measuring phase: one row per target for the "
+        "consumers' first partitions (every consumer, sub-0/1 being consumer 1 of "
+        "streambench-sub-0; a long list cut short), then one row per consumer whose partitions "
+        "changed, e.g. in a rebalance when a consumer joins or leaves the group or is replaced "
+        "after a lost connection, with what it held before. A rebalance during the measuring "
+        "phase can explain a dip in the consume rate or a rise of the lag. Each consumer's "
+        "partitions and count per second are in the run's consumers table.",
+        Table(["target", "time (s)", "phase", "consumer", "partitions", "before"], rows,
+              text_columns=6),
+    ]
+    if len(data.assignments) > len(shown):
+        blocks.append(f"{len(data.assignments) - len(shown):,} later assignment events are not "
+                      f"listed here (the first {len(shown)} are); the run's events table has "
+                      "them all.")
+    return Section("Consumer assignments", blocks)
+
+
 def _target_rate(low: float, high: float) -> str:
     def one(rate: float) -> str:
         return "max" if rate == 0 else fmt(rate)
@@ -681,7 +716,8 @@ def build_document(data: ReportData) -> Document:
         _runs_section(data),
         *(s for s in (configuration_section(data),) if s is not None),
         _comparison_section(data),
-        *(s for s in (_changes_section(data), _segments_section(data)) if s is not None),
+        *(s for s in (_changes_section(data), _assignments_section(data), _segments_section(data))
+          if s is not None),
         _throughput_section(data),
         *(_latency_section(data, kind) for kind in LATENCY_KINDS),
         _latency_charts(),

@@ -13,6 +13,7 @@ import pytest
 from analysis.events import (
     Event,
     SegmentStart,
+    assignment_rows,
     change_rows,
     parse_backlog,
     parse_recovery,
@@ -22,7 +23,9 @@ from analysis.events import (
 from analysis.labels import resolve_baseline, run_marks, target_labels
 from analysis.report import build_report, check_baseline
 from analysis.runs import load_runs
+from loadgen.assignments import AssignmentWatch
 from loadgen.errors import ReportError
+from loadgen.tick import ConsumerStat
 from tests.analysis.synthetic_runs import SyntheticRun
 
 S = 1_000_000  # µs
@@ -124,6 +127,32 @@ def test_faults_are_matched_with_the_recovery_that_follows() -> None:
     assert rows[4].backlog is None  # consumers stopped: nothing drained after it
     assert rows[5].backlog is not None and rows[5].backlog.backlog == 500
     assert rows[0].recovery is None and rows[3].recovery is None
+
+
+def test_assignment_events_are_read_as_the_load_writes_them() -> None:
+    sub = "streambench-sub-0"
+    watch = AssignmentWatch()
+    (start_up,) = watch.changes([ConsumerStat(0, sub, 0, 0, (0, 1)), ConsumerStat(0, sub, 1, 0, (2, 3))])
+    rebalance = watch.changes([ConsumerStat(0, sub, 0, 0, (0,)), ConsumerStat(0, sub, 1, 0, (2,))])
+    (alone,) = AssignmentWatch().changes([ConsumerStat(1, sub, 0, 0, (0, 1, 2), shared=True)])
+    events = [
+        _event(-0.5, "assignment", start_up),
+        *(_event(12.0, "assignment", d) for d in rebalance),
+        _event(-0.4, "assignment", alone, target="other"),
+        _event(3.0, "rate", "1 → 2"),  # a change: listed elsewhere
+        _event(5.0, "assignment", "something else"),  # kept whole
+        _event(1.0, "assignment", start_up, run="elsewhere"),  # a run not reported
+    ]
+    rows = assignment_rows(events, {("r", "t"): 0, ("r", "other"): -S})
+    assert [(r.event.target, r.at_s, r.consumer, r.partitions, r.before) for r in rows] == [
+        ("t", -0.5, "2 consumers", "sub-0/0 0-1; sub-0/1 2-3", ""),
+        ("other", 0.6, "t1 sub-0/0", "0-2 shared", ""),
+        ("t", 5.0, "", "something else", ""),
+        ("t", 12.0, "sub-0/0", "0", "0-1"),
+        ("t", 12.0, "sub-0/1", "2", "2-3"),
+    ]
+    # the faults-and-changes table leaves them out
+    assert [r.event.kind for r in change_rows(events, {("r", "t"): 0})] == ["rate"]
 
 
 def test_run_marks_come_from_run_json() -> None:
