@@ -119,31 +119,36 @@ def percentiles(snap: HistogramSnapshot, ps: list[float]) -> npt.NDArray[np.floa
     n = snap.total
     if n == 0:
         return np.full(len(ps), np.nan)
-    vals = np.clip(snap.values(), snap.min, snap.max).astype(np.float64)
     cum = np.cumsum(snap.count)
     out = np.empty(len(ps))
-
-    def _at(position: int) -> float:
-        return _sample_value(snap, vals, cum, position)
-
     for i, p in enumerate(ps):
         rank = p / 100.0 * (n - 1)  # numpy 'linear' method position
         lo = int(np.floor(rank))
         hi = min(lo + 1, n - 1)
-        frac = rank - lo
-        out[i] = _at(lo) + (_at(hi) - _at(lo)) * frac
+        low = _sample_value(snap, cum, n, lo)
+        out[i] = low + (_sample_value(snap, cum, n, hi) - low) * (rank - lo)
     return out
 
 
-def _sample_value(snap: HistogramSnapshot, vals: npt.NDArray[np.float64],
-                  cum: npt.NDArray[np.int64], position: int) -> float:
+def _sample_value(snap: HistogramSnapshot, cum: npt.NDArray[np.int64], n: int,
+                  position: int) -> float:
     """Value of the sample at a 0-based sorted position: the exact min and max at the ends,
-    the bucket's representative value elsewhere."""
+    the bucket's representative value (within the observed min and max) elsewhere."""
     if position <= 0:
         return float(snap.min)
-    if position >= snap.total - 1:
+    if position >= n - 1:
         return float(snap.max)
-    return float(vals[np.searchsorted(cum, position + 1)])
+    bucket = snap.index[int(np.searchsorted(cum, position + 1))]
+    exact = bucket < EXACT_LIMIT
+    value = int(bucket) if exact else _midpoint(int(bucket))
+    return float(min(max(value, snap.min), snap.max))
+
+
+def _midpoint(bucket: int) -> int:
+    """bucket_value of one bucket above the exact range, in Python integers."""
+    rel = bucket - EXACT_LIMIT
+    shift = rel // SUB_COUNT + 1
+    return ((rel % SUB_COUNT + SUB_COUNT) << shift) + (1 << shift) // 2
 
 
 class Histogram:

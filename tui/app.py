@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import ClassVar
 
 from textual.app import App, ComposeResult, SystemCommand
+from textual.await_complete import AwaitComplete
 from textual.binding import BindingType
 from textual.command import CommandPalette
 from textual.message import Message
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer
 
 from loadgen.errors import StreambenchError
@@ -259,11 +260,31 @@ class DashboardApp(App[DashboardResult]):
     def _repaint_columns(self) -> None:
         self._repaint_pending = False
         self._last_repaint = time.monotonic()
-        for column in self._columns.values():
-            column.show()
+        if self._columns_in_sight():
+            for column in self._columns.values():
+                column.show()
         # (a timer may fire while the app closes, with no screen left)
         if self.screen_stack and isinstance(self.screen_stack[-1], DetailScreen | CompareScreen):
             self.screen_stack[-1].show()
+
+    def _columns_in_sight(self) -> bool:
+        """Whether the columns can be seen: not while a screen of its own (the detail, the
+        compare view, …) covers them; a modal one (help) lets them show through."""
+        if not self.screen_stack:
+            return False
+        top = self.screen_stack[-1]
+        return top is self.screen_stack[0] or isinstance(top, ModalScreen)
+
+    def pop_screen(self) -> AwaitComplete:
+        done = super().pop_screen()
+        # the columns were not drawn while covered: they are, as soon as they show again
+        self.call_later(self._show_columns_again)
+        return done
+
+    def _show_columns_again(self) -> None:
+        if self._columns_in_sight() and not self.status.paused:
+            for column in self._columns.values():
+                column.show()
 
     # ---- actions (the key table in tui/keys.py names them) -------------------------------
 

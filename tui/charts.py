@@ -7,18 +7,27 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 BRAILLE_BASE = 0x2800
 # dot bits of a braille cell, bottom row first: (left column, right column)
 _DOTS = ((0x40, 0x80), (0x04, 0x20), (0x02, 0x10), (0x01, 0x08))
 DOTS_PER_ROW = len(_DOTS)
 
 
-def _dots_high(value: float, top: float, levels: int) -> int:
-    """How many dot rows a value fills: 0 for none or non-finite, at least 1 for any value
-    above zero so a small non-zero figure stays visible."""
-    if not math.isfinite(value) or value <= 0 or top <= 0:
-        return 0
-    return max(1, min(levels, round(value / top * levels)))
+def _heights(values: Sequence[float], top: float, levels: int, n: int) -> npt.NDArray[np.int64]:
+    """How many dot rows each of the last `n` values fills (the places before the first
+    value 0): none for zero, negative or non-finite values, at least 1 for any value above
+    zero so a small non-zero figure stays visible."""
+    out = np.zeros(n, dtype=np.int64)
+    points = np.asarray(list(values)[-n:] if n else [], dtype=np.float64)
+    if top <= 0 or not len(points):
+        return out
+    with np.errstate(all="ignore"):
+        high = np.clip(np.nan_to_num(np.rint(points / top * levels), posinf=levels), 1, levels)
+    out[n - len(points):] = np.where(np.isfinite(points) & (points > 0), high, 0)
+    return out
 
 
 def area_chart(values: Sequence[float], width: int, height: int, top: float,
@@ -31,29 +40,36 @@ def area_chart(values: Sequence[float], width: int, height: int, top: float,
     is higher, hidden in the area where it is lower."""
     if width <= 0 or height <= 0:
         return [""] * max(height, 0)
-    points = list(values)[-2 * width:]
     levels = height * DOTS_PER_ROW
-    heights = [0] * (2 * width - len(points)) + [_dots_high(v, top, levels) for v in points]
-    ghost_points = list(ghost or [])[-2 * width:]
-    ghost_at = [0] * (2 * width - len(ghost_points)) + [
-        _dots_high(v, top, levels) for v in ghost_points]
-    rows = []
-    for row in range(height):  # row 0 is the top
-        base = (height - 1 - row) * DOTS_PER_ROW  # dot rows below this text row
-        cells = []
-        for col in range(width):
-            bits = 0
-            for side in (0, 1):
-                filled = heights[2 * col + side] - base
-                for level in range(min(max(filled, 0), DOTS_PER_ROW)):
-                    bits |= _DOTS[level][side]
-                dot = ghost_at[2 * col + side] - base - 1  # the ghost's top dot, in this row
-                if 0 <= dot < DOTS_PER_ROW:
-                    bits |= _DOTS[dot][side]
-            # a blank cell as a space: some fonts draw the empty braille pattern visibly
-            cells.append(chr(BRAILLE_BASE + bits) if bits else " ")
-        rows.append("".join(cells))
-    return rows
+    heights = _heights(values, top, levels, 2 * width)
+    # dot rows below each text row (row 0 is the top), then each point's dots in each row
+    below = np.arange(height - 1, -1, -1, dtype=np.int64)[:, None] * DOTS_PER_ROW
+    filled = np.clip(heights[None, :] - below, 0, DOTS_PER_ROW)
+    index = filled[:, 0::2] * 125 + filled[:, 1::2] * 25 + 24  # no ghost dot: (4, 4)
+    if ghost is not None:
+        # the ghost's top dot: in this row when 0..3
+        dot = _heights(ghost, top, levels, 2 * width)[None, :] - below - 1
+        dot = np.where((dot >= 0) & (dot < DOTS_PER_ROW), dot, DOTS_PER_ROW)
+        index += dot[:, 0::2] * 5 + dot[:, 1::2] - 24
+    return ["".join(row) for row in _CELLS[index].tolist()]
+
+
+def _cell(left: int, right: int, ghost_left: int, ghost_right: int) -> str:
+    """The cell with `left`/`right` dot rows filled (0..4) and a ghost dot in row
+    `ghost_left`/`ghost_right` (0..3; 4: none), bottom row first."""
+    bits = 0
+    for side, fill, dot in ((0, left, ghost_left), (1, right, ghost_right)):
+        for level in range(fill):
+            bits |= _DOTS[level][side]
+        if dot < DOTS_PER_ROW:
+            bits |= _DOTS[dot][side]
+    # a blank cell as a space: some fonts draw the empty braille pattern visibly
+    return chr(BRAILLE_BASE + bits) if bits else " "
+
+
+# every cell there can be, at index ((left * 5 + right) * 5 + ghost left) * 5 + ghost right
+_CELLS = np.array([_cell(a, b, c, d) for a in range(5) for b in range(5) for c in range(5)
+                   for d in range(5)])
 
 
 OVERLAP = "*"  # a cell where several series meet

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from loadgen.histogram import HistogramSnapshot
+from loadgen.histogram import HistogramSnapshot, percentiles
 from loadgen.tick import Tick
 
 HISTORY_WINDOW_S = 300.0  # the charts' default window: the last five minutes
@@ -93,15 +93,12 @@ class LatencySummary:
 
     @staticmethod
     def of(snap: HistogramSnapshot) -> LatencySummary:
-        if not snap.total:
+        total = snap.total
+        if not total:
             return LatencySummary(math.nan, math.nan, math.nan, math.nan, 0)
-        return LatencySummary(
-            snap.percentile(50.0) / NS_PER_MS,
-            snap.percentile(99.0) / NS_PER_MS,
-            snap.percentile(99.9) / NS_PER_MS,
-            snap.max / NS_PER_MS,
-            snap.total,
-        )
+        p50, p99, p999 = percentiles(snap, [50.0, 99.0, 99.9]).tolist()
+        return LatencySummary(p50 / NS_PER_MS, p99 / NS_PER_MS, p999 / NS_PER_MS,
+                              snap.max / NS_PER_MS, total)
 
 
 EMPTY_LATENCY = LatencySummary.of(HistogramSnapshot.empty())

@@ -71,10 +71,20 @@ def line(ctx: RenderContext, *parts: Part) -> Text:
     return text
 
 
+class Lines(Text):
+    """A panel's text that also keeps its lines as they were given, so the dashboard can
+    draw them one by one without cutting the text up again."""
+
+    rows: list[Text]
+
+
 def lines(rows: list[Text]) -> Text:
-    out = Text("\n").join(rows)
-    out.no_wrap = True
-    out.overflow = "ellipsis"
+    out = Lines(no_wrap=True, overflow="ellipsis")
+    for i, row in enumerate(rows):
+        if i:
+            out.append("\n")
+        out.append_text(row)
+    out.rows = rows
     return out
 
 

@@ -8,11 +8,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult, RenderResult
 from textual.containers import HorizontalScroll, Vertical, VerticalScroll
+from textual.geometry import Region, Size
 from textual.screen import ModalScreen
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -21,7 +24,7 @@ from loadgen.workload import Workload
 from tui import formatting as fmt
 from tui.history import ChartView, TargetHistory
 from tui.keys import KEY_TABLE, Key
-from tui.panels import COLUMN, PANELS, ROLES, RenderContext, axis_text
+from tui.panels import COLUMN, PANELS, ROLES, Lines, RenderContext, axis_text
 
 LOAD_PHASES = (Phase.WARMUP, Phase.MEASURING)
 # phases whose length is unknown in advance: the status bar counts their time from the clock
@@ -99,7 +102,11 @@ class StatusBar(Widget):
 
 
 class PanelView(Widget):
-    """Shows one panel of one target. A panel that fails to render shows the error in place."""
+    """Shows one panel of one target. A panel that fails to render shows the error in place.
+
+    The panel is drawn line by line: `show()` works out the panel's lines and repaints only the
+    ones that changed since the last time, so a chart that scrolls by one column or a figure
+    that moved costs those lines, not the whole panel, in Textual's compositor."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {f"panel--{role}" for role in ROLES}
 
@@ -111,6 +118,11 @@ class PanelView(Widget):
         # the roles' styles, worked out again only when what they depend on changes (Textual's
         # own cache is emptied on every style update of the column, which is every repaint)
         self._styles: tuple[Any, dict[str, Any]] | None = None
+        # the lines as drawn: what they were drawn for (size, styles), each line's key, strip
+        self._drawn_for: tuple[Size, dict[str, Any]] | None = None
+        self._keys: list[Any] = []
+        self._strips: list[Strip] = []
+        self._own_regions: set[Region] = set()  # the line repaints show() asked for
 
     def _role_styles(self) -> dict[str, Any]:
         parent = self.parent
@@ -123,9 +135,8 @@ class PanelView(Widget):
                                   for role in ROLES})
         return self._styles[1]
 
-    def render(self) -> RenderResult:
-        styles = self._role_styles()
-        ctx = RenderContext(self.content_size.width, self.content_size.height, styles, self.view)
+    def _text(self, size: Size, styles: dict[str, Any]) -> Text:
+        ctx = RenderContext(size.width, size.height, styles, self.view)
         try:
             return self.panel.render(self.history, ctx)
         except Exception as exc:  # a broken panel must not take the dashboard down
@@ -133,6 +144,74 @@ class PanelView(Widget):
             # wrapped here: the panel styles keep lines unwrapped
             return Text("\n".join(textwrap.wrap(problem, max(ctx.width, 20))),
                         style=ctx.style("alert"))
+
+    def render(self) -> RenderResult:
+        """The whole panel as one text (what the lines are cut from)."""
+        return self._text(self.content_size, self._role_styles())
+
+    def _rows(self, size: Size, styles: dict[str, Any]) -> list[Text]:
+        text = self._text(size, styles)
+        if isinstance(text, Lines):
+            return text.rows[:size.height]
+        return text.split("\n", allow_blank=True)[:size.height]
+
+    def _strip(self, row: Text, width: int, y: int) -> Strip:
+        """One line as Textual draws a text (the widget's style under the line's own, cut at
+        the width with an ellipsis, offsets for text selection), without its general path."""
+        row.truncate(width, overflow="ellipsis")
+        base = self.visual_style.rich_style
+        segments = [Segment(part.text, base + part.style if part.style else base)
+                    for part in row.render(self.app.console) if part.text]
+        return Strip(segments).apply_offsets(0, y)
+
+    @staticmethod
+    def _key(row: Text) -> Any:
+        return row.plain, tuple(row.spans), row.style
+
+    def _draw_all(self, size: Size, styles: dict[str, Any]) -> None:
+        rows = self._rows(size, styles)
+        self._drawn_for = (size, styles)
+        self._keys = [self._key(row) for row in rows]
+        self._strips = [self._strip(row, size.width, y) for y, row in enumerate(rows)]
+
+    def show(self) -> None:
+        """Repaints the lines that changed (a full repaint if the size or the styles did)."""
+        if self._drawn_for is None:  # not drawn yet: its styles may not be known
+            self.refresh()
+            return
+        size = self.content_size
+        styles = self._role_styles()
+        if not size.width or not size.height or self._drawn_for != (size, styles):
+            self.refresh()
+            return
+        rows = self._rows(size, styles)
+        if len(rows) != len(self._keys):
+            self.refresh()
+            return
+        regions = []
+        for y, row in enumerate(rows):
+            key = self._key(row)
+            if key != self._keys[y]:
+                self._keys[y] = key
+                self._strips[y] = self._strip(row, size.width, y)
+                regions.append(Region(0, y, size.width, 1))
+        if regions:
+            self._own_regions.update(region.translate(self.content_offset) for region in regions)
+            self.refresh(*regions)
+
+    def render_line(self, y: int) -> Strip:
+        size = self.content_size
+        styles = self._role_styles()
+        # a repaint that show() did not ask for (a resize, a style change, Textual's own): the
+        # lines are drawn again from the panel
+        if (self._drawn_for != (size, styles)
+                or (self._dirty_regions and not self._dirty_regions <= self._own_regions)):
+            self._draw_all(size, styles)
+        self._dirty_regions.clear()
+        self._own_regions.clear()
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(size.width, self.visual_style.rich_style)
 
 
 class TargetColumns(HorizontalScroll, can_focus=False):
@@ -165,7 +244,7 @@ class TargetColumn(Vertical):
 
     def show(self) -> None:
         for view in self.query(PanelView):
-            view.refresh()
+            view.show()
         if self.view is not None:  # the charts' x axis, also where the panel has no row for it
             axis = axis_text(self.view, 0)
             if axis != self.border_subtitle:  # setting it repaints the whole column

@@ -72,20 +72,21 @@ class Meter:
 
 def count_repaints(measuring: Callable[[], bool]
                    ) -> tuple[Counter[tuple[int, int]], Callable[[], None]]:
-    """Counts PanelView renders per (panel, second) while `measuring()` (the start-up's layout
-    passes are not repaints of the figures); returns the counter and the undo."""
+    """Counts the repaints of each panel per (panel, second) while `measuring()` (the
+    start-up's layout passes are not repaints of the figures): a repaint is a refresh, of
+    the whole panel or of the lines that changed; returns the counter and the undo."""
     counts: Counter[tuple[int, int]] = Counter()
-    original = widgets.PanelView.render
+    original = widgets.PanelView.refresh
 
-    def render(self: widgets.PanelView) -> Any:
+    def refresh(self: widgets.PanelView, *args: Any, **kwargs: Any) -> Any:
         if measuring():
             counts[(id(self), int(time.monotonic()))] += 1
-        return original(self)
+        return original(self, *args, **kwargs)
 
-    widgets.PanelView.render = render  # type: ignore[method-assign]
+    widgets.PanelView.refresh = refresh  # type: ignore[method-assign]
 
     def undo() -> None:
-        widgets.PanelView.render = original  # type: ignore[method-assign]
+        widgets.PanelView.refresh = original  # type: ignore[method-assign]
 
     return counts, undo
 

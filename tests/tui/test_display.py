@@ -10,9 +10,10 @@ from loadgen.tick import Phase
 from tests.tui.recorded import LABELS, TICKS, WORKLOAD, recorded_items
 from tests.tui.screen import screen_lines, wait_until
 from tui.app import REPAINT_S, DashboardApp, bus_message
+from tui.detail import DetailScreen
 from tui.history import TargetHistory
 from tui.panels import PANELS, RenderContext
-from tui.widgets import RunStatus, StatusBar
+from tui.widgets import PanelView, RunStatus, StatusBar
 
 
 def post_all(app: DashboardApp, items: list) -> None:
@@ -83,3 +84,63 @@ def test_status_line_follows_the_phases_with_a_pinned_clock() -> None:
     assert bar._progress() == "0:02 · waiting for consumers to catch up · q skips the drain"
     status.stop_requests = 2
     assert bar._progress() == "0:02 · waiting for consumers to catch up"
+
+
+async def test_line_repaints_leave_the_screen_a_full_repaint_would_draw() -> None:
+    """Panels repaint only their changed lines tick by tick; after many such repaints, every
+    panel's lines (text and styles) equal what drawing the panel afresh gives, and the screen
+    is the one a full repaint of every panel shows."""
+    items = recorded_items()
+    app = DashboardApp(None, LABELS, WORKLOAD)
+    async with app.run_test(size=(120, 40)) as pilot:
+        posted = 0
+        for seq in range(TICKS):  # each second's ticks posted and repainted before the next
+            last = max(i for i, item in enumerate(items) if getattr(item, "seq", -1) == seq)
+            post_all(app, items[posted:last + 1])
+            posted = last + 1
+            await wait_until(pilot, lambda s=seq: app.histories["redis:aof"].ticks > s,
+                             f"tick {seq}")
+            await pilot.pause(REPAINT_S)
+        post_all(app, items[posted:])
+        await pilot.pause(REPAINT_S)
+        views = list(app.query(PanelView))
+        assert views
+        partial_lines = sum(len(view._strips) for view in views)
+        incremental = [[(strip.text, list(strip)) for strip in view._strips] for view in views]
+        before = screen_lines(app)[1:]  # the status bar (line 0) follows the clock
+        for view in views:
+            view._draw_all(view.content_size, view._role_styles())
+        afresh = [[(strip.text, list(strip)) for strip in view._strips] for view in views]
+        assert incremental == afresh
+        for view in views:
+            view.refresh()
+        await pilot.pause(REPAINT_S)
+        assert screen_lines(app)[1:] == before
+        assert partial_lines > 20
+
+
+async def test_columns_left_undrawn_under_the_detail_screen_catch_up_on_return() -> None:
+    """While the detail screen covers the columns they are not drawn (their cost is saved);
+    back on the dashboard they show the latest tick at once, not the one before the detail
+    screen opened."""
+    items = recorded_items()
+    cut = next(i for i, item in enumerate(items) if getattr(item, "seq", 0) == 20)
+    app = DashboardApp(None, LABELS, WORKLOAD)
+    async with app.run_test(size=(120, 40)) as pilot:
+        post_all(app, items[:cut])
+        await wait_until(pilot, lambda: app.histories["redis"].ticks == 20, "20 ticks")
+        await pilot.pause(REPAINT_S)
+        before = produce_line(app)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the detail screen")
+        post_all(app, items[cut:])
+        await wait_until(pilot, lambda: app.histories["redis"].ticks == TICKS, "all ticks")
+        await pilot.pause(REPAINT_S)
+        views = [view for view in app.query(PanelView) if view.panel.name == "throughput"]
+        drawn = [list(view._keys) for view in views]
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, DetailScreen), "the dashboard")
+        await pilot.pause()
+        assert [list(view._keys) for view in views] != drawn  # drawn again on the way back
+        assert produce_line(app) != before
+        assert "4,597/s" in produce_line(app)  # the last recorded tick of redis:aof
