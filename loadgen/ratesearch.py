@@ -3,10 +3,13 @@ per target. The rate starts at START_RATE msg/s and is decided again every PERIO
 from that period's counts:
 
 - the receive backlog is what the broker holds unread (per subscription: produced − consumed,
-  since the start), the publish backlog what the producers fell behind their schedule in the
-  period (intended − acknowledged);
-- the publish backlog over BACKLOG_LIMIT messages ("behind schedule"), or the receive backlog
-  over it and not smaller than at the previous decision ("backlog growing"): the rate comes
+  since the start), the publish backlog what the producers owe their schedule (intended −
+  acknowledged, summed since the last step down, whose owed slots the run drops);
+- either is over the limit when it passes BACKLOG_LIMIT messages or BACKLOG_S seconds of the
+  rate, whichever is more (a batch in flight or a short stall of the machine is no sign of a
+  rate too high; a rate too high makes the backlog grow until it passes any limit);
+- the publish backlog over the limit ("behind schedule"), or the receive backlog over it and
+  not smaller than at the previous decision ("backlog growing"): the rate comes
   down to 0.2 × the achieved rate + 0.8 × the
   rate that would clear the backlog within CLEAR_PERIODS periods (at least CLEAR_FLOOR × the
   achieved rate, so that one large backlog does not throw the search back to nothing), the step
@@ -32,6 +35,7 @@ from loadgen.tick import Phase, Tick
 START_RATE = 10_000.0
 PERIOD_TICKS = 3
 BACKLOG_LIMIT = 1000
+BACKLOG_S = 0.25  # at high rates the limit is this many seconds of the rate instead
 FACTOR_MIN = 0.01
 PROBE = 0.05
 CONVERGED_STEPS = 3
@@ -50,6 +54,7 @@ class _Search:
     rates: list[float] = field(default_factory=list)  # the rate decided at each step
     converged: bool = False
     unread: float = 0.0  # the receive backlog at the previous decision
+    owed: float = 0.0  # what the producers fell behind their schedule since the last step down
     # what the producers had acknowledged over the measuring phase's periods, and their length
     measured_sent: float = 0.0
     measured_s: float = 0.0
@@ -98,19 +103,22 @@ class RateSearch:
         # acknowledgements can come after the consumers have the messages (a broker that
         # replies after its fsync): a count of the consumers' ahead is no backlog
         receive_backlog = max(0.0, (last.produced_total * subs - last.consumed_total) / subs)
-        publish_backlog = max(0.0, expected - sent)
+        # owed slots add up until a step down drops them; messages in flight count as owed
+        s.owed = max(0.0, s.owed + expected - sent)
+        publish_backlog = s.owed
+        old = s.rate
+        limit = backlog_limit(old)
         achieved = sent / seconds
         seen = (f"achieved {achieved:,.0f} msg/s at {s.rate:,.0f}; unread {receive_backlog:,.0f}, "
-                f"behind schedule {publish_backlog:,.0f}")
-        old = s.rate
-        draining = BACKLOG_LIMIT < receive_backlog < s.unread
+                f"behind schedule {publish_backlog:,.0f}; limit {limit:,.0f}")
+        draining = limit < receive_backlog < s.unread
         s.unread = receive_backlog
-        if publish_backlog > BACKLOG_LIMIT or (receive_backlog > BACKLOG_LIMIT and not draining):
+        if publish_backlog > limit or (receive_backlog > limit and not draining):
             clear = achieved
             horizon = CLEAR_PERIODS * seconds
-            if receive_backlog > BACKLOG_LIMIT:
+            if receive_backlog > limit:
                 clear = min(clear, received / seconds - receive_backlog / horizon)
-            if publish_backlog > BACKLOG_LIMIT:
+            if publish_backlog > limit:
                 clear = min(clear, achieved - publish_backlog / horizon)
             clear = max(clear, CLEAR_FLOOR * achieved)
             ceiling = self._ceiling(s)
@@ -119,7 +127,8 @@ class RateSearch:
             s.rate = max(min(old, 0.2 * achieved + 0.8 * clear), 1.0)
             s.factor = max(s.factor / 2, FACTOR_MIN)
             s.held = 0
-            verdict = ("behind schedule: down" if receive_backlog <= BACKLOG_LIMIT
+            s.owed = 0.0  # the run drops the slots owed at the rate given up
+            verdict = ("behind schedule: down" if receive_backlog <= limit
                        else "backlog growing: down")
         elif draining:
             verdict = "backlog draining: holding"
@@ -151,3 +160,12 @@ class RateSearch:
         """The rate not to pass once the maximum has been hinted twice: the lower of the last
         two rates that failed."""
         return min(s.hints[-2:]) if len(s.hints) >= 2 else None
+
+
+def backlog_limit(rate: float) -> float:
+    """The backlog (owed or unread) above which a rate is not sustained: BACKLOG_LIMIT
+    messages, or BACKLOG_S seconds of the rate when that is more. A client that sends in
+    batches has a batch or more in flight, and a short stall of a shared machine leaves that
+    much owed, without the rate being too high; a rate above what is sustained makes the owed
+    or the unread grow without end, so it passes any such limit."""
+    return max(float(BACKLOG_LIMIT), rate * BACKLOG_S)
