@@ -256,18 +256,25 @@ def test_write_run_json(tmp_path: Path) -> None:
         write_run_json(blocker, {"run_id": "r"})
 
 
-def test_write_failure_is_reported(tmp_path: Path) -> None:
+@pytest.mark.parametrize("background", [True, False], ids=["writer-thread", "in-line"])
+def test_write_failure_is_reported(tmp_path: Path, background: bool) -> None:
     clock = FakeClock()
-    sink = ParquetSink(tmp_path / "run", "r", rotate_s=1.0, clock=clock)
+    sink = ParquetSink(tmp_path / "run", "r", rotate_s=1.0, clock=clock, background=background)
     ticks_dir = tmp_path / "run" / "ticks"
     ticks_dir.rmdir()
     ticks_dir.write_text("in the way")  # the table directory is gone: writing must fail
     sink(_tick(0))
     clock.now += 1.0
-    sink(_tick(1))  # rotation: handed to the writer thread
-    with pytest.raises(OutputError) as exc:
-        sink.close()
-    msg = str(exc.value)
-    assert msg.startswith(f"cannot write {ticks_dir / 'part-00000.parquet'}: ")
-    assert "\n" not in msg
+    # the rotation hands the first file to the writer thread: its failure is reported by the
+    # first call that finds it failed, this one when the thread is quick, else the close
+    # (which also writes the second file, and fails at it too)
+    raised = []
+    for step in (lambda: sink(_tick(1)), sink.close):
+        try:
+            step()
+        except OutputError as exc:
+            raised.append(str(exc))
+    assert raised, "the write failure was not reported"
+    assert raised[0].startswith(f"cannot write {ticks_dir / 'part-00000.parquet'}: ")
+    assert all("\n" not in msg for msg in raised)
     sink.close()  # closed: nothing more to report
