@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from analysis.report import build_report
@@ -51,7 +52,14 @@ def test_three_new_platforms_beside_kafka_through_the_report(spark, tmp_path: Pa
     assert [c.strip() for c in header.split("|")[2:-1]] == TARGETS
     (line,) = [ln for ln in throughput.splitlines() if ln.startswith("| messages consumed |")]
     counts = [int(c.strip().replace(",", "")) for c in line.split("|")[2:-1]]
-    assert len(counts) == 4 and all(750 <= c <= 850 for c in counts), line  # 4 s measured
+    # the report's count is the measuring phase's ticks, summed here without Spark
+    ticks = pq.read_table(run_dir / "ticks", columns=["target", "phase", "consumed"]).to_pylist()
+    assert counts == [sum(r["consumed"] for r in ticks
+                          if r["target"] == target and r["phase"] == "measuring")
+                      for target in TARGETS], line
+    # 4 s measured at 200 msg/s: 800, fewer when a consumer that fell behind on a busy machine
+    # catches up in the drain (every message is consumed, checked above)
+    assert all(600 <= c <= 850 for c in counts), line
     for target, platform in zip(TARGETS, ("nats", "rabbitmq", "pravega", "kafka"), strict=True):
         assert re.search(rf"\| {re.escape(target)} \| \d+ \| {platform} \| local \|", text) or \
             re.search(rf"\| {re.escape(target)} \|[^\n]*\| {platform} \| local \|", text), target
