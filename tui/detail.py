@@ -26,12 +26,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Static
 
 from loadgen.histogram import HistogramSnapshot, percentiles
 from loadgen.tick import ConsumerStat, Tick, partition_list
 from tui import formatting as fmt
 from tui.history import NS_PER_MS, ChartView, TargetHistory
+from tui.widgets import RichLines
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
 SORTS = ("partition", "produce", "consume", "lag")
@@ -267,7 +267,7 @@ class DetailScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="detail"):
-            yield Static(self.body(), id="detail-body")
+            yield RichLines(self.body(), id="detail-body")
 
     def on_mount(self) -> None:
         self.query_one("#detail", VerticalScroll).border_title = f"{self.history.label} · detail"
@@ -283,7 +283,7 @@ class DetailScreen(Screen[None]):
 
     def show(self) -> None:
         if self.is_mounted:
-            self.query_one("#detail-body", Static).update(self.body())
+            self.query_one("#detail-body", RichLines).update(self.body())
 
     def consumers_table(self, ticks: list[Tick]) -> Table:
         rows = sort_consumers(consumer_rows(ticks), self.consumer_sort)

@@ -8,7 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from rich.console import RenderableType
 from rich.segment import Segment
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult, RenderResult
@@ -212,6 +214,79 @@ class PanelView(Widget):
         if y < len(self._strips):
             return self._strips[y]
         return Strip.blank(size.width, self.visual_style.rich_style)
+
+
+class RichLines(Widget):
+    """A Rich renderable (tables, groups) drawn line by line and as tall as its lines, for a
+    screen refreshed every tick: update() renders it once at the widget's width and repaints
+    only the lines that changed. (A Static renders its content twice per update, once for its
+    height, and the whole screen is laid out and redrawn.) Lines are drawn as Textual draws a
+    Rich renderable: the widget's style under each segment's own, cut at the width, with
+    offsets for text selection."""
+
+    DEFAULT_CSS = "RichLines { height: auto; }"
+
+    def __init__(self, renderable: RenderableType, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._renderable = renderable
+        # the lines last rendered: for which renderable, width and base style
+        self._rendered: tuple[RenderableType, int, Style, list[Strip]] | None = None
+        self._drawn_for: tuple[int, Style] | None = None  # what the shown lines were drawn for
+        self._strips: list[Strip] = []
+        self._own_regions: set[Region] = set()  # the line repaints update() asked for
+
+    def _lines(self, width: int) -> list[Strip]:
+        base = self.visual_style.rich_style
+        cached = self._rendered
+        if (cached is not None and cached[0] is self._renderable and cached[1] == width
+                and cached[2] == base):
+            return cached[3]
+        app = self.app
+        options = app.console_options.update(highlight=False, width=width, height=None)
+        segments = [Segment(text, base + style if style else base, control)
+                    for text, style, control in app.console.render(self._renderable, options)]
+        lines = Segment.split_and_crop_lines(segments, width, include_new_lines=False, pad=False)
+        strips = [Strip(line).simplify().apply_offsets(0, y) for y, line in enumerate(lines)]
+        self._rendered = (self._renderable, width, base, strips)
+        return strips
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self._lines(width)) if width > 0 else 0
+
+    def update(self, renderable: RenderableType) -> None:
+        """Shows `renderable` in place of what is shown, repainting the lines that differ."""
+        self._renderable = renderable
+        width = self.content_size.width
+        if (not self.is_mounted or self._drawn_for is None
+                or self._drawn_for != (width, self.visual_style.rich_style)):
+            self.refresh(layout=True)
+            return
+        strips = self._lines(width)
+        if len(strips) != len(self._strips):
+            self.refresh(layout=True)  # taller or shorter: laid out again
+            return
+        regions = [Region(0, y, width, 1)
+                   for y, (old, new) in enumerate(zip(self._strips, strips, strict=True))
+                   if old != new]
+        self._strips = strips
+        if regions:
+            self._own_regions.update(region.translate(self.content_offset) for region in regions)
+            self.refresh(*regions)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.content_size.width
+        base = self.visual_style.rich_style
+        # a repaint update() did not ask for (a resize, a style change, scrolling, Textual's
+        # own): the lines are drawn again from the renderable
+        if (self._drawn_for != (width, base)
+                or (self._dirty_regions and not self._dirty_regions <= self._own_regions)):
+            self._strips = self._lines(width)
+            self._drawn_for = (width, base)
+        self._dirty_regions.clear()
+        self._own_regions.clear()
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(width, base)
 
 
 class TargetColumns(HorizontalScroll, can_focus=False):

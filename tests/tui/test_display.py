@@ -3,6 +3,8 @@ and a panel that fails shows its error in place."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from rich.text import Text
 
@@ -13,7 +15,7 @@ from tui.app import REPAINT_S, DashboardApp, bus_message
 from tui.detail import DetailScreen
 from tui.history import TargetHistory
 from tui.panels import PANELS, RenderContext
-from tui.widgets import PanelView, RunStatus, StatusBar
+from tui.widgets import PanelView, RichLines, RunStatus, StatusBar
 
 
 def post_all(app: DashboardApp, items: list) -> None:
@@ -21,6 +23,20 @@ def post_all(app: DashboardApp, items: list) -> None:
         message = bus_message(item)
         assert message is not None
         app.post_message(message)
+
+
+async def post_second_by_second(app: DashboardApp, pilot: Any, items: list, posted: int,
+                                seqs: range) -> int:
+    """Posts each second's ticks (from items[posted:]) and lets the app repaint before the
+    next second's; returns how many items are posted then."""
+    for seq in seqs:
+        last = max(i for i, item in enumerate(items) if getattr(item, "seq", -1) == seq)
+        post_all(app, items[posted:last + 1])
+        posted = last + 1
+        await wait_until(pilot, lambda s=seq: app.histories["redis:aof"].ticks > s,
+                         f"tick {seq}")
+        await pilot.pause(REPAINT_S)
+    return posted
 
 
 def produce_line(app: DashboardApp) -> str:
@@ -93,14 +109,7 @@ async def test_line_repaints_leave_the_screen_a_full_repaint_would_draw() -> Non
     items = recorded_items()
     app = DashboardApp(None, LABELS, WORKLOAD)
     async with app.run_test(size=(120, 40)) as pilot:
-        posted = 0
-        for seq in range(TICKS):  # each second's ticks posted and repainted before the next
-            last = max(i for i, item in enumerate(items) if getattr(item, "seq", -1) == seq)
-            post_all(app, items[posted:last + 1])
-            posted = last + 1
-            await wait_until(pilot, lambda s=seq: app.histories["redis:aof"].ticks > s,
-                             f"tick {seq}")
-            await pilot.pause(REPAINT_S)
+        posted = await post_second_by_second(app, pilot, items, 0, range(TICKS))
         post_all(app, items[posted:])
         await pilot.pause(REPAINT_S)
         views = list(app.query(PanelView))
@@ -144,3 +153,46 @@ async def test_columns_left_undrawn_under_the_detail_screen_catch_up_on_return()
         assert [list(view._keys) for view in views] != drawn  # drawn again on the way back
         assert produce_line(app) != before
         assert "4,597/s" in produce_line(app)  # the last recorded tick of redis:aof
+
+
+async def test_detail_screen_repaints_by_line_and_ends_as_a_fresh_drawing() -> None:
+    """The detail screen follows the ticks by repainting the lines that changed; after many
+    such repaints its lines (text and styles) equal a fresh rendering of its body, the screen
+    is the one a full layout and repaint shows, and the figures are the last tick's."""
+    items = recorded_items()
+    app = DashboardApp(None, LABELS, WORKLOAD)
+    async with app.run_test(size=(120, 40)) as pilot:
+        first = max(i for i, item in enumerate(items) if getattr(item, "seq", -1) == 2)
+        post_all(app, items[:first + 1])
+        await wait_until(pilot, lambda: app.histories["redis"].ticks > 2, "3 ticks")
+        await pilot.press("tab", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the detail screen")
+        detail = app.screen
+        assert isinstance(detail, DetailScreen)
+        body = detail.query_one("#detail-body", RichLines)
+        await pilot.pause(REPAINT_S)
+        early = list(body._strips)
+        repaints: list[tuple[int, bool]] = []  # (lines, whether laid out again) per refresh
+        refresh = body.refresh
+
+        def counted(*regions, **kwargs):
+            repaints.append((len(regions), bool(kwargs.get("layout"))))
+            return refresh(*regions, **kwargs)
+
+        body.refresh = counted  # type: ignore[method-assign]
+        await post_second_by_second(app, pilot, items, first + 1, range(3, TICKS))
+        await pilot.pause(REPAINT_S)
+        body.refresh = refresh  # type: ignore[method-assign]
+        assert detail.history.label == "redis:aof"
+        # each tick repainted some lines, none laid the screen out again or repainted it all
+        assert len(repaints) >= (TICKS - 3) // 2, repaints
+        assert all(0 < lines < len(body._strips) and not layout for lines, layout in repaints)
+        incremental = [(strip.text, list(strip)) for strip in body._strips]
+        assert incremental != [(strip.text, list(strip)) for strip in early]
+        before = screen_lines(app)[1:]
+        body._rendered = None
+        afresh = [(strip.text, list(strip)) for strip in body._lines(body.content_size.width)]
+        assert incremental == afresh
+        body.refresh(layout=True)
+        await pilot.pause(REPAINT_S)
+        assert screen_lines(app)[1:] == before
