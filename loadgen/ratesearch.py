@@ -17,10 +17,16 @@ from that period's counts:
   the maximum (when it failed at the ceiling below, the ceiling goes down by PROBE); the
   slots the producers still owe at the rate given up are dropped (the run does so), as OMB's
   rate limiter holds no debt;
+- a first period over the limit at a rate whose previous period passed with both backlogs
+  at most half the limit ("over the limit once at a rate that passed: holding"): the rate is
+  held, owed slots kept, for one more period; after a short stall of the machine the
+  producers catch up, a rate too high fails again and comes down then (with the larger
+  backlog in its figures);
 - a receive backlog over the limit that is shrinking: the rate is held while it drains;
 - otherwise the rate goes up by (1 + factor), the factor doubling up to 1, but once there are two
   hints never past the lower of the last two; there it holds, and probes PROBE higher every
-  HOLD_PERIODS + 1 periods.
+  HOLD_PERIODS + 1 periods when the producers owe at most half the limit (a rate just too
+  high makes the owed grow slowly: it is held until it fails instead).
 
 The search runs from the warm-up to the end of the measuring phase: the measured figures are
 those of the rates it held. It has converged when its last CONVERGED_STEPS rates are within
@@ -54,6 +60,8 @@ class _Search:
     rates: list[float] = field(default_factory=list)  # the rate decided at each step
     converged: bool = False
     unread: float = 0.0  # the receive backlog at the previous decision
+    passed: float = 0.0  # the rate of the latest period that was not over the limit
+    doubted: bool = False  # the previous period was over the limit at a rate that had passed
     owed: float = 0.0  # what the producers fell behind their schedule since the last step down
     # what the producers had acknowledged over the measuring phase's periods, and their length
     measured_sent: float = 0.0
@@ -113,7 +121,14 @@ class RateSearch:
                 f"behind schedule {publish_backlog:,.0f}; limit {limit:,.0f}")
         draining = limit < receive_backlog < s.unread
         s.unread = receive_backlog
-        if publish_backlog > limit or (receive_backlog > limit and not draining):
+        over = publish_backlog > limit or (receive_backlog > limit and not draining)
+        if over and old == s.passed and not s.doubted:
+            # one period over the limit at a rate that passed before: a stall of the machine
+            # or a rate too high; the next period tells (the owed slots are kept for it)
+            s.doubted = True
+            verdict = "over the limit once at a rate that passed: holding"
+        elif over:
+            s.doubted = False
             clear = achieved
             horizon = CLEAR_PERIODS * seconds
             if receive_backlog > limit:
@@ -131,12 +146,18 @@ class RateSearch:
             verdict = ("behind schedule: down" if receive_backlog <= limit
                        else "backlog growing: down")
         elif draining:
+            s.doubted = False
             verdict = "backlog draining: holding"
         else:
+            s.doubted = False
+            # passed with room to spare (a rate just too high owes more every period)
+            s.passed = old if max(publish_backlog, receive_backlog) <= limit / 2 else 0.0
             ceiling = self._ceiling(s)
             if ceiling is not None and old >= ceiling * (1 - PROBE):
                 s.held += 1
-                if s.held > HOLD_PERIODS:
+                # a probe only from a rate the producers keep up with: owing half the limit
+                # after the hold, the rate may be just too high, the owed growing slowly
+                if s.held > HOLD_PERIODS and publish_backlog <= limit / 2:
                     s.rate, s.held, verdict = old * (1 + PROBE), 0, "steady: probing higher"
                 else:
                     s.rate, verdict = old, "steady: holding"

@@ -108,7 +108,10 @@ def test_every_decision_follows_its_stated_figures():
         behind = float(re.search(r"behind schedule ([\d,]+)", line).group(1).replace(",", ""))
         limit = float(re.search(r"limit ([\d,]+)", line).group(1).replace(",", ""))
         assert limit == max(BACKLOG_LIMIT, round(previous * BACKLOG_S))
-        if line.startswith(("backlog growing: down", "behind schedule: down")):
+        if line.startswith("over the limit once at a rate that passed: holding"):
+            assert unread > limit or behind > limit
+            assert rate == previous
+        elif line.startswith(("backlog growing: down", "behind schedule: down")):
             assert unread > limit or behind > limit
             assert rate <= previous
         elif line.startswith("steady"):
@@ -126,3 +129,51 @@ def test_only_the_warm_up_and_measuring_phases_count():
         t = Tick("t", seq, seq, 1.0, Phase.DRAINING, 0.0, 0, 0, 0, 0, 0, 0.0, empty, empty, empty,
                  None, Resources())
         assert search.tick(t) is None
+
+
+
+def _simulate_stalls(capacity: float, seconds: int, stalls: dict[int, float]):
+    """A producer that sends what its schedule asks plus what it owes, up to `capacity` msg/s
+    (the slots a step down drops are forgotten), on a machine that stalls it for stalls[t]
+    seconds in second t; everything acknowledged is consumed. Returns the decisions with the
+    second each was made in."""
+    search = RateSearch(["t"], subscriptions=1)
+    rate, owed, total = search.rate("t"), 0.0, 0
+    decisions = []
+    for seq in range(seconds):
+        owed += rate
+        produced = min(owed, capacity * (1 - stalls.get(seq, 0.0)))
+        owed -= produced
+        total += int(produced)
+        step = search.tick(_tick(seq, rate, int(produced), int(produced), total, total))
+        if step is not None:
+            if step[0] < rate:
+                owed = 0.0  # a step down drops the owed slots
+            rate = step[0]
+            decisions.append((seq, *step))
+    return search, decisions
+
+
+def test_a_short_stall_at_a_rate_that_passed_does_not_bring_the_search_down():
+    """Settled at a rate a producer keeps up with, a 0.3 s stall of the machine leaves more
+    owed than the limit for one period: the rate is held that period, the producer catches
+    up, and the search goes on from there. A stall of 2.5 s over two periods brings it down,
+    at the second."""
+    capacity = 50_000.0
+    _, settled = _simulate_stalls(capacity, 300, {})
+    # a period that passed with nothing owed, at a rate the next period keeps
+    t, rate = next((d[0], d[1]) for d in settled
+                   if d[0] >= 150 and d[2].startswith("steady: holding") and d[1] < capacity)
+
+    _, decisions = _simulate_stalls(capacity, 300, {t + 1: 0.3})
+    assert [d for d in decisions if d[0] <= t] == [d for d in settled if d[0] <= t]
+    at, *after = [d for d in decisions if d[0] > t][:4]
+    assert at[2].startswith("over the limit once at a rate that passed: holding"), at
+    assert at[1] == rate
+    assert all(line.startswith("steady") for _, _, line, _ in after), after
+    assert min(r for _, r, _, _ in after) >= rate
+
+    _, decisions = _simulate_stalls(capacity, 300, {t + 1: 1.0, t + 2: 1.0, t + 4: 0.5})
+    first, second = [d for d in decisions if d[0] > t][:2]
+    assert first[2].startswith("over the limit once"), first
+    assert second[2].startswith("behind schedule: down") and second[1] < rate, second
