@@ -21,10 +21,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Static
 
 from analysis.configuration import non_default_rows
 from loadgen.run import Run, log_dir
+from tui.widgets import RichLines
 
 HINT = "esc back · ↑/↓ scroll · x screenshot · ? help"
 REFRESH_S = 1.0  # a live run's description changes once the brokers are up
@@ -193,7 +193,7 @@ class MetadataScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="metadata"):
-            yield Static(self.body(), id="metadata-body")
+            yield RichLines(self.body(), id="metadata-body")
 
     def on_mount(self) -> None:
         self.query_one("#metadata", VerticalScroll).border_title = "metadata"
@@ -205,4 +205,4 @@ class MetadataScreen(Screen[None]):
 
     def show(self) -> None:
         if self.is_mounted:
-            self.query_one("#metadata-body", Static).update(self.body())
+            self.query_one("#metadata-body", RichLines).update(self.body())
