@@ -282,7 +282,10 @@ class DashboardApp(App[DashboardResult]):
         return done
 
     def _show_columns_again(self) -> None:
-        if self._columns_in_sight() and not self.status.paused:
+        if not self._columns_in_sight():
+            return
+        self._status_bar.refresh()
+        if not self.status.paused:
             for column in self._columns.values():
                 column.show()
 
@@ -526,4 +529,7 @@ class DashboardApp(App[DashboardResult]):
     # ---- repaint ------------------------------------------------------------------------
 
     def _show_status(self) -> None:
-        self._status_bar.refresh()
+        # not while a screen of its own covers it: Textual repaints the whole of the screen
+        # on top for any change to the one below (it may show through); caught up on return
+        if self._columns_in_sight():
+            self._status_bar.refresh()

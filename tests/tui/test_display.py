@@ -129,9 +129,9 @@ async def test_line_repaints_leave_the_screen_a_full_repaint_would_draw() -> Non
 
 
 async def test_columns_left_undrawn_under_the_detail_screen_catch_up_on_return() -> None:
-    """While the detail screen covers the columns they are not drawn (their cost is saved);
-    back on the dashboard they show the latest tick at once, not the one before the detail
-    screen opened."""
+    """While the detail screen covers the columns and the status bar they are not drawn (their
+    cost is saved); back on the dashboard they show the latest tick at once, not the one
+    before the detail screen opened."""
     items = recorded_items()
     cut = next(i for i, item in enumerate(items) if getattr(item, "seq", 0) == 20)
     app = DashboardApp(None, LABELS, WORKLOAD)
@@ -140,17 +140,24 @@ async def test_columns_left_undrawn_under_the_detail_screen_catch_up_on_return()
         await wait_until(pilot, lambda: app.histories["redis"].ticks == 20, "20 ticks")
         await pilot.pause(REPAINT_S)
         before = produce_line(app)
+        status_before = screen_lines(app)[0]
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the detail screen")
+        # nor is the status bar: Textual would repaint all of the detail screen for it
+        bar_refreshes = []
+        bar_refresh = app._status_bar.refresh
+        app._status_bar.refresh = lambda *a, **k: bar_refreshes.append(a) or bar_refresh(*a, **k)
         post_all(app, items[cut:])
         await wait_until(pilot, lambda: app.histories["redis"].ticks == TICKS, "all ticks")
         await pilot.pause(REPAINT_S)
+        assert not bar_refreshes
         views = [view for view in app.query(PanelView) if view.panel.name == "throughput"]
         drawn = [list(view._keys) for view in views]
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, DetailScreen), "the dashboard")
         await pilot.pause()
         assert [list(view._keys) for view in views] != drawn  # drawn again on the way back
+        assert bar_refreshes and screen_lines(app)[0] != status_before
         assert produce_line(app) != before
         assert "4,597/s" in produce_line(app)  # the last recorded tick of redis:aof
 
