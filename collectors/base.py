@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from loadgen.tick import LagSnapshot
@@ -46,14 +48,31 @@ class Collector(ABC):
 
 
 class CounterDeltas:
-    """Turns monotonically growing counters into per-interval deltas (first call gives 0)."""
+    """Turns monotonically growing counters into per-interval deltas (first call gives 0).
+
+    A sample that reads several things can fail after some of its deltas were taken (the
+    broker dies between two requests, the run loop's timeout cancels it): inside `staged()` the
+    new readings are kept only when the whole block succeeds, so the next sample's deltas cover
+    the failed interval too and no count falls between two samples."""
 
     def __init__(self) -> None:
         self._last: dict[str, float] = {}
+        self._staged: dict[str, float] | None = None
 
     def delta(self, name: str, value: float) -> float:
         prev = self._last.get(name)
-        self._last[name] = value
+        (self._last if self._staged is None else self._staged)[name] = value
         if prev is None or value < prev:  # first reading, or the counter was reset
             return 0.0
         return value - prev
+
+    @contextmanager
+    def staged(self) -> Iterator[None]:
+        """Readings taken in the block count only if the block ends without an exception."""
+        staged: dict[str, float] = {}
+        self._staged = staged
+        try:
+            yield
+            self._last.update(staged)
+        finally:
+            self._staged = None

@@ -67,14 +67,16 @@ class NatsTelemetry(Collector):
             f"nats://{self._endpoint}", name="streambench-telemetry", connect_timeout=5,
             max_reconnect_attempts=-1, reconnect_time_wait=0.5, error_cb=_ignore),
             CONNECT_TIMEOUT_S)
-        await self._stored()
+        self._stored(await self._stream_counts())
         if self._monitor:
-            await asyncio.to_thread(self._counters)
+            self._counters(*await asyncio.to_thread(self._monitor_now))
 
-    def _counters(self) -> dict[str, float]:
+    def _monitor_now(self) -> tuple[dict[str, Any], dict[str, Any]]:
         assert self._monitor is not None
-        varz = monitor_get(self._monitor, "/varz", INFO_TIMEOUT_S)
-        jsz = monitor_get(self._monitor, "/jsz", INFO_TIMEOUT_S)
+        return (monitor_get(self._monitor, "/varz", INFO_TIMEOUT_S),
+                monitor_get(self._monitor, "/jsz", INFO_TIMEOUT_S))
+
+    def _counters(self, varz: dict[str, Any], jsz: dict[str, Any]) -> dict[str, float]:
         found = {name: self._deltas.delta(name, float(varz.get(name, 0))) for name in _VARZ_COUNTERS}
         found["server_memory_bytes"] = float(varz.get("mem", 0))
         found["js_messages"] = float(jsz.get("messages", 0))
@@ -88,19 +90,28 @@ class NatsTelemetry(Collector):
         total = await consumer_lag(self._nc, self._stream, self._consumers)
         return LagSnapshot(total, {}, LAG_SOURCE)
 
-    async def _stored(self) -> dict[str, float]:
-        """Messages appended to each partition's subject since the previous sample."""
+    async def _stream_counts(self) -> dict[str, int]:
+        """The messages the stream holds per subject."""
         assert self._nc is not None
         info = await self._nc.jsm().stream_info(self._stream, subjects_filter=f"{self._stream}.*")
-        counts = info.state.subjects or {}
+        return dict(info.state.subjects or {})
+
+    def _stored(self, counts: dict[str, int]) -> dict[str, float]:
+        """Messages appended to each partition's subject since the previous sample."""
         return {f"partition.{p}.produced":
                 self._deltas.delta(f"partition {p}", float(counts.get(f"{self._stream}.{p}", 0)))
                 for p in range(self._partitions)}
 
     async def sample(self) -> Reading:
-        broker = await asyncio.to_thread(self._counters) if self._monitor else {}
-        broker.update(await self._stored())
-        return Reading(lag=await self.lag() if self._consumers else None, broker=broker)
+        # every request answered before any delta is kept: a server killed between two of them
+        # fails the sample, and the next one counts the whole interval
+        with self._deltas.staged():
+            monitor = await asyncio.to_thread(self._monitor_now) if self._monitor else None
+            counts = await self._stream_counts()
+            lag = await self.lag() if self._consumers else None
+            broker = self._counters(*monitor) if monitor is not None else {}
+            broker.update(self._stored(counts))
+        return Reading(lag=lag, broker=broker)
 
     async def close(self) -> None:
         if self._nc is not None:

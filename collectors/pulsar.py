@@ -100,6 +100,8 @@ class PulsarTelemetry(Collector):
 
     async def sample(self) -> Reading:
         stats = await self.stats()
-        broker = self._counters(stats)
-        return Reading(lag=self.lag(stats), broker=broker,
+        with self._deltas.staged():
+            broker = self._counters(stats)
+            lag = self.lag(stats)
+        return Reading(lag=lag, broker=broker,
                        net_rx_bytes=int(broker["bytes_in"]), net_tx_bytes=int(broker["bytes_out"]))

@@ -80,7 +80,7 @@ class RabbitTelemetry(Collector):
 
     async def start(self) -> None:
         await self._connect()
-        await self._counters()
+        self._counters(await self._totals())
 
     async def _tail_batch(self, client: Client, first: int, count: int) -> None:
         loop = asyncio.get_running_loop()
@@ -135,7 +135,7 @@ class RabbitTelemetry(Collector):
         assert self._management is not None
         return json.loads(management_get(self._management, path, self._user, self._password, 0.5))
 
-    def _management_counters(self) -> dict[str, float]:
+    def _management_totals(self) -> dict[str, float]:
         """Stream connections', publishers' and consumers' counters summed over the server (the
         management plugin refreshes them every collect_statistics_interval)."""
         if not self._management:
@@ -147,6 +147,12 @@ class RabbitTelemetry(Collector):
             rows = self._api(f"{path}?columns={','.join(fields)}")
             for field in fields:
                 totals[field] = float(sum(row.get(field, 0) or 0 for row in rows))
+        return totals
+
+    def _counters(self, totals: dict[str, float]) -> dict[str, float]:
+        """Per-interval deltas of the management totals (none without the management API)."""
+        if not totals:
+            return {}
         return {
             "net_in_bytes": self._deltas.delta("in", totals["recv_oct"]),
             "net_out_bytes": self._deltas.delta("out", totals["send_oct"]),
@@ -156,14 +162,15 @@ class RabbitTelemetry(Collector):
             "consumed": self._deltas.delta("consumed", totals["consumed"]),
         }
 
-    async def _counters(self) -> dict[str, float]:
+    async def _totals(self) -> dict[str, float]:
         try:
-            return await asyncio.to_thread(self._management_counters)
+            return await asyncio.to_thread(self._management_totals)
         except (OSError, ValueError, KeyError):
             return {}  # no management API there, or it did not answer in time
 
     async def sample(self) -> Reading:
-        counters, lag = await asyncio.gather(self._counters(), self.lag())
+        totals, lag = await asyncio.gather(self._totals(), self.lag())
+        counters = self._counters(totals)  # after both answered: a failed lag keeps no reading
         return Reading(
             lag=lag,
             broker=counters,

@@ -83,8 +83,9 @@ class RedisTelemetry(Collector):
         return LagSnapshot(sum(per_partition.values()), per_partition, _LAG_SOURCE), counters
 
     async def sample(self) -> Reading:
-        broker = await self._counters()
-        lag, per_partition = await self._streams_now()
+        with self._deltas.staged():  # a failed request fails the sample and keeps no reading
+            broker = await self._counters()
+            lag, per_partition = await self._streams_now()
         return Reading(
             lag=lag,
             broker={**broker, **per_partition},

@@ -350,6 +350,47 @@ def test_lag_is_the_servers_figure(server):
     assert stored >= 500  # the server's /jsz count of stored messages includes this stream's
 
 
+def test_a_failed_sample_loses_no_count(server):
+    """A sample that fails after the stream's counts were read (here the durable consumer it asks
+    about does not exist yet; in a run, the server dies between two requests) keeps none of its
+    readings: the next sample's per-partition counts cover both intervals, so they add up to the
+    messages stored."""
+    target = resolve_target(server.target())
+
+    async def scenario() -> tuple[list[float], str, int]:
+        driver = NatsDriver(target, server.endpoint)
+        await driver.connect()
+        topic, sub = f"failed-{time.time_ns()}", "streambench-sub-0"
+        await driver.create_topic(topic, 2, [])
+        producer = await driver.producer(topic, 0)
+        nc = await nats.connect(f"nats://{server.endpoint}")
+        collector = NatsTelemetry(server.endpoint, stream_name(topic), 2, [sub], server.monitor)
+        await collector.start()
+        sums, error = [], ""
+        for step in range(3):
+            await producer.send_batch([OutMessage(b"z" * 32, None, time.time_ns())
+                                       for _ in range(100 * (step + 1))])
+            if step == 2:  # the consumer is there from now on
+                await nc.jsm().add_consumer(stream_name(topic), durable_name=sub, ack_policy="explicit")
+            try:
+                reading = await collector.sample()
+            except Exception as exc:  # the consumer is not there yet
+                error = type(exc).__name__
+                continue
+            sums.append(sum(v for k, v in reading.broker.items() if k.startswith("partition.")))
+        await collector.close()
+        await producer.close()
+        stored = int((await nc.jsm().stream_info(stream_name(topic))).state.messages)
+        await nc.close()
+        await driver.delete_topic(topic)
+        await driver.close()
+        return sums, error, stored
+
+    sums, error, stored = asyncio.run(scenario())
+    assert error, "the first two samples should fail: the consumer does not exist yet"
+    assert stored == 600 and sums == [600.0], (sums, stored)
+
+
 # through the command line: an option's value, a stack that cannot be made, a server that is
 # not there (the other bad targets are checked without a process: tests/unit/test_nats_parts.py)
 BAD_INPUTS = [
