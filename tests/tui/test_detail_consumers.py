@@ -119,10 +119,19 @@ async def test_two_kafka_consumers_split_the_partitions_and_a_rebalance_shows(
             lost = [t for t in assignments(seen) if "(was " in t]
             assert all(re.fullmatch(rf"consumer [01] of {SUB} \(topic 0\): partitions? [\d, -]+ "
                                     r"\(was [\d, -]+\)", t) for t in lost), lost
-            # the event list on the detail screen has them too
-            app.screen.query_one("#detail").scroll_end(animate=False)
+            # the event list on the detail screen has them too (the list sits between the
+            # tables and the curve, and moves as events come: looked for page by page)
+            detail = app.screen.query_one("#detail")
+            detail.scroll_home(animate=False)
             await pilot.pause()
-            assert any("assignment: consumer" in line for line in screen_lines(app))
+            shown: list[str] = []
+            for _ in range(12):
+                shown += screen_lines(app)
+                if any("assignment: consumer" in line for line in shown) or detail.is_vertical_scroll_end:
+                    break
+                detail.scroll_page_down(animate=False)
+                await pilot.pause()
+            assert any("assignment: consumer" in line for line in shown), shown
             await pilot.press("O")  # sorted by partitions held, most first
             await pilot.pause()
             assert app.screen.consumer_sort == "held"
