@@ -17,11 +17,14 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from loadgen.errors import StreambenchError, WorkloadError
 from tui.doctor import REPORT_INSTALL, REPORT_MODULES, doctor, missing_report_modules, quick_shadows
 from tui.endsummary import EndSummary, render
+
+if TYPE_CHECKING:
+    from analysis.warmup import WarmUp
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
@@ -342,13 +345,16 @@ def _report(run_dirs: Sequence[Path | str], out: Path | None, master: str | None
                         baseline=baseline, formats=formats)
 
 
-def _start_spark(log: Path) -> None:
-    """Start the report's Spark session ahead of time; a failure here is reported by the
-    report itself when it tries again."""
+def _start_spark(log: Path, warm: WarmUp | None = None) -> None:
+    """Start the report's Spark session ahead of time, and warm it up with a tiny report
+    unless `warm` is stopped first (the run's measuring phase began); a failure here is
+    reported by the report itself when it tries again."""
     with contextlib.suppress(Exception):
         from analysis.session import spark_session
 
-        spark_session(None, log)
+        spark, _ = spark_session(None, log)
+        if warm is not None:
+            warm.run(spark)
 
 
 def _stop_spark_session() -> None:
@@ -592,7 +598,11 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     # seconds after the run ends instead of waiting for a JVM then.
     reporter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="report") if args.report else None
     if reporter is not None:
-        reporter.submit(_start_spark, run.run_dir / ".spark-start.log")
+        from analysis.warmup import WarmUp
+
+        warm = WarmUp(run.workload.warmup_s)
+        run.subscribe(warm.follow)  # the warm-up never overlaps the measuring phase
+        reporter.submit(_start_spark, run.run_dir / ".spark-start.log", warm)
 
     async def after_run(summary: Any) -> str | None:
         if reporter is None or not summary.measured_ticks:

@@ -27,6 +27,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Markdown, Static
 
+from analysis.warmup import WarmUp
 from loadgen.errors import StreambenchError
 from loadgen.run import RunSummary
 from loadgen.workload import Workload
@@ -223,10 +224,11 @@ class SessionApp(DashboardApp):
     """The launcher, then the dashboard of each run started from it, then the session's runs."""
 
     def __init__(self, settings: LaunchSettings, reporter: Reporter | None = None,
-                 warm_reports: Callable[[Path], None] | None = None) -> None:
-        """`warm_reports(log)` starts what the reporter needs (Spark) ahead of time: it runs
-        in the reports' thread as the session's first run starts, so that a report asked for
-        at its end is ready in seconds, not after a JVM has started."""
+                 warm_reports: Callable[[Path, WarmUp], None] | None = None) -> None:
+        """`warm_reports(log, warm)` starts what the reporter needs (Spark) ahead of time and
+        warms it up until `warm` is stopped: it runs in the reports' thread as the session's
+        first run starts (stopped when that run starts measuring), so that a report asked for
+        at its end is ready in seconds, not after a JVM has started and loaded its code."""
         super().__init__(None, [], Workload())
         self.settings = settings
         self.reporter = reporter
@@ -298,7 +300,9 @@ class SessionApp(DashboardApp):
             fd, name = tempfile.mkstemp(prefix="streambench-spark-start-", suffix=".log")
             os.close(fd)
             self._warm_log = Path(name)
-            self._report_thread.submit(self._warm_reports, self._warm_log)
+            warm = WarmUp(run.workload.warmup_s)
+            run.subscribe(warm.follow)
+            self._report_thread.submit(self._warm_reports, self._warm_log, warm)
 
     def run_ended(self, result: RunSummary | StreambenchError) -> None:
         self.running = False

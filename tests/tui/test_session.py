@@ -17,6 +17,7 @@ import pytest
 from textual.command import CommandPalette
 from textual.widgets import Input, Static
 
+from analysis.warmup import WarmUp
 from loadgen.run import RunSummary
 from tests.integration.test_dashboard_exit import PtyRun
 from tests.tui.screen import screen_lines, wait_until
@@ -293,17 +294,20 @@ async def test_with_report_each_run_is_reported_when_it_ends_and_o_shows_it(
 async def test_what_reports_need_starts_with_the_first_run_in_the_reports_thread(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The session warms the reporter (the CLI passes Spark's start) once, as its first run
-    starts, in the thread its reports run in; the second run does not start it again, and the
-    end of the session removes its log."""
+    starts, in the thread its reports run in, with a warm-up that the run stops when it starts
+    measuring; the second run does not start it again, and the end of the session removes its
+    log."""
     monkeypatch.chdir(tmp_path)
     import threading
 
     warmed: list[tuple[Path, str, int]] = []
+    warm_ups: list[WarmUp] = []
     reported: list[str] = []
 
-    def warm(log: Path) -> None:
+    def warm(log: Path, warm_up: WarmUp) -> None:
         log.write_text("started\n")
         warmed.append((log, threading.current_thread().name, len(app.runs)))
+        warm_ups.append(warm_up)
 
     def reporter(run_dirs: Sequence[Path], progress: Callable[[str], None]) -> Path:
         reported.append(threading.current_thread().name)
@@ -324,6 +328,7 @@ async def test_what_reports_need_starts_with_the_first_run_in_the_reports_thread
         await wait_until(pilot, lambda: isinstance(app.screen, ReportScreen), "the report")
     ((log, thread, runs),) = warmed
     assert runs == 1 and log.name.startswith("streambench-spark-start-")
+    assert warm_ups[0].stopped  # by the first run's measuring phase
     assert reported == [thread]
     assert log.exists()
     app.close_reports(lambda: None)

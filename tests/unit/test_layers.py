@@ -30,7 +30,7 @@ ALLOWED = {
     "tui": {"vocabulary", "stacks", "collectors", "engine", "analysis"},
 }
 REPORT_MODULES = {"analysis.report", "analysis.compute", "analysis.runs", "analysis.session",
-                  "analysis.charts"}
+                  "analysis.charts", "analysis.warmup"}
 
 
 def layer(module: str) -> str:

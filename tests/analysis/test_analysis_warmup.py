@@ -1,0 +1,90 @@
+"""The warm-up of a report's Spark session (analysis/warmup.py): its tiny run is a run the
+report reads like any other (figures as written), the warm-up runs to its end in a session,
+and a stop cancels it part-way, leaving the session fit for the real report."""
+
+from __future__ import annotations
+
+import glob
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from analysis.compute import compute_report
+from analysis.runs import load_runs
+from analysis.warmup import MEASURING_TICKS, RATE, STOP_LEAD_S, WarmUp, write_tiny_run
+from loadgen.tick import Phase, PhaseChange
+
+
+def _leftovers() -> set[str]:
+    return set(glob.glob(str(Path(tempfile.gettempdir()) / "streambench-warm-up-*")))
+
+
+def test_the_tiny_run_reads_as_written(spark, tmp_path):
+    data = compute_report(spark, load_runs([write_tiny_run(tmp_path / "run")]))
+    (target,) = data.targets
+    assert target.throughput.produced == RATE * MEASURING_TICKS
+    assert target.throughput.consumed == RATE * MEASURING_TICKS
+    assert abs(target.series["produce_msg_s"].mean - RATE) < 1e-9
+    e2e = target.latency["e2e"]
+    assert e2e.samples == 99 * MEASURING_TICKS and e2e.percentiles_ms[50.0] == 1.1  # middle bucket
+    assert len(target.segments) == 2  # the rate change half-way splits the measuring phase
+
+
+def test_a_warm_up_runs_to_its_end(spark):
+    before = _leftovers()
+    warm = WarmUp()
+    warm.run(spark)
+    assert warm.outcome == "done" and warm.wait(0)
+    assert _leftovers() == before  # its tiny run is deleted
+
+
+def test_stopped_before_it_starts():
+    warm = WarmUp(warmup_s=60)
+    warm.follow(PhaseChange(Phase.STARTING, 0))
+    warm.follow(PhaseChange(Phase.WARMUP, 0))  # a minute of warm-up ahead: it goes on
+    assert not warm.stopped
+    warm.follow(PhaseChange(Phase.MEASURING, 0))
+    assert warm.stopped
+    warm.run(None)  # type: ignore[arg-type]  # (never touches the session)
+    assert warm.outcome == "stopped"
+
+
+def test_it_ends_before_the_runs_warm_up_does():
+    """Stopped STOP_LEAD_S before the followed run's warm-up phase ends; at once when the
+    warm-up phase is shorter than that."""
+    warm = WarmUp(warmup_s=STOP_LEAD_S + 0.3)
+    warm.follow(PhaseChange(Phase.WARMUP, 0))
+    assert not warm.stopped
+    deadline = time.monotonic() + 5
+    while not warm.stopped and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert warm.stopped
+    short = WarmUp(warmup_s=STOP_LEAD_S / 2)
+    short.follow(PhaseChange(Phase.WARMUP, 0))
+    time.sleep(0.05)
+    assert short.stopped
+    none = WarmUp(warmup_s=None)  # nothing known of the run's warm-up: stopped as it begins
+    none.follow(PhaseChange(Phase.WARMUP, 0))
+    assert none.stopped
+
+
+def test_a_stop_cancels_the_jobs_under_way(spark, tmp_path):
+    """Stopped as its first Spark job runs: it returns within seconds, marked stopped, and the
+    same session then computes a report."""
+    warm = WarmUp()
+    thread = threading.Thread(target=warm.run, args=(spark,))
+    thread.start()
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + 60
+    while not tracker.getActiveJobsIds() and time.monotonic() < deadline and not warm.wait(0):
+        time.sleep(0.01)
+    assert not warm.wait(0), "the warm-up ended before a job of it was seen"
+    stopped_at = time.monotonic()
+    warm.follow(PhaseChange(Phase.MEASURING, 0))
+    thread.join(30)
+    assert not thread.is_alive()
+    assert warm.outcome == "stopped"
+    assert time.monotonic() - stopped_at < 10
+    data = compute_report(spark, load_runs([write_tiny_run(tmp_path / "run")]))
+    assert data.targets[0].throughput.produced == RATE * MEASURING_TICKS
