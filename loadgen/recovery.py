@@ -37,11 +37,16 @@ class Recovery:
     send_errors: int = 0
     recovered_ns: int | None = None
     faults: list[str] = field(default_factory=list)
+    last_tick_ns: int = 0  # the end of the last tick seen since the fault
 
     def detail(self) -> str:
         took = (f"healthy again {(self.recovered_ns - self.first_ns) / 1e9:.1f} s after "
                 f"{self.first_fault}" if self.recovered_ns is not None
                 else f"not healthy again since {self.first_fault}")
+        if self.recovered_ns is None and self.healthy_since_ns is not None:
+            # healthy when the run ended, for less than it takes to count as recovered
+            took += (f" (healthy for the last {(self.last_tick_ns - self.healthy_since_ns) / 1e9:.1f}"
+                     f" s of the run, {HEALTHY_SECONDS:.0f} s needed)")
         if self.last_fault and self.recovered_ns is not None:
             took += f" ({(self.recovered_ns - self.last_ns) / 1e9:.1f} s after {self.last_fault})"
         return (f"{took}; lag peak {self.lag_peak:,} (before {self.lag_before:,}); longest publish "
@@ -90,6 +95,7 @@ class RecoveryWatch:
             if tick.e2e_latency.total:
                 self._p99[tick.target] = tick.e2e_latency.percentile(99)
             return None
+        rec.last_tick_ns = tick.time_ns
         rec.lag_peak = max(rec.lag_peak, tick.lag.total if tick.lag is not None else 0)
         if tick.publish_latency.total:
             rec.stall_ns = max(rec.stall_ns, tick.publish_latency.max)

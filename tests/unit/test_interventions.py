@@ -145,6 +145,21 @@ def test_no_recovery_when_it_stays_down() -> None:
         assert watch.tick(_tick(s, 0, 0, 1000 * s)) is None
     (rec,) = watch.pending()
     assert "not healthy again since pause kafka" in rec.detail()
+    assert "healthy for the last" not in rec.detail()
+
+
+def test_healthy_when_the_run_ended_but_not_for_long_enough() -> None:
+    """The run ends 3 s into a healthy stretch: not recovered, and the verdict says for how
+    long it had been healthy and how long it takes to count."""
+    watch = RecoveryWatch(subscriptions=1)
+    watch.tick(_tick(0, 1000, 1000, 0))
+    watch.fault("kafka", "kill kafka", 1_000_000_000)
+    assert watch.tick(_tick(1, 0, 0, 1000)) is None
+    for s in range(2, 5):
+        assert watch.tick(_tick(s, 1000, 1000, 5)) is None
+    (rec,) = watch.pending()
+    assert rec.detail().startswith("not healthy again since kill kafka (healthy for the last 3.0 s "
+                                   "of the run, 5 s needed); lag peak 1,000"), rec.detail()
 
 
 def test_backlog_drain_rate_and_time() -> None:
