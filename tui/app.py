@@ -7,6 +7,7 @@ widgets. Pausing stops the repaint of the columns, never the collection.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -45,6 +46,9 @@ REPAINT_S = 0.25  # the columns repaint at most four times a second
 # once the run has ended, the columns say their figures are final, not live
 FINAL_PHASES = (Phase.WRITING, Phase.REPORT, Phase.DONE)
 FINAL_MARK = " · final"
+# an app that ends during a run waits this long for the run's own cleanup (load processes
+# stopped, brokers down: a Kafka or Pulsar broker takes seconds to stop)
+CLOSE_WAIT_S = 90.0
 GATHER_S = 0.05  # a repaint waits this long for the other targets' ticks of the same second
 # palette entries of Textual's that the key table replaces
 _REPLACED_COMMANDS = {"Quit", "Keys"}
@@ -112,6 +116,7 @@ class DashboardApp(App[DashboardResult]):
         self.view = ChartView(self.histories)
         self.status = RunStatus(workload)
         self.summary: RunSummary | None = None
+        self._executing: Run | None = None  # the run whose execute() is under way
         self.report_path: str | None = None
         self.run_dir: Path | None = run.run_dir if run is not None else None  # for screenshots
         self._columns = {label: TargetColumn(h, self.view) for label, h in self.histories.items()}
@@ -156,11 +161,14 @@ class DashboardApp(App[DashboardResult]):
 
     async def _execute(self) -> None:
         assert self.bench is not None
+        self._executing = self.bench
         try:
             summary = await self.bench.execute()
         except StreambenchError as exc:
             self.run_ended(exc)
             return
+        finally:
+            self._executing = None
         self.summary = summary
         if self.after_run is not None:
             self.post_message(PhaseChanged(PhaseChange(Phase.REPORT, self.clock(),
@@ -177,6 +185,16 @@ class DashboardApp(App[DashboardResult]):
     def run_ended(self, result: RunSummary | StreambenchError) -> None:
         """The run is over (its summary) or could not go on (the error a user can act on)."""
         self.exit(result)
+
+    async def on_unmount(self) -> None:
+        """The app ends while its run goes on (an error in the interface, or a caller that
+        leaves early): Textual has cancelled the run's worker without waiting for it. The
+        run's own cleanup (load processes stopped, brokers down, files closed, run.json
+        marked as cut short) runs to its end before the event loop does; otherwise the
+        process would wait forever on its load processes at exit, with the brokers up."""
+        run = self._executing
+        if run is not None and not run.finished.is_set():
+            await asyncio.to_thread(run.finished.wait, CLOSE_WAIT_S)
 
     # ---- bus messages -------------------------------------------------------------------
 

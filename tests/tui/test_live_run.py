@@ -120,3 +120,31 @@ async def test_a_finished_run_shows_the_report_step_then_exits(tmp_path: Path) -
     (status, titles), = during
     assert status == "writing the report: summary: Spark stages 1/3, tasks 2/8"
     assert titles == ["redis · final"]
+
+
+@pytest.mark.integration
+async def test_an_app_that_ends_mid_run_still_closes_the_run(tmp_path: Path) -> None:
+    """The dashboard ends while its run is measuring, without the run being stopped (an error
+    in the interface, or a test that leaves early): Textual cancels the run's worker, and the
+    run's own cleanup finishes before the app's loop does: the load process and the broker it
+    started are gone, the files are closed and run.json says the run was cut short. (Before,
+    the process was left waiting on its load process at exit, with the broker running.)"""
+    import json
+    import multiprocessing
+
+    workload = Workload(name="tui-test", rate=500, duration_s=120, warmup_s=1, message_size=100)
+    run = Run(workload, unique_labels([resolve_target("redis")]), out_dir=tmp_path / "run",
+              recorder=ParquetSink)
+    app = DashboardApp(run, run.labels, run.workload)
+    seen: list[Message] = []
+    async with app.run_test(size=(80, 24), message_hook=seen.append) as pilot:
+        await wait_until(pilot, lambda: any(isinstance(m, TickReceived) and m.tick.phase == Phase.MEASURING
+                                            for m in seen), "a measuring tick", timeout_s=30)
+        pids = run.runners[0].describe()["pids"]
+        assert pids and not run.finished.is_set()
+        app.exit()
+    assert run.finished.is_set()
+    assert all(process_gone(pid) for pid in pids)
+    assert multiprocessing.active_children() == []
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["stopped_early"] is True and "ended" in meta
