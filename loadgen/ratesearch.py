@@ -23,10 +23,18 @@ from that period's counts:
   producers catch up, a rate too high fails again and comes down then (with the larger
   backlog in its figures);
 - a receive backlog over the limit that is shrinking: the rate is held while it drains;
-- otherwise the rate goes up by (1 + factor), the factor doubling up to 1, but once there are two
-  hints never past the lower of the last two; there it holds, and probes PROBE higher every
-  HOLD_PERIODS + 1 periods when the producers owe at most half the limit (a rate just too
-  high makes the owed grow slowly: it is held until it fails instead).
+- a period that passed but in which the owed or the unread grew by more than half the limit:
+  the rate is held (a rate just too high fails in time; climbing from it would overshoot);
+- otherwise the rate goes up: by (1 + factor), the factor doubling up to 1, until a rate has
+  failed; from then on never past the ceiling, the lower of the last two rates that failed
+  above the highest rate that has passed since (so a probe that passes lifts it),
+  halfway to it on a log scale (at least PROBE up), or straight back to the highest rate that
+  passed with room since a rate at or below it failed, when that is higher (after a back-off
+  the search returns to what it knows passes instead of climbing again, and the step does
+  not grow back to the rate that just failed); within PROBE of the ceiling it holds, and
+  probes PROBE higher every HOLD_PERIODS + 1 periods when the producers owe at most half the
+  limit (a rate just too high makes the owed grow slowly: it is held until it fails
+  instead).
 
 The search runs from the warm-up to the end of the measuring phase: the measured figures are
 those of the rates it held. It has converged when its last CONVERGED_STEPS rates are within
@@ -61,6 +69,7 @@ class _Search:
     converged: bool = False
     unread: float = 0.0  # the receive backlog at the previous decision
     passed: float = 0.0  # the rate of the latest period that was not over the limit
+    good: float = 0.0  # the highest rate that passed with room since one at or below it failed
     doubted: bool = False  # the previous period was over the limit at a rate that had passed
     owed: float = 0.0  # what the producers fell behind their schedule since the last step down
     # what the producers had acknowledged over the measuring phase's periods, and their length
@@ -120,7 +129,7 @@ class RateSearch:
         seen = (f"achieved {achieved:,.0f} msg/s at {s.rate:,.0f}; unread {receive_backlog:,.0f}, "
                 f"behind schedule {publish_backlog:,.0f}; limit {limit:,.0f}")
         draining = limit < receive_backlog < s.unread
-        s.unread = receive_backlog
+        unread_before, s.unread = s.unread, receive_backlog
         over = publish_backlog > limit or (receive_backlog > limit and not draining)
         if over and old == s.passed and not s.doubted:
             # one period over the limit at a rate that passed before: a stall of the machine
@@ -138,7 +147,10 @@ class RateSearch:
             clear = max(clear, CLEAR_FLOOR * achieved)
             ceiling = self._ceiling(s)
             # failing at the ceiling lowers it by PROBE: the maximum was hinted too high
-            s.hints.append(old * (1 - PROBE) if ceiling is not None and old >= ceiling else old)
+            at_ceiling = ceiling is not None and abs(old - ceiling) <= ceiling * 1e-9
+            s.hints.append(old * (1 - PROBE) if at_ceiling else old)
+            if old <= s.good:
+                s.good = 0.0  # a rate that passed no longer does: the machine has slowed
             s.rate = max(min(old, 0.2 * achieved + 0.8 * clear), 1.0)
             s.factor = max(s.factor / 2, FACTOR_MIN)
             s.held = 0
@@ -152,6 +164,8 @@ class RateSearch:
             s.doubted = False
             # passed with room to spare (a rate just too high owes more every period)
             s.passed = old if max(publish_backlog, receive_backlog) <= limit / 2 else 0.0
+            if s.passed:
+                s.good = max(s.good, old)
             ceiling = self._ceiling(s)
             if ceiling is not None and old >= ceiling * (1 - PROBE):
                 s.held += 1
@@ -161,10 +175,19 @@ class RateSearch:
                     s.rate, s.held, verdict = old * (1 + PROBE), 0, "steady: probing higher"
                 else:
                     s.rate, verdict = old, "steady: holding"
+            elif max(expected - sent, receive_backlog - unread_before) > limit / 2:
+                # passed, but the owed or the unread grew by more than half the limit in this
+                # period: not a rate to climb from (if it is too high, it fails in time)
+                s.rate, verdict = old, "steady: holding"
+            elif ceiling is not None:
+                # between a rate that passed and one that failed: halfway (on a log scale),
+                # or straight back to the highest rate that passed since a back-off
+                s.rate = max((old * ceiling) ** 0.5, old * (1 + PROBE),
+                             min(s.good, ceiling * (1 - PROBE)))
+                s.rate = min(s.rate, ceiling)
+                verdict = "steady: up"
             else:
                 s.rate = old * (1 + s.factor)
-                if ceiling is not None:
-                    s.rate = min(s.rate, ceiling)
                 s.factor = min(s.factor * 2, 1.0)
                 verdict = "steady: up"
         # only healthy decisions count towards convergence
@@ -178,9 +201,11 @@ class RateSearch:
 
     @staticmethod
     def _ceiling(s: _Search) -> float | None:
-        """The rate not to pass once the maximum has been hinted twice: the lower of the last
-        two rates that failed."""
-        return min(s.hints[-2:]) if len(s.hints) >= 2 else None
+        """The rate not to pass once a rate has failed: the lower of the last two rates that
+        failed above the highest one that has passed since (a failure below a rate that
+        passed later was a passing disturbance)."""
+        above = [h for h in s.hints if h > s.good]
+        return min(above[-2:]) if above else None
 
 
 def backlog_limit(rate: float) -> float:
