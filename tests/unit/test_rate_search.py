@@ -183,19 +183,21 @@ def test_a_short_stall_at_a_rate_that_passed_does_not_bring_the_search_down():
 
 
 def _simulate_shared(rate_max: float, seconds: int, producer_share: float, seed: int,
-                     noise: float = 0.05) -> tuple[RateSearch, list]:
+                     noise: float = 0.05, slow: tuple[int, int, float] = (0, 0, 1.0),
+                     ) -> tuple[RateSearch, list]:
     """A load generator that is itself the limit: its producer and consumer share one core
     (each message costs the producer `producer_share` / rate_max CPU-seconds, the consumer the
     rest), the producer served first, the core's speed varying by ±noise from second to second
-    (a shared machine). What it sustains is rate_max; above it the producer still keeps its
-    schedule for a while and the consumer falls behind. Returns the search and its decisions."""
+    (a shared machine), and to slow[2] of it from second slow[0] to slow[1]. What it sustains
+    is rate_max; above it the producer still keeps its schedule for a while and the consumer
+    falls behind. Returns the search and its decisions."""
     rnd = random.Random(seed)
     p, c = producer_share / rate_max, (1 - producer_share) / rate_max
     search = RateSearch(["t"], subscriptions=1)
     rate, owed, produced_total, consumed_total = search.rate("t"), 0.0, 0, 0
     decisions = []
     for seq in range(seconds):
-        budget = 1.0 + rnd.uniform(-noise, noise)
+        budget = (slow[2] if slow[0] <= seq < slow[1] else 1.0) * (1 + rnd.uniform(-noise, noise))
         offered = owed + rate
         produced = int(min(offered, budget / p))
         owed = offered - produced
@@ -239,27 +241,7 @@ def test_rates_that_failed_during_a_slowdown_do_not_hold_the_search_down_after_i
     meanwhile are hints far below what the machine sustains afterwards. Probes that pass lift
     the ceiling past them, so the search climbs back to the full rate."""
     for seed in range(5):
-        search = RateSearch(["t"], subscriptions=1)
-        rate, owed, produced_total, consumed_total = search.rate("t"), 0.0, 0, 0
-        rnd = random.Random(seed)
-        p = c = 0.5 / 95_000.0
-        held = []
-        for seq in range(180):
-            budget = (0.7 if 30 <= seq < 45 else 1.0) * (1 + rnd.uniform(-0.05, 0.05))
-            offered = owed + rate
-            produced = int(min(offered, budget / p))
-            owed = offered - produced
-            consumed = int(min(produced_total + produced - consumed_total,
-                               max(0.0, budget - produced * p) / c))
-            produced_total += produced
-            consumed_total += consumed
-            step = search.tick(_tick(seq, rate, produced, consumed, produced_total,
-                                     consumed_total))
-            if step is not None:
-                if step[0] < rate:
-                    owed = 0.0
-                rate = step[0]
-                if seq >= 120:
-                    held.append(rate)
+        _, decisions = _simulate_shared(95_000.0, 180, 0.5, seed, slow=(30, 45, 0.7))
+        held = [rate for rate, _, _ in decisions[40:]]  # from 120 s on
         assert sum(held) / len(held) >= 95_000 * 0.9, (seed, held)
         assert max(held) <= 95_000 * 1.0501 ** 2, (seed, held)
