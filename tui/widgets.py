@@ -128,10 +128,14 @@ class PanelView(Widget):
 
     def _role_styles(self) -> dict[str, Any]:
         parent = self.parent
-        # what the panel's CSS rules select on: the theme, the app's :ansi / :nocolor, the
-        # panel's and its column's classes (the selected column)
-        key = (self.app.theme, self.app.pseudo_classes, frozenset(self.classes),
-               frozenset(parent.classes) if parent is not None else None)
+        app = self.app
+        # what the panel's CSS rules select on: the theme and the app's ansi_color (which
+        # give :ansi), no_color (:nocolor), the panel's and its column's classes (the selected
+        # column). Read directly: the app's pseudo_classes evaluates every pseudo-class, the
+        # theme looked up for several, a tenth of the dashboard's CPU when read for every
+        # line repainted.
+        key = (app.theme, app.ansi_color, app.no_color, self.classes,
+               parent.classes if parent is not None else None)
         if self._styles is None or self._styles[0] != key:
             self._styles = (key, {role: self.get_component_rich_style(f"panel--{role}")
                                   for role in ROLES})

@@ -203,3 +203,27 @@ async def test_detail_screen_repaints_by_line_and_ends_as_a_fresh_drawing() -> N
         body.refresh(layout=True)
         await pilot.pause(REPAINT_S)
         assert screen_lines(app)[1:] == before
+
+
+async def test_panel_styles_follow_the_theme_the_ansi_rules_and_no_color() -> None:
+    """The panels keep their roles' styles between repaints, worked out again when what the
+    CSS selects on changes: the ANSI theme (its `App:ansi` rules) and back."""
+    app = DashboardApp(None, LABELS, WORKLOAD)
+    async with app.run_test(size=(80, 24)) as pilot:
+        post_all(app, recorded_items())
+        await wait_until(pilot, lambda: app.histories["redis"].ticks == TICKS, "all ticks")
+        await pilot.pause(REPAINT_S)
+        panel = app.query(PanelView).first()
+        app.theme = "textual-dark"  # (a test console has 16 colours: the app chose ANSI)
+        await pilot.pause()
+        truecolor = panel._role_styles()
+        assert panel._role_styles() is truecolor  # kept while nothing changed
+        assert not truecolor["chart"].color.is_system_defined
+        app.theme = "ansi-dark"
+        await pilot.pause()
+        ansi = panel._role_styles()
+        # `App:ansi PanelView > .panel--chart`: the chart in the terminal's own cyan
+        assert ansi["chart"].color.is_system_defined and ansi["chart"].color.number == 6, ansi
+        app.theme = "textual-dark"
+        await pilot.pause()
+        assert panel._role_styles() == truecolor
