@@ -35,6 +35,7 @@ from loadgen.interventions import (
     find_broker,
 )
 from loadgen.load import DROPPED_SLOTS, TargetTotals
+from loadgen.memguard import MemoryGuard
 from loadgen.pacing import now_ns
 from loadgen.placement import place
 from loadgen.platforms import PLATFORMS
@@ -96,6 +97,7 @@ class RunSummary:
     targets: list[TargetTotals] = field(default_factory=list)
     measured_ticks: int = 0
     broker_failures: list[str] = field(default_factory=list)  # brokers that died unbidden
+    stopped_for: str | None = None  # why the run stopped itself early (the machine's memory)
 
 
 # room for the files inside a run directory: its path may use this much less than PATH_MAX
@@ -166,7 +168,10 @@ class Run:
     def __init__(self, workload: Workload, targets: list[Target], out_dir: Path | None = None,
                  record_raw: bool = False, track_ids: bool = False, tick_s: float = 1.0,
                  argv: list[str] | None = None, run_id: str | None = None,
-                 processes: int = 1, recorder: RecorderFactory | None = None) -> None:
+                 processes: int = 1, recorder: RecorderFactory | None = None,
+                 min_free_memory: int | None = None) -> None:
+        """`min_free_memory`: the machine's available memory (bytes) under which the run
+        stops itself (None: 5 % of the machine's memory, at least 256 MiB; 0: never)."""
         self.workload = workload
         self.targets = targets
         self.started = datetime.now(UTC)
@@ -220,6 +225,8 @@ class Run:
         self.placement = place(w.topics * w.producers, w.topics * w.subscriptions * w.consumers,
                                processes)  # the same for every target
         self.broker_failures: list[str] = []
+        self._memory = MemoryGuard(min_free_memory)
+        self.stopped_for: str | None = None
         self._consumers_stopped: set[str] = set()  # targets whose consumers the user stopped
         self._down: dict[str, set[str]] = {t.label: set() for t in targets}
         self.subscribe(self._note_brokers)
@@ -303,6 +310,7 @@ class Run:
             summary.measured_ticks = measured
             summary.stopped_early = self.stop_requested
             summary.broker_failures = list(self.broker_failures)
+            summary.stopped_for = self.stopped_for
             self._set_phase(Phase.WRITING, "writing run files")
             summary.targets = [r.totals for r in self.runners]
             self.publish(RunMeta(self._meta({
@@ -311,6 +319,7 @@ class Run:
                 "measured_ticks": measured,
                 "totals": [json.loads(json.dumps(t.__dict__)) for t in summary.targets],
                 "broker_failures": summary.broker_failures,
+                **({"stopped_for": summary.stopped_for} if summary.stopped_for else {}),
             })))
         except BaseException as exc:
             # run.json says the run failed and why, also when it never got to measure
@@ -398,6 +407,12 @@ class Run:
             for t in ticks:
                 self.publish(t)
             self._follow(ticks)
+            if not self._stop_requests and phase is not Phase.DRAINING:
+                low = self._memory.check()
+                if low is not None:
+                    self.publish(RunEvent(time.time_ns(), "", "memory-low", low))
+                    self.stopped_for = low
+                    self.request_stop()
             seq += 1
             crossed = range(done_k + 1, k + 1)
             done_k = k

@@ -30,6 +30,7 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 1
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 EXIT_BROKER_FAILED = 3  # a broker died during the run without a fault asking for it
+EXIT_LOW_MEMORY = 4  # the run stopped itself: the machine's available memory fell under the floor
 MAX_PROCESSES = 64
 HANGUP_GRACE_S = 5.0  # after a hang-up and the run's end, how long the dashboard may take to exit
 EXIT_USER_STOP = SIGNAL_EXIT[signal.SIGINT]  # a run the user ended early, e.g. `q` in the dashboard
@@ -111,6 +112,15 @@ _non_negative_float = _number(float, 0, exclusive=False)
 _positive_int = _number(int, 1, exclusive=False)
 
 
+def _memory_floor(text: str) -> int:
+    from loadgen.memguard import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, got {text!r}") from None
+
+
 def _processes(text: str) -> int | str:
     return "auto" if text.strip().lower() == "auto" else _positive_int(text)
 _non_negative_int = _number(int, 0, exclusive=False)
@@ -178,6 +188,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
     run.add_argument("--memory", metavar="SIZE",
                      help="docker: memory limit of each broker container, e.g. 2.67g "
                           "(target option memory=)")
+    run.add_argument("--min-free-memory", metavar="SIZE", type=_memory_floor,
+                     help="stop the run (load ended, consumers drained, files complete, exit 4) "
+                          "when the machine's available memory falls under SIZE, e.g. 2g; "
+                          "default 5%% of the machine's memory (at least 256m); 0: never")
     run.add_argument("--resources", choices=("docker", "cadvisor", "process"),
                      help="source of CPU and memory figures (default: docker stats for "
                           "containers, the process tree for local brokers)")
@@ -512,6 +526,8 @@ def _print_summary(summary: Any, end: EndSummary) -> None:
         print(table)
     if summary.stopped_early:
         sys.stderr.write(f"stopped early: {summary.measured_ticks} s measured\n")
+    if summary.stopped_for:
+        sys.stderr.write(f"stopped by streambench: {summary.stopped_for}\n")
     for failure in summary.broker_failures:
         sys.stderr.write(f"broker failed during the run: {failure}\n")
     for t in summary.targets:
@@ -561,7 +577,8 @@ def build_run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[Any, Any]:
     _check_backlog_room(workload, targets)
     run_args = dict(workload=workload, targets=targets, out_dir=args.out,
                     record_raw=args.record_raw_samples, track_ids=args.track_delivery,
-                    processes=args.processes, argv=["streambench", *argv])
+                    processes=args.processes, argv=["streambench", *argv],
+                    min_free_memory=args.min_free_memory)
     run = Run(**run_args, recorder=ParquetSink)
     if args.baseline and args.headless:
         raise StreambenchError("--baseline draws in the dashboard: not with --headless")
@@ -589,6 +606,8 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             print(f"report: {_report([summary.run_dir], None, None)}")
         if sig:
             return SIGNAL_EXIT[signal.Signals(sig)]
+        if summary.stopped_for:
+            return EXIT_LOW_MEMORY
         return EXIT_BROKER_FAILED if summary.broker_failures else 0
 
     from tui.app import DashboardApp, ReportProgress
@@ -643,6 +662,8 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"report: {report_path}")
     if terminated:
         return SIGNAL_EXIT[signal.Signals(terminated[0])]
+    if result.stopped_for:
+        return EXIT_LOW_MEMORY
     if result.stopped_early:
         return EXIT_USER_STOP
     return EXIT_BROKER_FAILED if result.broker_failures else 0

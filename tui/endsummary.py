@@ -172,6 +172,8 @@ def render(summary: Any, end: EndSummary, marks: dict[str, str] | None = None) -
     title = "run summary (measuring phase)"
     if summary.stopped_early:
         title += f": STOPPED EARLY after {summary.measured_ticks} s"
+        if getattr(summary, "stopped_for", None):
+            title += " (the machine's memory ran low)"
     lines.append(title)
     for start in range(0, len(labels), per_table):
         chunk = labels[start:start + per_table]

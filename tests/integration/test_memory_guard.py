@@ -1,0 +1,55 @@
+"""The run stops itself before the machine runs out of memory: a floor above what the machine
+has trips the guard at the first tick, and the run ends as a stopped one does, saying why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import pyarrow.dataset as ds
+import pytest
+
+from analysis.labels import ending
+from loadgen.memguard import DEFAULT_MIN, MemoryGuard, default_floor, parse_size
+from tests.conftest import run_cli, run_json
+
+
+def test_a_run_under_the_memory_floor_stops_itself_with_complete_files(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    floor = psutil.virtual_memory().total * 2  # more than the machine has
+    res = run_cli(["run", "redis", "--rate", "500", "--warmup", "1", "--duration", "30",
+                   "--headless", "--min-free-memory", str(floor), "--out", str(out)])
+    assert res.returncode == 4, res.stderr[-2000:]
+    assert "stopped by streambench: the machine has" in res.stderr
+    assert "STOPPED EARLY after" in res.stdout and "(the machine's memory ran low)" in res.stdout
+    assert "(--min-free-memory)" in res.stderr
+    meta = run_json(out)
+    assert meta["stopped_early"] is True
+    assert "memory available, under the" in meta["stopped_for"]
+    assert meta["measured_ticks"] < 30
+    assert meta["totals"][0]["drained"]  # the consumers drained what was produced
+    assert ending(meta) == "stopped early by streambench: the machine's memory ran low"
+    events = ds.dataset(out / "events", format="parquet").to_table().to_pylist()
+    assert [e["detail"] for e in events if e["kind"] == "memory-low"] == [meta["stopped_for"]]
+    ticks = ds.dataset(out / "ticks", format="parquet").to_table().to_pydict()
+    assert sum(ticks["produced"]) == meta["totals"][0]["produced"] > 0
+
+
+def test_no_floor_and_the_default_floor() -> None:
+    assert MemoryGuard(0).check() is None  # 0: never
+    guard = MemoryGuard(1 << 62)
+    assert guard.check() is not None and guard.check() is None  # says it once
+    assert default_floor(8 << 30) == max(DEFAULT_MIN, int((8 << 30) * 0.05))
+    assert default_floor(1 << 30) == DEFAULT_MIN
+
+
+@pytest.mark.parametrize(("text", "size"), [("0", 0), ("1073741824", 1 << 30), ("512m", 512 << 20),
+                                            ("2.5G", int(2.5 * (1 << 30))), ("64k", 64 << 10)])
+def test_sizes(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "x", "2x", "-1g", "nan", "inf", "1gb2"])
+def test_bad_sizes(text: str) -> None:
+    with pytest.raises(ValueError, match="expected a size"):
+        parse_size(text)
