@@ -35,6 +35,28 @@ def test_a_run_under_the_memory_floor_stops_itself_with_complete_files(tmp_path:
     assert sum(ticks["produced"]) == meta["totals"][0]["produced"] > 0
 
 
+def test_a_run_whose_redis_streams_will_not_fit_is_warned_before_it_starts(
+        tmp_path: Path) -> None:
+    """100,000 msg/s for 23 days into a Redis stream without maxlen=: a warning line before
+    the start, with what the streams would take; the guard (its floor set above what the
+    machine has) then stops the run at its first tick."""
+    out = tmp_path / "run"
+    floor = psutil.virtual_memory().total * 2
+    res = run_cli(["run", "redis", "--rate", "100000", "--warmup", "0",
+                   "--duration", "2000000", "--headless", "--min-free-memory", str(floor),
+                   "--out", str(out)])
+    assert res.returncode == 4, res.stderr[-2000:]
+    (line,) = [ln for ln in res.stderr.splitlines() if "will take about" in ln]
+    # 100,000 msg/s × 2,000,000 s × (1,024 + 180) B
+    assert line.startswith("streambench: warning: the run's Redis streams will take about "
+                           f"{100_000 * 2_000_000 * 1204 / 2**30:.1f} GiB of memory"), line
+    assert "maxlen=" in line
+    quiet = run_cli(["run", "redis:maxlen=1000", "--rate", "100000", "--warmup", "0",
+                     "--duration", "2000000", "--headless", "--min-free-memory", str(floor),
+                     "--out", str(tmp_path / "trimmed")])
+    assert quiet.returncode == 4 and "will take about" not in quiet.stderr
+
+
 def test_no_floor_and_the_default_floor() -> None:
     assert MemoryGuard(0).check() is None  # 0: never
     guard = MemoryGuard(1 << 62)
