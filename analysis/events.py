@@ -27,7 +27,8 @@ NOTE_KINDS: tuple[str, ...] = ("loadgen-saturated", "coordinator-late", "interve
                                "consumer-failed",  # a consumer that reads nothing more
                                # OMB's backlog phase and rate search
                                "backlog-built", "backlog-drain-done", "rate-search-converged",
-                               "rate-search-result")
+                               "rate-search-result",
+                               "drain-stalled")  # a drain that reads nothing, messages unread
 # which partitions the consumers hold: at start-up, and each change (a rebalance) after
 ASSIGNMENT_KIND = "assignment"
 READ_KINDS: tuple[str, ...] = (*CHANGE_KINDS, *RECOVERY_KINDS, BACKLOG_KIND, *NOTE_KINDS,

@@ -81,6 +81,10 @@ class TargetTotals:
     expected: int = 0  # produced × subscriptions: what the consumers must have read
     final_lag: int | None = None
     drained: bool = False
+    # a search for the highest sustainable rate (--max-rate=search): its result, the
+    # acknowledged msg/s over the measured periods that kept up, and whether it converged
+    sustainable_rate: float | None = None
+    search_converged: bool | None = None
 
 
 class LoadHandle(Protocol):

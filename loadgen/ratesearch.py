@@ -37,7 +37,11 @@ from that period's counts:
   instead).
 
 The search runs from the warm-up to the end of the measuring phase: the measured figures are
-those of the rates it held. It has converged when its last CONVERGED_STEPS rates are within
+those of the rates it held. Its result is the median acknowledged rate of the measuring
+phase's periods that kept up (a rate's overshoot before it fails, and the recovery after a
+back-off, are no sustained rate); the average over the whole measuring phase is given beside
+it. It has
+converged when its last CONVERGED_STEPS rates are within
 PROBE of each other, each a healthy one (up, holding or probing)."""
 
 from __future__ import annotations
@@ -75,6 +79,10 @@ class _Search:
     # what the producers had acknowledged over the measuring phase's periods, and their length
     measured_sent: float = 0.0
     measured_s: float = 0.0
+    # the acknowledged msg/s of each measuring-phase period that kept up (both backlogs within
+    # the limit), and the number of measuring-phase periods
+    kept: list[float] = field(default_factory=list)
+    periods: int = 0
 
 
 class RateSearch:
@@ -91,10 +99,27 @@ class RateSearch:
         return self._targets[label].converged
 
     def sustained(self, label: str) -> float | None:
-        """The acknowledged msg/s over the measuring phase (the rates the search held there,
-        with their probes and back-offs): the run's result. None before any measured period."""
+        """The search's result: the median of the acknowledged msg/s of the measuring phase's
+        periods that kept up (both backlogs within the limit). Not the overshoot of a rate
+        before it failed, when the producers outran the consumers, nor the recovery after a
+        back-off (a mean over the kept periods would count the climb back from it). None when
+        no measured period kept up."""
+        kept = sorted(self._targets[label].kept)
+        if not kept:
+            return None
+        mid = len(kept) // 2
+        return kept[mid] if len(kept) % 2 else (kept[mid - 1] + kept[mid]) / 2
+
+    def measured(self, label: str) -> float | None:
+        """The acknowledged msg/s over the whole measuring phase (the rates the search held
+        there, with their probes, overshoots and back-offs). None before any measured period."""
         s = self._targets[label]
         return s.measured_sent / s.measured_s if s.measured_s > 0 else None
+
+    def periods(self, label: str) -> tuple[int, int]:
+        """(measured periods that kept up, measured periods)."""
+        s = self._targets[label]
+        return len(s.kept), s.periods
 
     def tick(self, tick: Tick) -> tuple[float, str, bool] | None:
         """(next rate, what was seen, whether the search has just converged) at the end of a
@@ -111,8 +136,10 @@ class RateSearch:
             return None
         sent = sum(t.produced for t in period)
         measuring = [t for t in period if t.phase == Phase.MEASURING]
-        s.measured_sent += sum(t.produced for t in measuring)
-        s.measured_s += sum(t.interval_s for t in measuring)
+        measured_sent = sum(t.produced for t in measuring)
+        measured_s = sum(t.interval_s for t in measuring)
+        s.measured_sent += measured_sent
+        s.measured_s += measured_s
         expected = sum(t.target_rate * t.interval_s for t in period)
         received = sum(t.consumed for t in period) / self.subscriptions
         last = period[-1]
@@ -190,8 +217,13 @@ class RateSearch:
                 s.rate = old * (1 + s.factor)
                 s.factor = min(s.factor * 2, 1.0)
                 verdict = "steady: up"
+        kept = verdict.startswith("steady")
+        if measured_s > 0:
+            s.periods += 1
+            if kept:
+                s.kept.append(measured_sent / measured_s)
         # only healthy decisions count towards convergence
-        s.rates.append(s.rate if verdict.startswith("steady") else -1.0)
+        s.rates.append(s.rate if kept else -1.0)
         just = False
         recent = s.rates[-CONVERGED_STEPS:]
         if (not s.converged and len(s.hints) >= 2 and len(recent) == CONVERGED_STEPS

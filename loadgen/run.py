@@ -48,6 +48,8 @@ from loadgen.workload import Workload, shown
 
 Subscriber = Callable[[BusItem], None]
 
+DRAIN_STALL_S = 5.0  # a drain that reads nothing this long, messages unread, is said to stall
+
 
 class Recorder(Protocol):
     """A bus subscriber that keeps the run files; closed (flushed) when the run ends."""
@@ -228,6 +230,11 @@ class Run:
         self._memory = MemoryGuard(min_free_memory)
         self.stopped_for: str | None = None
         self._consumers_stopped: set[str] = set()  # targets whose consumers the user stopped
+        # seconds of the drain each target has read nothing with messages unread, and why a
+        # platform's drain can stand still (said once, in a drain-stalled event)
+        self._drain_idle: dict[str, float] = {}
+        self._stall_hints = {t.label: hint(t) for t in targets
+                             if (hint := PLATFORMS[t.platform].drain_stall_hint) is not None}
         self._down: dict[str, set[str]] = {t.label: set() for t in targets}
         self.subscribe(self._note_brokers)
 
@@ -313,6 +320,10 @@ class Run:
             summary.stopped_for = self.stopped_for
             self._set_phase(Phase.WRITING, "writing run files")
             summary.targets = [r.totals for r in self.runners]
+            if self._search is not None:
+                for t in summary.targets:
+                    t.sustainable_rate = self._search.sustained(t.label)
+                    t.search_converged = self._search.converged(t.label)
             self.publish(RunMeta(self._meta({
                 "ended": datetime.now(UTC).isoformat(),
                 "stopped_early": summary.stopped_early,
@@ -434,6 +445,7 @@ class Run:
                 for r, d, t in zip(self.runners, done, ticks, strict=True):
                     r.totals.drained = d
                     r.totals.final_lag = t.lag.total if t.lag is not None else None
+                    self._watch_drain(d, t)
                 # a target whose every broker died has nothing left to drain from
                 over = [d or self._all_down(r.label) for r, d in zip(self.runners, done, strict=True)]
                 if all(over) and not all(done):
@@ -446,6 +458,26 @@ class Run:
                         self.publish(RunEvent(time.time_ns(), "", "drain-incomplete",
                                               "stopped before every message was consumed"))
                     return max(0, measure_end - warm_end)
+
+    def _watch_drain(self, drained_now: bool, tick: Tick) -> None:
+        """A drain that reads nothing for DRAIN_STALL_S with messages unread is said once, in a
+        drain-stalled event, with what the platform knows to hold a drain up: a user left
+        guessing would take it for a broker that lost the messages."""
+        label = tick.target
+        subs = self.workload.subscriptions
+        unread = (tick.lag.total if tick.lag is not None
+                  else max(0, tick.produced_total * subs - tick.consumed_total))
+        if drained_now or tick.consumed or unread <= 0:
+            self._drain_idle[label] = 0.0
+            return
+        idle = self._drain_idle.get(label, 0.0)
+        self._drain_idle[label] = idle + tick.interval_s
+        if idle < DRAIN_STALL_S <= idle + tick.interval_s:
+            detail = (f"nothing consumed for {idle + tick.interval_s:.0f} s of the drain, "
+                      f"{unread:,} messages unread")
+            hint = self._stall_hints.get(label)
+            self.publish(RunEvent(time.time_ns(), label, "drain-stalled",
+                                  f"{detail}: {hint}" if hint else detail))
 
     async def _stop_load(self) -> None:
         """The end of the load: every producer finished (its batches answered or failed), then
@@ -583,8 +615,18 @@ class Run:
         for label in self.labels:
             state = "converged" if self._search.converged(label) else "NOT converged"
             sustained = self._search.sustained(label)
-            over = ("" if sustained is None else
-                    f"; {sustained:,.0f} msg/s acknowledged on average over the measuring phase")
+            measured = self._search.measured(label)
+            kept, periods = self._search.periods(label)
+            if sustained is not None:
+                over = (f"; {sustained:,.0f} msg/s acknowledged (the median of the {kept} of "
+                        f"{periods} measured periods that kept up")
+                over += (f"; {measured:,.0f} on average over the whole measuring phase)"
+                         if measured is not None else ")")
+            elif measured is not None:
+                over = (f"; no measured period kept up ({measured:,.0f} msg/s acknowledged on "
+                        f"average over the measuring phase)")
+            else:
+                over = ""
             self.publish(RunEvent(time.time_ns(), label, "rate-search-result",
                                   f"{state}; held {self._search.rate(label):,.0f} msg/s at the "
                                   f"end{over}"))

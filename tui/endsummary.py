@@ -116,6 +116,10 @@ def rows(figures: TargetFigures, totals: Any) -> list[tuple[str, str]]:
         ("broker memory max", _bytes(f.max_memory)),
         ("loadgen CPU % mean/max", _cpu(f.loadgen_cpu)),
     ]
+    if getattr(totals, "search_converged", None) is not None:
+        rate = totals.sustainable_rate
+        out.append(("sustainable msg/s", "—" if rate is None else f"{rate:,.0f}"))
+        out.append(("search converged", "yes" if totals.search_converged else "NO"))
     if f.saturated_s:
         out.append(("loadgen saturated", f"{f.saturated_s:.0f} s"))
     if f.faults:

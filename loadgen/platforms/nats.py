@@ -78,6 +78,7 @@ ACK_TIMEOUT_S = 30.0  # a batch with publish acknowledgements missing this long 
 RECEIVE_WAIT_S = 0.1
 PULL_EXPIRES_S = 1.0  # a pull request the server holds this long, then answers 408
 PULL_GRACE_S = 0.5  # a pull request unanswered this long after it expired is taken as lost
+CLOSE_FLUSH_S = 2.0  # at most this long for the server to take back what a closing consumer holds
 API_TIMEOUT_S = 10.0
 _STATUS = "Status"
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -216,10 +217,11 @@ class NatsConsumer(Consumer):
         self._open_until = 0.0  # monotonic time after which the open pull request is lost
         self._left = 0  # messages the open pull request may still deliver
         self._prefix = len(stream) + 1
+        self._sub: Any = None  # the inbox's subscription, once started
 
     async def start(self) -> None:
-        await self._nc.subscribe(self._inbox, cb=self._on_msg, pending_msgs_limit=-1,
-                                 pending_bytes_limit=-1)
+        self._sub = await self._nc.subscribe(self._inbox, cb=self._on_msg, pending_msgs_limit=-1,
+                                             pending_bytes_limit=-1)
 
     def forget_request(self) -> None:
         """The open pull request is gone (the connection was lost): pull again."""
@@ -277,6 +279,21 @@ class NatsConsumer(Consumer):
         return ReceivedBatch(receive_ns, intended, size, ids)
 
     async def close(self) -> None:
+        # messages delivered to this consumer and not yet read: handed back at once (a
+        # negative acknowledgement), or the server would deliver them again only ack_wait
+        # after, and a drain would wait that long for them
+        with contextlib.suppress(Exception):
+            if self._sub is not None:
+                # first no more deliveries: the server drops the open pull request
+                await self._sub.unsubscribe()
+                await asyncio.wait_for(self._nc.flush(), CLOSE_FLUSH_S)
+        left, self._arrived = self._arrived, []
+        with contextlib.suppress(Exception):
+            for m in left:
+                if m.reply:
+                    await self._nc.publish(m.reply, b"-NAK")
+            if left:
+                await asyncio.wait_for(self._nc.flush(), CLOSE_FLUSH_S)
         with contextlib.suppress(Exception):
             await self._nc.close()
 
@@ -691,6 +708,14 @@ OPTIONS: dict[str, Any] = {
     "config": config_option(),
 }
 
+def _drain_stall_hint(target: Target) -> str:
+    wait = NatsClientOptions.of(target).ack_wait_s  # consumer.ack_wait= is refused
+    return (f"JetStream delivers a message again only ack_wait ({wait} s) after it was "
+            "delivered without an acknowledgement (to a consumer whose connection was lost, as "
+            "when the server is killed or restarted): the drain waits that long for those "
+            "(nats:ack_wait= sets it)")
+
+
 PLATFORMS = [
     Platform(
         name="nats",
@@ -701,6 +726,7 @@ PLATFORMS = [
         broker_settings_runtimes=("docker", "local"),
         make_stack=_stack,
         make_driver=_driver,
+        drain_stall_hint=_drain_stall_hint,
         make_collectors=_collectors,
     ),
 ]

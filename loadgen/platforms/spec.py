@@ -69,6 +69,8 @@ class Platform:
     # where it comes from: "<distribution> <version> (<entry point>)", set by the registry,
     # then the optional client's note
     origin: str = ""
+    # what can hold a target's drain up on this platform, for the drain-stalled event
+    drain_stall_hint: Callable[[Target], str] | None = None
 
     def fault_actions(self, runtime: str) -> tuple[str, ...]:
         if self.faults is not None:

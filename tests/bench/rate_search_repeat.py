@@ -5,7 +5,7 @@ For each target (default: a local Redis and a local single-broker Kafka), runs
 own broker started and stopped, 1 producer, 1 consumer, 1 KiB messages, for `--seconds` (warm-up
 included; the search decides every 3 s). Prints per run the rate the search converged on (its
 `rate-search-converged` event; "no" when it did not), the rate it held at the end, the search's
-result (the acknowledged msg/s on average over the measuring phase, from its
+result (the median acknowledged msg/s of the measured periods that kept up, from its
 `rate-search-result` event) and the load average; then per target the difference between the
 two runs' results, and between their rates held at the end, as a share of their mean. The goal:
 the two results agree within 5 % on a quiet machine. Not part of `make test`."""
@@ -42,7 +42,7 @@ def search(target: str, seconds: int, warmup: int, out: Path) -> dict[str, objec
     converged = [e["detail"] for e in events if e["kind"] == "rate-search-converged"]
     (result,) = [e["detail"] for e in events if e["kind"] == "rate-search-result"]
     held = _number(re.search(r"held ([\d,.]+) msg/s", result).group(1))  # type: ignore[union-attr]
-    sustained = _number(re.search(r"; ([\d,.]+) msg/s acknowledged on average",  # type: ignore[union-attr]
+    sustained = _number(re.search(r"; ([\d,.]+) msg/s acknowledged \(the median",  # type: ignore[union-attr]
                                   result).group(1))
     found = (_number(re.search(r"([\d,.]+) msg/s", converged[0]).group(1))  # type: ignore[union-attr]
              if converged else None)

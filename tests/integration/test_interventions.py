@@ -58,6 +58,33 @@ def test_scheduled_backlog_and_pause_on_local_redis(tmp_path: Path, no_leftover_
     assert totals["drained"] and totals["consumed"] == totals["produced"] == 21_000
 
 
+def test_a_drain_that_reads_nothing_is_said_to_stall(tmp_path: Path, no_leftover_redis) -> None:
+    """Consumers stopped at 1 s build a backlog, the broker is paused at 3 s and left paused:
+    the drain reads nothing with about 1,000 messages unread, which one drain-stalled event
+    says after 5 s (with no platform reason for Redis), and the run ends at its drain time-out
+    as not drained."""
+    run_dir = tmp_path / "run"
+    workload = tmp_path / "drain.yaml"
+    workload.write_text("name: stalled-drain\ndrainTimeoutSeconds: 8\n")
+    res = run_cli(["run", "redis", "--headless", "--workload", str(workload), "--rate", "500",
+                   "--warmup", "1", "--duration", "4", "--out", str(run_dir),
+                   "--at", "1s:consumers=stop", "--at", "3s:pause=redis"], timeout_s=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    events = _events(run_dir)
+    stalled = [e for e in events if e["kind"] == "drain-stalled"]
+    assert len(stalled) == 1, [(e["kind"], e["detail"]) for e in events]
+    detail = stalled[0]["detail"]
+    idle = int(detail.split("nothing consumed for ")[1].split(" s of the drain, ")[0])
+    assert 5 <= idle <= 7, detail  # said at the tick that makes it 5 s or more
+    unread = int(detail.split(", ")[1].split(" messages")[0].replace(",", ""))
+    assert 700 <= unread <= 1_600 and detail.endswith("messages unread"), detail
+    drain_start = next(e for e in events if e["kind"] == "phase" and e["phase"] == "draining")
+    waited = (stalled[0]["time"] - drain_start["time"]).total_seconds()
+    assert 4.0 <= waited <= 7.5, waited
+    assert "drain-incomplete" in [e["kind"] for e in events]
+    assert not run_json(run_dir)["totals"][0]["drained"]
+
+
 def test_headless_commands_on_standard_input(tmp_path: Path, no_leftover_redis) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([*CLI, "run", "redis", "--headless", "--rate", "500", "--warmup", "1",

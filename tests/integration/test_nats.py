@@ -6,6 +6,7 @@ checks reach as an existing server (`nats@127.0.0.1:PORT`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import socket
@@ -28,7 +29,7 @@ from compose.stack import StackContext
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.platforms.base import OutMessage
-from loadgen.platforms.nats import NatsDriver, stream_name
+from loadgen.platforms.nats import NatsConsumer, NatsDriver, stream_name
 from loadgen.run import Run, RunSummary
 from loadgen.target import unique_labels
 from loadgen.workload import Workload
@@ -305,6 +306,20 @@ def test_the_server_stored_what_was_acknowledged(fixed_rate_run, server):
     assert summary.targets[0].produced == int(RATE * 12)
 
 
+async def _stored(target, server: Server, prefix: str, partitions: int,
+                  count: int) -> tuple[NatsDriver, str, str]:
+    """A connected driver, and a new topic with one subscription holding `count` messages of
+    64 B: (driver, topic, subscription)."""
+    driver = NatsDriver(target, server.endpoint)
+    await driver.connect()
+    topic, sub = f"{prefix}-{time.time_ns()}", "streambench-sub-0"
+    await driver.create_topic(topic, partitions, [sub])
+    producer = await driver.producer(topic, 0)
+    await producer.send_batch([OutMessage(b"y" * 64, None, time.time_ns()) for _ in range(count)])
+    await producer.close()
+    return driver, topic, sub
+
+
 def test_lag_is_the_servers_figure(server):
     """500 produced, a batch of them consumed (acknowledged) and 30 more pulled without an ack:
     the collector's lag is the server's num_pending + num_ack_pending (read independently from
@@ -312,13 +327,7 @@ def test_lag_is_the_servers_figure(server):
     target = resolve_target(server.target("fetch=100"))
 
     async def scenario() -> tuple[int, int, dict, int]:
-        driver = NatsDriver(target, server.endpoint)
-        await driver.connect()
-        topic, sub = f"lag-{time.time_ns()}", "streambench-sub-0"
-        await driver.create_topic(topic, 2, [sub])
-        producer = await driver.producer(topic, 0)
-        await producer.send_batch([OutMessage(b"y" * 64, None, time.time_ns()) for _ in range(500)])
-        await producer.close()
+        driver, topic, sub = await _stored(target, server, "lag", 2, 500)
         consumer = await driver.consumer(topic, sub, 0, track_ids=True)
         consumed = 0
         for _ in range(20):
@@ -348,6 +357,43 @@ def test_lag_is_the_servers_figure(server):
     assert figures["num_ack_pending"] == 30
     assert lag == figures["num_pending"] + figures["num_ack_pending"] == 500 - consumed
     assert stored >= 500  # the server's /jsz count of stored messages includes this stream's
+
+
+def test_a_closing_consumer_hands_back_what_it_holds(server):
+    """A consumer closed (stopped by the user, or at the run's end) with messages delivered to
+    it and not yet read hands them back at once: the server holds none of them as delivered
+    and unacknowledged waiting for ack_wait (30 s): another consumer gets them at once."""
+    target = resolve_target(server.target("fetch=100"))
+
+    async def scenario() -> tuple[int, int, float]:
+        driver, topic, sub = await _stored(target, server, "handback", 1, 200)
+        consumer = await driver.consumer(topic, sub, 0, track_ids=False)
+        assert isinstance(consumer, NatsConsumer)
+        await consumer._pull()  # one pull request of 100, delivered and not read
+        for _ in range(50):
+            if len(consumer._arrived) == 100:
+                break
+            await asyncio.sleep(0.05)
+        held = len(consumer._arrived)
+        await consumer.close()
+        nc = await nats.connect(f"nats://{server.endpoint}")
+        pull = await nc.jetstream().pull_subscribe_bind(sub, stream_name(topic))
+        got, start = 0, time.monotonic()
+        with contextlib.suppress(nats.errors.TimeoutError):
+            while got < 200:
+                msgs = await pull.fetch(200 - got, timeout=3)
+                got += len(msgs)
+                for m in msgs:
+                    await m.ack()
+        took = time.monotonic() - start
+        await nc.close()
+        await driver.delete_topic(topic)
+        await driver.close()
+        return held, got, took
+
+    held, got, took = asyncio.run(scenario())
+    assert held == 100
+    assert got == 200 and took < 10, (got, took)  # every message, well within ack_wait
 
 
 def test_a_failed_sample_loses_no_count(server):

@@ -14,19 +14,24 @@ from tests.conftest import run_cli, run_json
 pytestmark = pytest.mark.integration
 
 
-def _search(out: Path, target: str) -> list[dict]:
-    """A search of 21 s (3 s warm-up) on `target`: its events in time order."""
+def _search(out: Path, target: str, printed: list[str] | None = None) -> list[dict]:
+    """A search of 21 s (3 s warm-up) on `target`: its events in time order (what it printed
+    appended to `printed`)."""
     res = run_cli(["run", target, "--max-rate=search", "--duration", "18", "--warmup", "3",
                    "--headless", "--out", str(out)], timeout_s=180)
     assert res.returncode == 0, res.stderr[-3000:]
+    if printed is not None:
+        printed.append(res.stdout)
     return sorted(ds.dataset(out / "events", format="parquet").to_table().to_pylist(),
                   key=lambda e: e["time"])
 
 
 @pytest.fixture(scope="module")
-def redis_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+def redis_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict], str]:
     out = tmp_path_factory.mktemp("search") / "run"
-    return out, _search(out, "redis")
+    printed: list[str] = []
+    events = _search(out, "redis", printed)
+    return out, events, printed[0]
 
 
 def _best_kept(events: list[dict]) -> float:
@@ -37,8 +42,8 @@ def _best_kept(events: list[dict]) -> float:
     return max(kept)
 
 
-def test_rate_search_on_redis(redis_search: tuple[Path, list[dict]]) -> None:
-    out, events = redis_search
+def test_rate_search_on_redis(redis_search: tuple[Path, list[dict], str]) -> None:
+    out, events, printed = redis_search
     steps = [e for e in events if e["kind"] == "rate-search"]
     assert 5 <= len(steps) <= 7, [e["detail"] for e in steps]  # 21 s / 3 s, give or take a tick
     assert steps[0]["detail"].startswith(("steady: up 10,000 →", "backlog growing: down 10,000 →",
@@ -53,9 +58,23 @@ def test_rate_search_on_redis(redis_search: tuple[Path, list[dict]]) -> None:
             assert later[0]["target_rate"] == pytest.approx(new, abs=0.5), step["detail"]  # shown rounded
     result = [e for e in events if e["kind"] == "rate-search-result"]
     assert len(result) == 1 and "msg/s at the end" in result[0]["detail"]
-    assert "msg/s acknowledged on average over the measuring phase" in result[0]["detail"]
+    assert "msg/s acknowledged (the median of the " in result[0]["detail"]
     meta = run_json(out)
     assert meta["workload"]["producerRate"] == 0 and meta["workload"]["maxRate"] == "search"
+    # the result: the median of the kept periods' acknowledged rates, in the event, in
+    # run.json and in the table the run prints when it ends
+    detail = result[0]["detail"]
+    shown = float(detail.split("; ")[2].split(" msg/s")[0].replace(",", ""))
+    kept = [float(e["detail"].split("achieved ")[1].split(" msg/s")[0].replace(",", ""))
+            for e in steps if e["detail"].startswith("steady")
+            and [t for t in ticks if t["time"] <= e["time"]][-1]["phase"] == "measuring"]
+    assert kept and min(kept) <= shown <= max(kept), (detail, kept)
+    total = meta["totals"][0]
+    assert total["sustainable_rate"] == pytest.approx(shown, abs=0.5)
+    assert total["search_converged"] == detail.startswith("converged")
+    row = next(line for line in printed.splitlines() if line.startswith("sustainable msg/s"))
+    assert row.split()[-1] == f"{shown:,.0f}"
+    assert any(line.startswith("search converged") for line in printed.splitlines())
     assert meta["totals"][0]["drained"]
     # a search is not a change of the load: the report cuts no segments at its steps
     assert not [e for e in events if e["kind"] == "rate"]
@@ -66,10 +85,10 @@ def test_rate_search_on_redis(redis_search: tuple[Path, list[dict]]) -> None:
 
 
 def test_a_throttled_broker_sustains_a_lower_rate(
-        redis_search: tuple[Path, list[dict]], tmp_path: Path) -> None:
+        redis_search: tuple[Path, list[dict], str], tmp_path: Path) -> None:
     """The same search on a redis-server that fsyncs its append-only file after every write
     keeps up with a clearly lower rate than on one that does not."""
-    _, free = redis_search
+    _, free, _ = redis_search
     throttled = _search(tmp_path / "run", "redis:conf.appendonly=yes,conf.appendfsync=always")
     assert _best_kept(throttled) < 0.8 * _best_kept(free), (
         [e["detail"] for e in free if e["kind"] == "rate-search"],

@@ -77,3 +77,12 @@ def test_sizes():
     for bad in ("lots", "1.5G", "-1G"):
         with pytest.raises(ValueError):
             _parse_size(bad)
+
+
+@pytest.mark.parametrize(("spec", "seconds"), [("nats", "30"), ("nats:ack_wait=7", "7")])
+def test_a_stalled_drain_names_the_ack_wait_in_force(spec, seconds):
+    hint = PLATFORMS["nats"].drain_stall_hint
+    assert hint is not None
+    text = hint(resolve_target(spec))
+    assert f"only ack_wait ({seconds} s) after it was delivered without an acknowledgement" in text
+    assert PLATFORMS["redis"].drain_stall_hint is None

@@ -245,3 +245,40 @@ def test_rates_that_failed_during_a_slowdown_do_not_hold_the_search_down_after_i
         held = [rate for rate, _, _ in decisions[40:]]  # from 120 s on
         assert sum(held) / len(held) >= 95_000 * 0.9, (seed, held)
         assert max(held) <= 95_000 * 1.0501 ** 2, (seed, held)
+
+
+def test_the_result_is_the_median_of_the_measured_periods_that_kept_up():
+    """The overshoot of a rate too high (the producers outrun the consumers, the unread grows)
+    and the periods before the measuring phase are not in the result; the average over the
+    whole measuring phase, overshoot included, is given apart."""
+    search = RateSearch(["t"], subscriptions=1)
+    produced_total = consumed_total = seq = 0
+    kept_rates = []
+
+    def period(rate: float, produced: int, consumed: int, phase: Phase) -> str:
+        nonlocal produced_total, consumed_total, seq
+        step = None
+        for _ in range(PERIOD_TICKS):
+            produced_total += produced
+            consumed_total += consumed
+            t = _tick(seq, rate, produced, consumed, produced_total, consumed_total)
+            step = search.tick(dataclasses.replace(t, phase=phase))
+            seq += 1
+        assert step is not None
+        return step[1]
+
+    assert period(10_000, 10_000, 10_000, Phase.WARMUP).startswith("steady: up")
+    assert search.measured("t") is None and search.sustained("t") is None
+    for share in (1.0, 0.995, 1.0):  # kept up with the rates the search went up to
+        rate = search.rate("t")
+        line = period(rate, int(rate * share), int(rate * share), Phase.MEASURING)
+        assert line.startswith("steady: up"), line
+        kept_rates.append(int(rate * share))
+    # a rate too high: the producers keep up with it, the consumer reads 20,000/s
+    rate = search.rate("t")
+    line = period(rate, int(rate), 20_000, Phase.MEASURING)
+    assert line.startswith("backlog growing: down"), line
+    assert search.periods("t") == (3, 4)
+    assert search.sustained("t") == pytest.approx(sorted(kept_rates)[1])  # the median
+    assert search.measured("t") == pytest.approx((sum(kept_rates) + int(rate)) / 4)
+    assert search.sustained("t") < search.measured("t")
