@@ -181,6 +181,15 @@ def parse_memory(text: str) -> str:
     return text.lower()
 
 
+def memory_bytes(limit: str) -> float:
+    """A container memory limit as parse_memory() gives it, in bytes."""
+    units = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = limit.strip().lower()
+    if text and text[-1] in units:
+        return float(text[:-1]) * units[text[-1]]
+    return float(text)
+
+
 def parse_cpus(text: str) -> float:
     value = float(text)
     if not value > 0:

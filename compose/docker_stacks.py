@@ -8,7 +8,7 @@ import os
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
-from compose.docker import ComposeStack, compose_images
+from compose.docker import ComposeStack, compose_images, memory_bytes
 from compose.kafka import broker_count, random_cluster_id
 from compose.pulsar import STOCK_NAMESPACE, AdminError, PulsarAdmin, create_namespace, ready_check
 from compose.redis import RedisServerOptions, check_version, ping
@@ -229,7 +229,7 @@ class RedpandaDockerStack(KafkaApiDockerStack):
         if self._cpus:
             env["STREAMBENCH_REDPANDA_SMP"] = str(max(1, int(self._cpus)))
         if self._memory:
-            env["STREAMBENCH_REDPANDA_MEMORY"] = f"{max(256, int(_bytes(self._memory) * 0.8 / 2**20))}M"
+            env["STREAMBENCH_REDPANDA_MEMORY"] = f"{max(256, int(memory_bytes(self._memory) * 0.8 / 2**20))}M"
         return env
 
     def brokers(self) -> list[str]:
@@ -303,8 +303,3 @@ class PulsarDockerStack(ComposeStack):
         return {"pulsar": f"pulsar://127.0.0.1:{self._port}", "pulsar-admin": self._admin_url()}
 
 
-def _bytes(size: str) -> float:
-    units = {"b": 1, "k": 2**10, "m": 2**20, "g": 2**30}
-    if size[-1] in units:
-        return float(size[:-1]) * units[size[-1]]
-    return float(size)

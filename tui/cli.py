@@ -350,6 +350,7 @@ def _check_memory_room(workload: Any, targets: Sequence[Any], floor: int | None)
     would stop the run part-way."""
     import psutil
 
+    from compose.docker import memory_bytes
     from loadgen.memguard import default_floor, size_text
 
     redis = [t for t in targets if t.platform.startswith("redis") and t.runtime != "external"
@@ -361,6 +362,15 @@ def _check_memory_room(workload: Any, targets: Sequence[Any], floor: int | None)
     need = len(redis) * workload.rate * seconds * (workload.message_size + REDIS_ENTRY_OVERHEAD)
     available = psutil.virtual_memory().available
     floor = default_floor() if floor is None else floor
+    each = need / len(redis)
+    for t in redis:
+        limit = t.options.get("memory") if t.runtime == "docker" else None
+        if limit and each > memory_bytes(str(limit)):
+            _warn(f"target {t.label or t.spec}: its Redis stream will take about "
+                  f"{size_text(each)} of memory ({workload.rate:,.0f} msg/s for {seconds:g} s), "
+                  f"more than its container's limit (memory={limit}): the kernel will kill "
+                  "redis-server part-way and the run will report the broker as died; the target "
+                  "option maxlen= trims the stream")
     if need > available - floor:
         _warn(f"the run's Redis streams will take about {size_text(need)} of memory "
               f"({workload.rate:,.0f} msg/s for {seconds:g} s, about "

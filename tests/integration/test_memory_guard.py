@@ -75,3 +75,25 @@ def test_sizes(text: str, size: int) -> None:
 def test_bad_sizes(text: str) -> None:
     with pytest.raises(ValueError, match="expected a size"):
         parse_size(text)
+
+
+def test_a_redis_container_whose_limit_will_not_hold_the_stream_is_warned(capsys) -> None:
+    """A docker Redis target with memory= under what its stream will take gets its own warning
+    line before the start (the kernel would kill redis-server inside its container long before
+    the machine runs low); with maxlen=, or a limit that holds the stream, none."""
+    from loadgen.platforms import resolve_target
+    from loadgen.workload import Workload
+    from tui.cli import _check_memory_room
+
+    workload = Workload(rate=10_000, duration_s=60, warmup_s=0, message_size=1024)
+    need = 10_000 * 60 * (1024 + 180)  # 722 MB
+    small = resolve_target("redis:runtime=docker,memory=256m")
+    _check_memory_room(workload, [small], 0)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"streambench: warning: target {small.label}: its Redis stream will "
+                           f"take about {need / 2**20:.0f} MiB of memory"), line
+    assert "(memory=256m)" in line and "maxlen=" in line
+    for fits in ("redis:runtime=docker,memory=2g", "redis:runtime=docker,memory=256m,maxlen=1000",
+                 "redis:runtime=docker"):
+        _check_memory_room(workload, [resolve_target(fits)], 0)
+        assert capsys.readouterr().err == "", fits
