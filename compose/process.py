@@ -23,6 +23,7 @@ from compose.stack import Stack
 from loadgen.errors import StackError
 
 _PR_SET_PDEATHSIG = 1
+PAUSE_WAIT_S = 2.0  # a pause waits at most this long for every thread of the broker to stop
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -80,6 +81,47 @@ def signal_tree(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
             p.send_signal(sig)
 
 
+def _tree_pids(proc: subprocess.Popen[bytes]) -> list[int]:
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(proc.pid)
+        return [root.pid, *(p.pid for p in root.children(recursive=True))]
+    return []
+
+
+def _all_stopped(pids: list[int]) -> bool:
+    """Whether every thread of these processes is in the stopped state (a process that has
+    exited counts as stopped)."""
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                    state = f.read().rpartition(b")")[2].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in (b"T", b"t", b"Z", b"X"):
+                return False
+    return True
+
+
+def pause_tree(proc: subprocess.Popen[bytes], timeout_s: float = PAUSE_WAIT_S) -> bool:
+    """SIGSTOP a broker's process tree and wait until every thread of it has stopped: the
+    signal takes effect when one thread of a process acts on it, and until then the others
+    run on (on a busy host, long enough to answer a request). False when some thread still
+    ran after `timeout_s`."""
+    signal_tree(proc, signal.SIGSTOP)
+    pids = _tree_pids(proc)
+    deadline = time.monotonic() + timeout_s
+    while not _all_stopped(pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
 def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
     """SIGTERM the process tree, wait, then SIGKILL what is left. A paused (SIGSTOPped) broker
     is let go on after the SIGTERM, so that it can act on it."""
@@ -128,10 +170,12 @@ class LocalNode:
         self.proc = start_process(self.argv, self.log, cwd=self.cwd, env=self.env)
         self.paused = False
 
-    def pause(self) -> None:
+    def pause(self) -> bool:
+        """SIGSTOP, and wait until it has taken effect; False when it had not within
+        PAUSE_WAIT_S."""
         assert self.proc is not None
-        signal_tree(self.proc, signal.SIGSTOP)
         self.paused = True
+        return pause_tree(self.proc)
 
     def resume(self) -> None:
         if self.proc is not None:
@@ -165,7 +209,9 @@ async def node_fault(label: str, node: LocalNode, action: str, ready: ReadyProbe
         if not node.running:
             raise StackError(f"{label}: cannot pause {node.name}: it is not running "
                              f"(exit code {node.proc.returncode if node.proc else None}); start it first")
-        node.pause()
+        if not await asyncio.to_thread(node.pause):
+            return (f"{node.name} (pid {node.pid}): SIGSTOP to its process tree (some of its "
+                    f"threads still ran {PAUSE_WAIT_S:g} s later)")
         return f"{node.name} (pid {node.pid}): SIGSTOP to its process tree"
     if action == "resume":
         node.resume()

@@ -49,6 +49,7 @@ from loadgen.workload import Workload, shown
 Subscriber = Callable[[BusItem], None]
 
 DRAIN_STALL_S = 5.0  # a drain that reads nothing this long, messages unread, is said to stall
+TICK_SLACK_S = 0.1
 
 
 class Recorder(Protocol):
@@ -472,7 +473,8 @@ class Run:
             return
         idle = self._drain_idle.get(label, 0.0)
         self._drain_idle[label] = idle + tick.interval_s
-        if idle < DRAIN_STALL_S <= idle + tick.interval_s:
+        # ticks of about a second add up to a hair under the whole seconds
+        if idle < DRAIN_STALL_S - TICK_SLACK_S <= idle + tick.interval_s:
             detail = (f"nothing consumed for {idle + tick.interval_s:.0f} s of the drain, "
                       f"{unread:,} messages unread")
             hint = self._stall_hints.get(label)

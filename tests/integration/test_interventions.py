@@ -75,7 +75,7 @@ def test_a_drain_that_reads_nothing_is_said_to_stall(tmp_path: Path, no_leftover
     assert len(stalled) == 1, [(e["kind"], e["detail"]) for e in events]
     detail = stalled[0]["detail"]
     idle = int(detail.split("nothing consumed for ")[1].split(" s of the drain, ")[0])
-    assert 5 <= idle <= 7, detail  # said at the tick that makes it 5 s or more
+    assert 5 <= idle <= 6, detail  # said at the fifth drain tick (one may come late)
     unread = int(detail.split(", ")[1].split(" messages")[0].replace(",", ""))
     assert 700 <= unread <= 1_600 and detail.endswith("messages unread"), detail
     drain_start = next(e for e in events if e["kind"] == "phase" and e["phase"] == "draining")

@@ -6,10 +6,13 @@ cluster refuses faults; an unknown broker is an error naming the brokers there a
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 import time
 import urllib.error
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -296,3 +299,35 @@ def test_pulsar_pause_and_resume():
         asyncio.run(stack.down())
     assert events.kinds == ["fault-pause", "fault-resume"]
     assert started and gone(started), "a Pulsar process the test started is still running"
+
+
+def test_a_pause_returns_once_every_thread_has_stopped(tmp_path):
+    """A process whose threads all spin: when pause_tree returns, every thread of it is in the
+    stopped state and its CPU time stands still; SIGCONT lets it run on. (A SIGSTOP takes
+    effect when one thread acts on it; before, a busy broker's other threads could still
+    answer a request sent right after the pause.)"""
+    from compose.process import _all_stopped, pause_tree, signal_tree, start_process
+
+    spin = ("import threading, time\n"
+            "def spin():\n"
+            "    end = time.monotonic() + 60\n"
+            "    while time.monotonic() < end: pass\n"
+            "for _ in range(8): threading.Thread(target=spin).start()\n")
+    proc = start_process([sys.executable, "-c", spin], tmp_path / "spin.log")
+    try:
+        time.sleep(0.5)  # the threads are running
+        assert not _all_stopped([proc.pid])
+        assert pause_tree(proc)
+        tasks = Path(f"/proc/{proc.pid}/task")
+        states = {(tasks / t / "stat").read_bytes().rpartition(b")")[2].split()[0]
+                  for t in os.listdir(tasks)}
+        assert states == {b"T"}, states
+        cpu = psutil.Process(proc.pid).cpu_times()
+        time.sleep(0.3)
+        assert psutil.Process(proc.pid).cpu_times() == cpu
+        signal_tree(proc, signal.SIGCONT)
+        time.sleep(0.3)
+        assert psutil.Process(proc.pid).cpu_times().user > cpu.user
+    finally:
+        proc.kill()
+        proc.wait(5)
