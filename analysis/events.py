@@ -28,7 +28,8 @@ NOTE_KINDS: tuple[str, ...] = ("loadgen-saturated", "coordinator-late", "interve
                                # OMB's backlog phase and rate search
                                "backlog-built", "backlog-drain-done", "rate-search-converged",
                                "rate-search-result",
-                               "drain-stalled")  # a drain that reads nothing, messages unread
+                               "drain-stalled",  # a drain that reads nothing, messages unread
+                               "messages-lost")  # … and the broker shows nothing left to read
 # which partitions the consumers hold: at start-up, and each change (a rebalance) after
 ASSIGNMENT_KIND = "assignment"
 READ_KINDS: tuple[str, ...] = (*CHANGE_KINDS, *RECOVERY_KINDS, BACKLOG_KIND, *NOTE_KINDS,

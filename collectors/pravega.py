@@ -29,6 +29,7 @@ from loadgen.tick import LagSnapshot
 
 SAMPLE_TIMEOUT_S = 0.8
 STALE_S = 5.0  # an answer older than this is no reading
+TRAILS_S = 4.0  # positions written back every 3 s, sampled about once a second
 SOURCE = "reader groups' unread bytes"
 
 
@@ -42,10 +43,12 @@ def lag_of(unread: dict[int, int], partitions: int, event_bytes: int | None) -> 
     of an event is not known yet."""
     per_segment = {p: unread.get(p, 0) for p in range(partitions)}
     if not event_bytes:
-        return None if any(per_segment.values()) else LagSnapshot(0, per_segment, SOURCE)
+        return (None if any(per_segment.values())
+                else LagSnapshot(0, per_segment, SOURCE, trails_s=TRAILS_S))
     per_partition = {p: round(b / event_bytes) for p, b in per_segment.items()}
     return LagSnapshot(sum(per_partition.values()), per_partition,
-                       f"{SOURCE} / {event_bytes} B per event (positions written back every 3 s)")
+                       f"{SOURCE} / {event_bytes} B per event (positions written back every 3 s)",
+                       trails_s=TRAILS_S)
 
 
 class PravegaTelemetry(Collector):

@@ -63,6 +63,11 @@ class RedisTelemetry(Collector):
             groups, info = replies[2 * partition] or [], replies[2 * partition + 1]
             total = 0
             read: float | None = 0.0
+            if isinstance(info, dict):
+                # a group missing from a stream that is there (a server started again without
+                # its data): every entry of the stream is unread for that subscription
+                found = {g["name"] for g in groups}
+                total += int(info.get(b"length") or 0) * sum(g not in found for g in self._groups)
             for g in groups:
                 if g["name"] not in self._groups:
                     continue

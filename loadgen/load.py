@@ -49,6 +49,8 @@ PACING_WINDOW_NS = 400_000
 DROPPED_SLOTS = "slots owed at the old rate dropped"
 # a client whose connection was lost is opened again after this pause, doubling up to the max
 RECONNECT_FIRST_S = 0.1
+# receive errors are said once per kind: the first this many characters of `Type: message`
+RECEIVE_ERROR_KEY = 40
 RECONNECT_MAX_S = 0.5  # small: it adds to the recovery time measured after a restart
 
 Publish = Callable[[BusItem], None]
@@ -81,6 +83,9 @@ class TargetTotals:
     expected: int = 0  # produced × subscriptions: what the consumers must have read
     final_lag: int | None = None
     drained: bool = False
+    # acknowledged messages the drain found gone: the broker showed nothing left to read and
+    # nothing came for LOSS_AFTER_S (loadgen.run) with these unread (a broker that lost them)
+    lost: int = 0
     # a search for the highest sustainable rate (--max-rate=search): its result, the
     # acknowledged msg/s over the measured periods that kept up, and whether it converged
     sustainable_rate: float | None = None
@@ -172,6 +177,7 @@ class TargetLoad:
         self._saturated = ""
         self._reset_interval()
         self.totals = TargetTotals(label)
+        self._receive_errors_said: set[str] = set()
         self.settings: dict[str, dict[str, Any]] = {}  # in force (loadgen.settings)
 
     def _reset_interval(self) -> None:
@@ -452,9 +458,12 @@ class TargetLoad:
                 raise
             except Exception as exc:
                 self.totals.receive_errors += 1
-                if self.totals.receive_errors == 1:
-                    self._publish(RunEvent(time.time_ns(), self.label, "receive-error",
-                                           f"{type(exc).__name__}: {exc}"))
+                what = f"{type(exc).__name__}: {exc}"
+                # each kind of error once (the first words say which), a few kinds at most
+                kind = what[:RECEIVE_ERROR_KEY]
+                if kind not in self._receive_errors_said and len(self._receive_errors_said) < 5:
+                    self._receive_errors_said.add(kind)
+                    self._publish(RunEvent(time.time_ns(), self.label, "receive-error", what))
                 if isinstance(exc, ConnectionError) and self.driver is not None:
                     # no more reads on a dead connection: a new one, when the broker is back
                     topic, subscription, index = self._consumer_specs[slot]

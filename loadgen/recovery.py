@@ -1,6 +1,8 @@
 """Recovery after a fault, measured from the ticks: how long until a target is healthy again
 (produce and consume rates back within 10 % of what they should be for 5 s, and lag back to its
-level before the fault), and what the fault cost meanwhile: the lag peak, the longest publish
+level before the fault, give or take what the lag's source trails consumption by: Pravega's
+readers write their positions back every 3 s, so up to 4 s of consumption there still shows as
+lag on a healthy target), and what the fault cost meanwhile: the lag peak, the longest publish
 stall, messages that arrived late, send errors."""
 
 from __future__ import annotations
@@ -123,7 +125,9 @@ class RecoveryWatch:
         # a rate changed since the fault counts from the change
         expected = tick.target_rate if tick.target_rate > 0 else rec.expected_produce
         lag = tick.lag.total if tick.lag is not None else 0
-        lag_ok = lag <= rec.lag_before + max(10.0, HEALTHY_RATIO * expected)
+        trails_s = tick.lag.trails_s if tick.lag is not None else 0.0
+        lag_ok = lag <= rec.lag_before + max(10.0, HEALTHY_RATIO * expected,
+                                             trails_s * expected * rec.subscriptions)
         if expected <= 0:
             return lag_ok
         produce_ok = abs(tick.produce_rate - expected) <= HEALTHY_RATIO * expected

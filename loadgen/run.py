@@ -50,6 +50,9 @@ Subscriber = Callable[[BusItem], None]
 
 DRAIN_STALL_S = 5.0  # a drain that reads nothing this long, messages unread, is said to stall
 TICK_SLACK_S = 0.1
+# a drain whose broker shows nothing left to read while messages are unread, and that reads
+# nothing for this long, ends for that target: the broker no longer has them (lost)
+LOSS_AFTER_S = 3.0
 
 
 class Recorder(Protocol):
@@ -234,9 +237,11 @@ class Run:
         # seconds of the drain each target has read nothing with messages unread, and why a
         # platform's drain can stand still (said once, in a drain-stalled event)
         self._drain_idle: dict[str, float] = {}
+        self._empty_idle: dict[str, float] = {}  # … with the broker showing no lag
         self._stall_hints = {t.label: hint(t) for t in targets
                              if (hint := PLATFORMS[t.platform].drain_stall_hint) is not None}
         self._down: dict[str, set[str]] = {t.label: set() for t in targets}
+        self._faulted: dict[str, list[str]] = {}  # kills, restarts and deaths of each target's brokers
         self.subscribe(self._note_brokers)
 
     @property
@@ -447,13 +452,17 @@ class Run:
                     r.totals.drained = d
                     r.totals.final_lag = t.lag.total if t.lag is not None else None
                     self._watch_drain(d, t)
-                # a target whose every broker died has nothing left to drain from
-                over = [d or self._all_down(r.label) for r, d in zip(self.runners, done, strict=True)]
-                if all(over) and not all(done):
+                    self._watch_loss(d, stopped, r.totals, t)
+                # a target whose every broker died has nothing left to drain from, nor one whose
+                # broker no longer has the messages unread
+                down = [not d and self._all_down(r.label) for r, d in zip(self.runners, done, strict=True)]
+                over = [d or dn or r.totals.lost > 0
+                        for r, d, dn in zip(self.runners, done, down, strict=True)]
+                if all(over) and any(down):
                     self.publish(RunEvent(time.time_ns(), "", "drain-skipped",
                                           "no broker left to drain from: "
-                                          + ", ".join(r.label for r, d in zip(self.runners, done,
-                                                                               strict=True) if not d)))
+                                          + ", ".join(r.label for r, dn in zip(self.runners, down,
+                                                                                strict=True) if dn)))
                 if all(over) or self._stop_requests > 1 or loop.time() > drain_deadline:
                     if not all(done):
                         self.publish(RunEvent(time.time_ns(), "", "drain-incomplete",
@@ -481,6 +490,28 @@ class Run:
             self.publish(RunEvent(time.time_ns(), label, "drain-stalled",
                                   f"{detail}: {hint}" if hint else detail))
 
+    def _watch_loss(self, drained_now: bool, stopped: bool, totals: TargetTotals, tick: Tick) -> None:
+        """Messages acknowledged and never read while the broker shows nothing left to read
+        (lag 0) and none comes for LOSS_AFTER_S: the broker lost them (a broker that keeps its
+        data in memory killed and started again, a leader lost without its followers). Said
+        once, in a messages-lost event, counted in totals.lost; the drain does not wait for
+        them until its timeout."""
+        label = tick.target
+        if (drained_now or not stopped or totals.lost or tick.lag is None or tick.lag.total
+                or tick.consumed or totals.consumed >= totals.expected):
+            self._empty_idle[label] = 0.0
+            return
+        idle = self._empty_idle.get(label, 0.0) + tick.interval_s
+        self._empty_idle[label] = idle
+        if idle >= LOSS_AFTER_S - TICK_SLACK_S:
+            totals.lost = totals.expected - totals.consumed
+            faults = self._faulted.get(label, [])
+            since = f" (faults in this run: {', '.join(faults)})" if faults else ""
+            self.publish(RunEvent(
+                time.time_ns(), label, "messages-lost",
+                f"{totals.lost:,} acknowledged messages never delivered: the broker shows nothing "
+                f"left to read, and nothing came for {idle:.0f} s of the drain{since}"))
+
     async def _stop_load(self) -> None:
         """The end of the load: every producer finished (its batches answered or failed), then
         the consumers the user stopped start again for the drain."""
@@ -494,6 +525,11 @@ class Run:
         if not isinstance(item, RunEvent) or item.target not in self._down:
             return
         broker = item.detail.split(":")[0].split(" ")[0]
+        if item.kind in ("broker-died", "fault-kill", "fault-restart"):
+            seen = self._faulted.setdefault(item.target, [])
+            what = f"{item.kind.removeprefix('fault-')} {broker}"
+            if what not in seen:
+                seen.append(what)
         if item.kind == "broker-died":
             self._down[item.target].add(broker)
             self.broker_failures.append(f"{item.target}: {item.detail}")

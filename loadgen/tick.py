@@ -64,6 +64,9 @@ class LagSnapshot:
     total: int
     per_partition: dict[int, int] = field(default_factory=dict)
     source: str = ""  # what the figure comes from, e.g. "XINFO GROUPS lag+pending"
+    # how long the figure may trail consumption (a source the readers write their positions
+    # back to periodically): up to this many seconds of consumption can still count as lag
+    trails_s: float = 0.0
 
 
 def partition_list(partitions: tuple[int, ...]) -> str:

@@ -580,6 +580,9 @@ def _print_summary(summary: Any, end: EndSummary) -> None:
             parts.append(f"consumers failed {t.consumers_failed:,} (see the consumer-failed event)")
         if t.duplicates:
             parts.append(f"duplicates {t.duplicates:,}")
+        if t.lost:
+            parts.append(f"LOST {t.lost:,} (acknowledged, never delivered: the broker has "
+                         "nothing more to read; see the messages-lost event)")
         if not t.drained:
             parts.append(f"NOT drained (unconsumed {max(lost, 0):,}, lag {t.final_lag})")
         sys.stderr.write(", ".join(parts) + "\n")

@@ -128,10 +128,14 @@ def rows(figures: TargetFigures, totals: Any) -> list[tuple[str, str]]:
         out.append(("send errors", f"{totals.send_errors:,}"))
     if totals.consumers_failed:
         out.append(("consumers failed", f"{totals.consumers_failed:,}"))
+    if getattr(totals, "lost", 0):
+        out.append(("messages lost", f"{totals.lost:,}"))
     if totals.duplicates:
         out.append(("duplicates", f"{totals.duplicates:,}"))
-    lost = max(totals.expected - totals.consumed, 0) if totals.expected else 0
-    out.append(("drained", "yes" if totals.drained else f"NO ({lost:,} unread)"))
+    unread = max(totals.expected - totals.consumed, 0) if totals.expected else 0
+    gone = getattr(totals, "lost", 0)
+    out.append(("drained", "yes" if totals.drained
+                else f"NO ({unread:,} lost)" if gone and gone == unread else f"NO ({unread:,} unread)"))
     return out
 
 

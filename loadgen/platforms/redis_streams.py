@@ -153,6 +153,10 @@ class RedisConsumer(Consumer):
                  track_ids: bool) -> None:
         self._all = tuple(range(len(streams)))
         self._conn = conn
+        # the group again, from each stream's first entry, should the server have lost it
+        self._create = b"".join(encode(["XGROUP", "CREATE", s, group, "0", "MKSTREAM"])
+                                for s in streams)
+        self._n_streams = len(streams)
         self._track = track_ids
         self._index = {s.encode(): i for i, s in enumerate(streams)}
         # `XACK <stream> <group>` without the array header, which depends on the id count
@@ -188,6 +192,13 @@ class RedisConsumer(Consumer):
             raise
         receive_ns = time.time_ns()
         if isinstance(reply, RespError):
+            if str(reply).startswith("NOGROUP"):
+                # a server started again without its data (no AOF): the streams the producers
+                # write again have no group; made again, reading them from their start (another
+                # consumer of the group may have made it first: BUSYGROUP, fine)
+                await self._conn.pipeline(self._create, self._n_streams)
+                raise RespError(f"{reply}; the group was created again, from the streams' first "
+                                "entries (the server lost it: started again without its data?)")
             raise reply
         history = self._in_history
         if history and not any(entries for _, entries in reply or ()):

@@ -235,3 +235,88 @@ def test_clients_reconnect_after_a_killed_redis_is_started_again(tmp_path: Path)
     assert 0 < totals["send_errors"] <= rate * (down_s + 0.5)
     ticks = [t for t in _ticks(run_dir) if t["phase"] == "measuring"]
     assert sum(t["produced"] for t in ticks[-3:]) >= 0.9 * 3 * rate  # full rate again at the end
+
+
+def test_messages_a_redis_without_its_data_lost_are_counted_and_the_drain_ends(tmp_path: Path) -> None:
+    """redis-server without an append-only file, its consumers stopped at 1 s (a backlog
+    builds), killed at 3 s and started again (empty) at 4 s, the consumers started at 6 s: the
+    consumer finds its group gone (NOGROUP), makes it again and reads what the producer wrote
+    since; the backlog of the kill is gone, and the drain says so (messages-lost: as many as
+    the broker's lag showed at the kill, give or take the last second's) and ends there rather
+    than waiting for its 60 s timeout."""
+    run_dir = tmp_path / "run"
+    rate = 400
+    res = run_cli(["run", "redis", "--runtime", "local", "--rate", str(rate), "--duration", "10",
+                   "--warmup", "1", "--headless", "--out", str(run_dir),
+                   "--at", "1s:consumers=stop", "--at", "3s:kill=redis", "--at", "4s:start=redis",
+                   "--at", "6s:consumers=start"], timeout_s=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    events = _events(run_dir)
+    totals = run_json(run_dir)["totals"][0]
+    missing = totals["expected"] - totals["consumed"]
+    assert totals["lost"] == missing > 0 and totals["final_lag"] == 0 and not totals["drained"]
+    (lost,) = [e for e in events if e["kind"] == "messages-lost"]
+    assert lost["detail"].startswith(f"{missing:,} acknowledged messages never delivered: the "
+                                     "broker shows nothing left to read"), lost
+    assert "kill redis" in lost["detail"]
+    # what was lost is the backlog the kill found: the lag at the last tick before it, and at
+    # most the last second's messages on top
+    kill = next(e for e in events if e["kind"] == "fault-kill")
+    before = [t for t in _ticks(run_dir) if t["time"] <= kill["time"] and t["lag_total"] is not None]
+    lag_at_kill = before[-1]["lag_total"]
+    assert rate <= lag_at_kill <= missing <= lag_at_kill + 1.2 * rate, (lag_at_kill, missing)
+    # the consumer made its group again and read the new stream
+    assert any("NOGROUP" in e["detail"] and "created again" in e["detail"]
+               for e in events if e["kind"] == "receive-error")
+    drain = [t for t in _ticks(run_dir) if t["phase"] == "draining"]
+    assert 3 <= len(drain) <= 8  # LOSS_AFTER_S of nothing to read, not the 60 s timeout
+    assert f"LOST {missing:,}" in res.stderr
+    assert "messages lost" in res.stdout and f"NO ({missing:,} lost)" in res.stdout
+
+
+def test_redis_lag_counts_a_stream_whose_group_is_gone(tmp_path: Path) -> None:
+    """The Redis collector's lag for a subscription whose group the stream lacks (a server
+    started again without its data, the producers writing again) is every entry of the
+    stream, not 0; with the group made again from the first entry, the group's own lag."""
+    import asyncio
+
+    from collectors.redis import RedisTelemetry
+    from compose.process import free_port
+
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                               "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while subprocess.run(["redis-cli", "-p", str(port), "PING"], capture_output=True,
+                             text=True).stdout.strip() != "PONG":
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.1)
+
+        def cli(*args: str) -> str:
+            return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True,
+                                  text=True, check=True).stdout.strip()
+
+        for i in range(7):
+            cli("XADD", "s-0", "*", "t", str(i))
+        cli("XADD", "s-1", "*", "t", "0")
+
+        async def lag() -> tuple[int, dict[int, int]]:
+            collector = RedisTelemetry("127.0.0.1", port, ["s-0", "s-1", "s-2"], ["g"])
+            try:
+                snap = await collector.lag()
+                return snap.total, snap.per_partition
+            finally:
+                await collector.close()
+
+        # no group anywhere; s-2 does not exist (nothing stored there)
+        assert asyncio.run(lag()) == (8, {0: 7, 1: 1, 2: 0})
+        cli("XGROUP", "CREATE", "s-0", "g", "0")
+        cli("XREADGROUP", "GROUP", "g", "c", "COUNT", "3", "STREAMS", "s-0", ">")
+        # s-0: 4 never delivered + 3 pending; s-1 still has no group
+        assert asyncio.run(lag()) == (8, {0: 7, 1: 1, 2: 0})
+        cli("XACK", "s-0", "g", *cli("XRANGE", "s-0", "-", "+", "COUNT", "3").split("\n")[::3])
+        assert asyncio.run(lag()) == (5, {0: 4, 1: 1, 2: 0})
+    finally:
+        server.terminate()
+        server.wait()

@@ -167,8 +167,17 @@ def test_clients_reconnect_to_a_standalone_started_again(tmp_path, nothing_left_
     assert max(gaps) < 1.5, gaps
     measuring = [t for t in ticks if t["phase"] == "measuring"]
     assert sum(t["produced"] for t in measuring[-3:]) >= 0.9 * 3 * rate
-    assert sum(t["consumed"] for t in measuring[-3:]) >= 0.9 * 3 * rate
+    # the consumers keep up from their return to the end: a reader takes events in slices and
+    # its group moves a segment between readers now and then, so one second can come short and
+    # the next long; over the stretch they read what was produced, and the drain reads the rest
+    # of what the standalone holds. What it held unread when it was killed is gone (its streams
+    # are in memory): at most the last moment's acknowledged messages
+    back_at = max(e["time"] for e in back)
+    after = [t for t in ticks if t["time"] > back_at]
+    assert len([t for t in after if t["phase"] == "measuring"]) >= 5
+    assert sum(t["consumed"] for t in after) >= 0.9 * sum(t["produced"] for t in after)
     (totals,) = meta["totals"]
+    assert totals["final_lag"] == 0 and 0 <= totals["expected"] - totals["consumed"] <= rate, totals
     # slots due while no broker was there failed, each once, without a write
     down_s = (max(e["time"] for e in back) - kill["time"]).total_seconds()
     assert 0 < totals["send_errors"] <= rate * (down_s + 1)

@@ -223,8 +223,10 @@ def test_kafka_kill_one_broker_of_three_and_start_it(kafka3):
     async def scenario() -> None:
         await stack.fault("kill", "broker-2")
         assert stack.describe().pids == (pids[0], pids[2])
-        # the other two still answer metadata (the quorum keeps 2 of 3 voters)
-        assert await _count(_bootstrap(stack, skip=1)) >= 2
+        # the other two still answer metadata and list each other (the quorum keeps 2 of 3
+        # voters); on a busy machine a survivor can miss its heartbeats while a new controller
+        # is elected and is fenced for a moment, so the listing is given time to settle
+        assert await _count_settles_at(_bootstrap(stack, skip=1), 2) == 2
         await stack.fault("start", "broker-2")  # waits until it lists all three itself
         assert await _count_settles_at(_bootstrap(stack), 3) == 3
         assert await _count_settles_at(_bootstrap(stack, skip=0), 3) == 3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -160,6 +162,35 @@ def test_healthy_when_the_run_ended_but_not_for_long_enough() -> None:
     (rec,) = watch.pending()
     assert rec.detail().startswith("not healthy again since kill kafka (healthy for the last 3.0 s "
                                    "of the run, 5 s needed); lag peak 1,000"), rec.detail()
+
+
+def test_recovery_allows_for_a_lag_source_that_trails() -> None:
+    """Pravega's lag comes from positions its readers write back every 3 s: a healthy target at
+    500 msg/s shows a lag of up to ~2,000 there. Within what the source trails by, it counts as
+    back to its level; a lag beyond that does not."""
+    def tick(seq: int, lag: int) -> Tick:
+        t = _tick(seq, 500, 500, lag, rate=500.0)
+        return dataclasses.replace(t, lag=LagSnapshot(lag, {}, "positions", trails_s=4.0))
+
+    watch = RecoveryWatch(subscriptions=1)
+    watch.tick(tick(0, 40))
+    watch.fault("kafka", "kill pravega", 1_000_000_000)
+    done = None
+    for s, lag in enumerate([1400, 400, 900, 1400, 400, 1100, 600], start=1):
+        done = done or watch.tick(tick(s, lag))
+    assert done is not None and "healthy again 0.0 s after kill pravega" in done.detail()
+    watch = RecoveryWatch(subscriptions=1)
+    watch.tick(tick(0, 40))
+    watch.fault("kafka", "kill pravega", 1_000_000_000)
+    for s in range(1, 8):
+        assert watch.tick(tick(s, 2100 + 10 * s)) is None  # over 40 + 4 s × 500 msg/s
+    assert len(watch.pending()) == 1
+    # the same lag from a source that does not trail is not healthy
+    watch = RecoveryWatch(subscriptions=1)
+    watch.tick(_tick(0, 500, 500, 40, rate=500.0))
+    watch.fault("kafka", "kill kafka", 1_000_000_000)
+    for s in range(1, 8):
+        assert watch.tick(_tick(s, 500, 500, 400, rate=500.0)) is None
 
 
 def test_backlog_drain_rate_and_time() -> None:

@@ -572,10 +572,26 @@ async def test_consumer_sends_the_acknowledgements_it_owes_when_closed() -> None
 
 
 async def test_consumer_raises_an_error_reply() -> None:
-    conn = RecordingConnection([RespError("NOGROUP No such key")])
+    conn = RecordingConnection([RespError("WRONGTYPE Operation against a key")])
     consumer = RedisConsumer(conn, ["t-0"], "g", "c", False)  # type: ignore[arg-type]
-    with pytest.raises(RespError, match="NOGROUP"):
+    with pytest.raises(RespError, match=r"^WRONGTYPE Operation against a key$"):
         await consumer.receive()
+    assert len(conn.piped) == 1
+
+
+async def test_consumer_makes_a_lost_group_again() -> None:
+    """NOGROUP (a server started again without its data): the group is made again on every
+    stream, from the first entry, and the error is raised saying so (another consumer may have
+    made it first: BUSYGROUP). The acknowledgements owed went with the read, as always."""
+    conn = RecordingConnection([RespError("NOGROUP No such key 't-0'"), "OK",
+                                RespError("BUSYGROUP Consumer Group name already exists")])
+    consumer = RedisConsumer(conn, ["t-0", "t-1"], "g", "c", False)  # type: ignore[arg-type]
+    consumer._acks, consumer._ack_count = b"*4\r\n...", 1
+    with pytest.raises(RespError, match=r"^NOGROUP No such key 't-0'; the group was created again"):
+        await consumer.receive()
+    assert conn.piped[1] == (encode(["XGROUP", "CREATE", "t-0", "g", "0", "MKSTREAM"])
+                             + encode(["XGROUP", "CREATE", "t-1", "g", "0", "MKSTREAM"]))
+    assert conn.behind[0] == (b"*4\r\n...", 1) and consumer._ack_count == 0
 
 
 # ---- the producer's batches -------------------------------------------------------------------
