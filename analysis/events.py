@@ -29,7 +29,8 @@ NOTE_KINDS: tuple[str, ...] = ("loadgen-saturated", "coordinator-late", "interve
                                "backlog-built", "backlog-drain-done", "rate-search-converged",
                                "rate-search-result",
                                "drain-stalled",  # a drain that reads nothing, messages unread
-                               "messages-lost")  # … and the broker shows nothing left to read
+                               "messages-lost",  # … and the broker shows nothing left to read
+                               "broker-memory-high")  # a container near its memory limit
 # which partitions the consumers hold: at start-up, and each change (a rebalance) after
 ASSIGNMENT_KIND = "assignment"
 READ_KINDS: tuple[str, ...] = (*CHANGE_KINDS, *RECOVERY_KINDS, BACKLOG_KIND, *NOTE_KINDS,

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from compose.docker import memory_bytes
 from loadgen.backlog import BacklogWatch
 from loadgen.errors import OutputError, StackError, StreambenchError, WorkloadError
 from loadgen.interventions import (
@@ -35,7 +36,7 @@ from loadgen.interventions import (
     find_broker,
 )
 from loadgen.load import DROPPED_SLOTS, TargetTotals
-from loadgen.memguard import MemoryGuard
+from loadgen.memguard import ContainerLimit, ContainerMemoryWatch, MemoryGuard
 from loadgen.pacing import now_ns
 from loadgen.placement import place
 from loadgen.platforms import PLATFORMS
@@ -208,10 +209,18 @@ class Run:
         # (kafka-2) when no other target has that platform, and after the target's label
         platforms = [t.platform for t in targets]
         self.brokers: dict[str, dict[str, str]] = {}
+        limits: dict[str, ContainerLimit] = {}
         for t in targets:
             own = PLATFORMS[t.platform].make_stack(t).brokers()
             names = broker_names(t.platform, own) if platforms.count(t.platform) == 1 else {}
             self.brokers[t.label] = {**names, **broker_names(t.label, own)}
+            memory = t.options.get("memory") if t.runtime == "docker" else None
+            if memory:
+                trim = ("the target option maxlen= trims a Redis stream"
+                        if t.platform.startswith("redis") else "")
+                limits[t.label] = ContainerLimit(memory_bytes(str(memory)), max(len(own), 1),
+                                                 str(memory), trim)
+        self._container_memory = ContainerMemoryWatch(limits)
         # the faults each target's platform takes on its runtime
         self.faults = {t.label: PLATFORMS[t.platform].fault_actions(t.runtime) for t in targets}
         check_schedule(workload.schedule, self.labels, self.brokers, workload.duration_s, self.faults)
@@ -424,6 +433,11 @@ class Run:
             for t in ticks:
                 self.publish(t)
             self._follow(ticks)
+            for t in ticks:
+                near = self._container_memory.check(t.target, t.resources.memory_bytes,
+                                                    t.time_ns / 1e9)
+                if near is not None:
+                    self.publish(RunEvent(time.time_ns(), t.target, "broker-memory-high", near))
             if not self._stop_requests and phase is not Phase.DRAINING:
                 low = self._memory.check()
                 if low is not None:

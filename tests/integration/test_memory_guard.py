@@ -97,3 +97,57 @@ def test_a_redis_container_whose_limit_will_not_hold_the_stream_is_warned(capsys
                  "redis:runtime=docker"):
         _check_memory_room(workload, [resolve_target(fits)], 0)
         assert capsys.readouterr().err == "", fits
+
+
+def test_containers_near_their_memory_limit_are_said_once_until_they_fall_back() -> None:
+    from loadgen.memguard import ContainerLimit, ContainerMemoryWatch
+
+    mib = 1 << 20
+    watch = ContainerMemoryWatch({
+        "redis": ContainerLimit(64 * mib, 1, "64m", "the target option maxlen= trims a Redis stream"),
+        "kafka": ContainerLimit(512 * mib, 3, "512m")})
+    # steady memory: said only within 10 % of the limit
+    assert watch.check("redis", 57 * mib, 0.0) is None  # 89 %
+    assert watch.check("redis", 57 * mib, 1.0) is None
+    line = watch.check("redis", int(58.5 * mib), 100.0)  # 91 %, growing slowly
+    assert line == ("its broker container uses 58 MiB of memory, 91% of the limit (memory=64m); "
+                    "at the limit the broker stalls while the kernel reclaims its memory, then the "
+                    "kernel kills it (the run reports it as died); the target option maxlen= trims "
+                    "a Redis stream")
+    assert watch.check("redis", 63 * mib, 103.0) is None  # said once
+    assert watch.check("redis", 52 * mib, 200.0) is None  # 81 %: not yet fallen back
+    assert watch.check("redis", 60 * mib, 300.0) is None
+    assert watch.check("redis", 50 * mib, 400.0) is None  # 78 %: fallen back, said again when near
+    assert watch.check("redis", 60 * mib, 500.0) is not None
+    # three containers: their sum against three limits
+    assert watch.check("kafka", 1300 * mib, 0.0) is None  # 85 %
+    assert watch.check("kafka", 1400 * mib, 100.0) == (
+        "its 3 broker containers use together 1.4 GiB of memory, 91% of the limit (memory=512m "
+        "each); at the limit the broker stalls while the kernel reclaims its memory, then the "
+        "kernel kills it (the run reports it as died)")
+    assert watch.check("nats", 10 << 30, 0.0) is None  # no limit
+    assert watch.check("redis", 0, 600.0) is None  # no figure
+
+
+def test_containers_growing_fast_towards_their_limit_are_said_ahead() -> None:
+    """6 MB/s into a 48 MiB limit crosses the last 10 % within a tick: said once past half the
+    limit, with the pace and the time left at it (over the last 5 ticks); slower growth that
+    would take longer than 30 s, or growth under half the limit, is not said."""
+    from loadgen.memguard import ContainerLimit, ContainerMemoryWatch
+
+    mib = 1 << 20
+    watch = ContainerMemoryWatch({"redis": ContainerLimit(48 * mib, 1, "48m")})
+    lines = [watch.check("redis", int(10e6 + 6e6 * s), float(s)) for s in range(8)]
+    # 10, 16, 22 MB (under half of 50.3 MB), then 28 MB: 56 %, (50.3 - 28) / 6 ≈ 4 s left
+    assert lines[:3] == [None] * 3 and lines[4:] == [None] * 4
+    assert lines[3] == ("its broker container uses 27 MiB of memory, 56% of the limit "
+                        "(memory=48m), growing by 6.0 MB/s: the limit in about 4 s at this pace; "
+                        "at the limit the broker stalls while the kernel reclaims its memory, then "
+                        "the kernel kills it (the run reports it as died)")
+    # said at 56 %: said again only after falling under 46 %
+    assert watch.check("redis", int(24e6), 8.0) is None  # 48 %
+    assert watch.check("redis", int(22e6), 9.0) is None  # 44 %: fallen back
+    assert watch.check("redis", int(46e6), 10.0) is not None  # 91 %
+    slow = ContainerMemoryWatch({"redis": ContainerLimit(48 * mib, 1, "48m")})
+    # 0.5 MB/s from 60 %: 40 s to the limit
+    assert all(slow.check("redis", int(30e6 + 0.5e6 * s), float(s)) is None for s in range(8))
