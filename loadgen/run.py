@@ -511,6 +511,8 @@ class Run:
         once, in a messages-lost event, counted in totals.lost; the drain does not wait for
         them until its timeout."""
         label = tick.target
+        if totals.lost:  # another target still drains: what comes late is no longer lost
+            totals.lost = max(0, totals.expected - totals.consumed)
         if (drained_now or not stopped or totals.lost or tick.lag is None or tick.lag.total
                 or tick.consumed or totals.consumed >= totals.expected):
             self._empty_idle[label] = 0.0
