@@ -83,7 +83,9 @@ async def _live_position(consumer: AIOKafkaConsumer, tp: TopicPartition) -> tupl
         if highwater is None:
             return None
         # position() waits while the consumer has no position yet (just assigned): don't
-        return highwater, await asyncio.wait_for(consumer.position(tp), 0.05)
+        # (a librdkafka consumer's view answers None instead)
+        position = await asyncio.wait_for(consumer.position(tp), 0.05)
+        return None if position is None else (highwater, position)
     except (AssertionError, TimeoutError, KafkaError):  # unassigned meanwhile, or no position
         return None
 

@@ -20,7 +20,8 @@ started for the purpose, in the same run.
    with the CPU-seconds per 100,000 messages of each (streambench's load process, the
    ProducerPerformance JVM).
 
-Prints the figures and their ratios."""
+Parts 1, 2 and 4 and streambench's side of 3 run once per client (`--clients`, default both:
+aiokafka, librdkafka). Prints the figures and their ratios."""
 
 from __future__ import annotations
 
@@ -73,8 +74,8 @@ async def log_end_total(bootstrap: str, topic: str, partitions: int) -> int:
 
 
 def client_options(args: argparse.Namespace) -> str:
-    return (f"acks={args.acks},linger_ms={args.linger_ms},batch_size={args.batch_size},"
-            f"compression={args.compression}")
+    return (f"client={args.client},acks={args.acks},linger_ms={args.linger_ms},"
+            f"batch_size={args.batch_size},compression={args.compression}")
 
 
 def streambench_max_rate(bootstrap: str, args: argparse.Namespace, out: Path) -> float:
@@ -200,6 +201,8 @@ def latency_table(ours: HistogramSnapshot, tool_name: str, tool: dict[str, float
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", nargs="+", default=["aiokafka", "librdkafka"],
+                        choices=("aiokafka", "librdkafka"))
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--seconds", type=float, default=15, help="measured seconds per run")
     parser.add_argument("--producers", type=int, default=1)
@@ -233,46 +236,62 @@ def main() -> int:
 
         # latency first, on the fresh broker: the throughput runs leave it flushing
         # hundreds of MB of dirty pages for a while
-        e2e, _ = streambench_latency(bootstrap, args, work / "latency")
-        ps = percentiles(e2e, PERCENTILES) / 1e6
         tool = end_to_end_latency(runtime, bootstrap, args)
-        print(f"\nend-to-end latency, ms (streambench: {args.latency_rate:,.0f} msg/s paced, "
-              f"{e2e.total:,} messages; EndToEndLatency: {args.e2e_messages:,} sequential round trips)")
-        latency_table(e2e, "EndToEndLatency", tool)
-        if tool["p50"] > 0:
-            print(f"  ratio p50 streambench / EndToEndLatency: {ps[0] / tool['p50']:.2f}")
-        else:  # the tool prints whole milliseconds: a p50 under 1 ms reads 0
-            print("  ratio p50 streambench / EndToEndLatency: none (the tool's p50 is under its "
-                  "1 ms resolution; compare the averages)")
-            print(f"  ratio avg streambench / EndToEndLatency: {e2e.mean / 1e6 / tool['avg']:.2f}")
+        for client in args.clients:
+            args.client = client
+            e2e, _ = streambench_latency(bootstrap, args, work / f"latency-{client}")
+            ps = percentiles(e2e, PERCENTILES) / 1e6
+            print(f"\nend-to-end latency, ms (streambench, client={client}: "
+                  f"{args.latency_rate:,.0f} msg/s paced, {e2e.total:,} messages; EndToEndLatency: "
+                  f"{args.e2e_messages:,} sequential round trips)")
+            latency_table(e2e, "EndToEndLatency", tool)
+            if tool["p50"] > 0:
+                print(f"  ratio p50 streambench / EndToEndLatency: {ps[0] / tool['p50']:.2f}")
+            else:  # the tool prints whole milliseconds: a p50 under 1 ms reads 0
+                print("  ratio p50 streambench / EndToEndLatency: none (the tool's p50 is under "
+                      "its 1 ms resolution; compare the averages)")
+                print(f"  ratio avg streambench / EndToEndLatency: "
+                      f"{e2e.mean / 1e6 / tool['avg']:.2f}")
 
-        _, publish = streambench_latency(bootstrap, args, work / "publish", consumers=False)
         pp = producer_performance_latency(runtime, bootstrap, args)
-        print(f"\npublish latency (send → ack), ms, no consumers, both at "
-              f"{args.latency_rate:,.0f} msg/s paced "
-              f"(ProducerPerformance achieved {pp['rate']:,.0f} msg/s)")
-        latency_table(publish, "ProducerPerformance", pp)
-        print(f"  ratio avg streambench / ProducerPerformance: {publish.mean / 1e6 / pp['avg']:.2f}")
+        for client in args.clients:
+            args.client = client
+            _, publish = streambench_latency(bootstrap, args, work / f"publish-{client}",
+                                             consumers=False)
+            print(f"\npublish latency (send → ack), ms, no consumers, both at "
+                  f"{args.latency_rate:,.0f} msg/s paced, streambench client={client} "
+                  f"(ProducerPerformance achieved {pp['rate']:,.0f} msg/s)")
+            latency_table(publish, "ProducerPerformance", pp)
+            print(f"  ratio avg streambench / ProducerPerformance: "
+                  f"{publish.mean / 1e6 / pp['avg']:.2f}")
 
-        ours = streambench_max_rate(bootstrap, args, work / "max-rate")
+        ours = {}
+        for client in args.clients:
+            args.client = client
+            ours[client] = streambench_max_rate(bootstrap, args, work / f"max-rate-{client}")
         theirs, theirs_cpu = producer_performance(runtime, bootstrap, args,
-                                                  max(200_000, int(ours * args.seconds)))
+                                                  max(200_000, int(max(ours.values()) * args.seconds)))
         print(f"\nmaximum produce rate ({args.producers} streambench producer(s) in {args.processes} "
               f"process(es); the acked count checked against the log-end offsets)")
-        for name, rate in (("streambench", ours), ("ProducerPerformance", theirs)):
+        rows = [*((f"streambench {c}", r) for c, r in ours.items()), ("ProducerPerformance", theirs)]
+        for name, rate in rows:
             print(f"  {name:24} {rate:>10,.0f} msg/s  {rate * args.size / 1e6:7.1f} MB/s")
-        print(f"  ratio streambench / ProducerPerformance: {ours / theirs:.2f}")
+        for client, rate in ours.items():
+            print(f"  ratio streambench {client} / ProducerPerformance: {rate / theirs:.2f}")
 
-        both = streambench_produce_consume(bootstrap, args, work / "produce-consume")
         print(f"\nmaximum rate with the consumer running (streambench: 1 producer + 1 consumer in "
               f"{args.pc_processes} load process(es); ProducerPerformance as above, no consumer)")
-        print(f"  {'':24} {'msg/s':>10} {'CPU-s/100k':>11}")
-        print(f"  {'streambench produced':24} {both['produced']:>10,.0f} {both['cpu_per_100k']:>11.3f}"
-              "   (producer and consumer)")
-        print(f"  {'streambench consumed':24} {both['consumed']:>10,.0f}")
-        print(f"  {'ProducerPerformance':24} {theirs:>10,.0f} {theirs_cpu:>11.3f}")
-        print(f"  consumed / produced: {both['consumed'] / both['produced']:.3f} (goal ≥ 0.95); "
-              f"produced / ProducerPerformance: {both['produced'] / theirs:.2f} (goal ≥ 1.0)")
+        print(f"  {'':34} {'msg/s':>10} {'CPU-s/100k':>11}")
+        for client in args.clients:
+            args.client = client
+            both = streambench_produce_consume(bootstrap, args, work / f"produce-consume-{client}")
+            print(f"  {'streambench ' + client + ' produced':34} {both['produced']:>10,.0f} "
+                  f"{both['cpu_per_100k']:>11.3f}   (producer and consumer)")
+            print(f"  {'streambench ' + client + ' consumed':34} {both['consumed']:>10,.0f}")
+            print(f"    {client}: consumed / produced {both['consumed'] / both['produced']:.3f} "
+                  f"(goal ≥ 0.95); produced / ProducerPerformance "
+                  f"{both['produced'] / theirs:.2f} (goal ≥ 1.0)")
+        print(f"  {'ProducerPerformance':34} {theirs:>10,.0f} {theirs_cpu:>11.3f}")
     finally:
         asyncio.run(stack.down())
         shutil.rmtree(work, ignore_errors=True)

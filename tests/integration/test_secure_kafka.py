@@ -140,10 +140,11 @@ def broker(tmp_path_factory, kafka_39: KafkaRuntime) -> Iterator[Broker]:  # noq
             proc.wait()
 
 
-def test_scram_over_tls_in_every_client(broker, tmp_path):
+@pytest.mark.parametrize("client", ["aiokafka", "librdkafka"])
+def test_scram_over_tls_in_every_client(broker, tmp_path, client):
     out = tmp_path / "run"
-    target = (f"kafka:sasl=scram-sha-512,user={USER},password_file={broker.password_file},"
-              f"{broker.tls()}@127.0.0.1:{broker.sasl_ssl}")
+    target = (f"kafka:client={client},sasl=scram-sha-512,user={USER},"
+              f"password_file={broker.password_file},{broker.tls()}@127.0.0.1:{broker.sasl_ssl}")
     res = run(["run", target, "--rate", "500", "--duration", "3", "--warmup", "0", "--partitions",
                "2", "--headless", "--out", str(out)])
     assert res.returncode == 0, res.stderr
