@@ -178,3 +178,28 @@ def test_stopped_consumers_let_the_lag_build_and_drain_it_after(tmp_path, kafka_
     # at least 3 s of it, whatever the group's commit interval)
     assert 1_400 <= peak <= 2_600, peak
     assert ticks["lag_total"][measuring[-1]] < rate  # read back down once the consumers run again
+
+
+def test_kill_and_start_the_broker(tmp_path):
+    """The one broker killed (-9) and started again: librdkafka reconnects by itself, keeps
+    what it could not send (up to its 30 s message time-out) and delivers it after, so every
+    acknowledged message is consumed and the recovery is measured."""
+    run_dir = tmp_path / "run"
+    res = run_cli(["run", "kafka:client=librdkafka,runtime=local,heap=384M", "--headless",
+                   "--rate", "500", "--warmup", "2", "--duration", "45", "--out", str(run_dir),
+                   "--track-delivery", "--at", "4s:kill=kafka", "--at", "8s:start=kafka"],
+                  timeout_s=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    events = ds.dataset(run_dir / "events", format="parquet").to_table().to_pylist()
+    kinds = [e["kind"] for e in sorted(events, key=lambda e: e["time"])]
+    assert [k for k in kinds if k.startswith("fault-")] == ["fault-kill", "fault-start"]
+    # a killed broker recovers its log before it answers again (14-19 s here), then the
+    # client reconnects and sends what it kept
+    assert "recovered" in kinds, [e["detail"] for e in events if "recovered" in e["kind"]]
+    totals = run_json(run_dir)["totals"][0]
+    # every slot was sent; what was not acknowledged within the client's 30 s message time-out
+    # (none here, where the broker was back 20 s after the kill) is a send error
+    assert totals["produced"] + totals["send_errors"] == 23_500
+    assert totals["send_errors"] < 5_000
+    assert totals["consumed"] - totals["duplicates"] >= totals["produced"]
+    assert totals["drained"]
