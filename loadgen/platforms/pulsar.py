@@ -15,11 +15,14 @@ callback methods of the objects underneath it, for what the asyncio API lacks:
   (100 B messages, 2 cores: about 60,000 msg/s, against 14,000 with a callback per message and
   9,000 with the asyncio API). A failed send fails every message queued behind it, so the last
   message's result stands for the batch.
-- receiving: there is no batch receive and no receive with a timeout, and cancelling a pending
+- receiving: the blocking receives (`receive(timeout)`, `batch_receive`) would stall the loop
+  or, with a batch policy, hold messages until its timeout, and cancelling a pending
   `Consumer.receive` loses the message the client delivers to it later (unacknowledged until
-  redelivery). The consumer keeps one `receive_async` outstanding across calls, drains what is
-  already queued synchronously (the client completes those callbacks inline), and acknowledges
-  without a callback (about 40,000 msg/s against 4,000 with the asyncio API).
+  redelivery). The consumer keeps one `receive_async` outstanding while it waits; once a
+  message has come, it asks again, and when that completes inline (more are queued) it takes
+  the rest of the queue with `receive(0)`, which returns at once (a third less CPU per
+  message than a callback each: 3.3 against 5.0 µs on 2 cores). It acknowledges without a
+  callback.
 `Producer.flush_async` is not used: it holds the GIL while taking the producer's lock, which
 deadlocks against an I/O thread that holds that lock and waits for the GIL."""
 
@@ -305,7 +308,7 @@ class PulsarConsumer(Consumer):
     async def receive(self) -> ReceivedBatch | None:
         if self._error is not None:
             error, self._error = self._error, None
-            raise DriverError(f"receive failed: {error.name}")
+            raise DriverError(f"receive failed: {error}")
         if not self._inbox:
             self._arrived.clear()
             self._ask()
@@ -319,11 +322,29 @@ class PulsarConsumer(Consumer):
         size = 0
         ids: list[tuple[int, str]] | None = [] if self._track else None
         raw = self._raw
-        while self._inbox and len(intended) < READ_LIMIT:
-            result, message = self._inbox.popleft()
-            if result != _OK:
-                self._error = result
-                break
+        queued = False  # a receive completed inline: take the rest of the queue synchronously
+        while len(intended) < READ_LIMIT:
+            if self._inbox:
+                result, message = self._inbox.popleft()
+                if result != _OK:
+                    self._error = result.name
+                    break
+            elif queued:
+                # receive(0) returns a queued message or raises Timeout at once: no callback,
+                # no result object (a third less CPU per message than a receive_async each)
+                try:
+                    message = raw.receive(0)
+                except _pulsar.Timeout:
+                    break
+                except _pulsar.PulsarException as exc:
+                    self._error = str(exc) or type(exc).__name__
+                    break
+            else:
+                self._ask()
+                if not self._inbox:
+                    break  # nothing queued: the receive stays outstanding
+                queued = True
+                continue
             properties = message.properties()
             intended.append(int(properties[SEND_TIME]))
             size += message.length()
@@ -336,7 +357,6 @@ class PulsarConsumer(Consumer):
             # no callback (the client takes None for none): a lost acknowledgement leaves the
             # message in the backlog, where the lag shows it
             raw.acknowledge_async(message, None)
-            self._ask()
         if not intended:
             return await self.receive()
         return ReceivedBatch(receive_ns, intended, size, ids)

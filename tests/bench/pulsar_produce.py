@@ -13,6 +13,12 @@ sends messages of the same size with one property, with the same batching, from 
 driver asks for one per partition and hand-over), so the gap to pulsar-perf splits into what
 the client library costs and what streambench adds.
 
+Then the maximum rate with the consumer running: streambench at rate 0 with one producer and
+one consumer (`--pc-processes 1`: in one load process; 2: one each), produced and consumed msg/s
+over the measuring phase (the consumer keeps up when they are within 5 %), against
+pulsar-perf's produce-only rate as above. CPU-seconds per 100,000 messages are printed beside
+each: the load processes' over the measuring phase, pulsar-perf's JVM over its whole run.
+
 Prints the rates and their ratios."""
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import asyncio
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -31,6 +38,7 @@ import urllib.request
 from pathlib import Path
 
 import pyarrow.dataset as ds
+from redis_consume import worker_cpu_s  # the bench next to this one (scripts run from here)
 
 from analysis.sink import ParquetSink
 from compose.pulsar import ADMIN_ENDPOINT, PULSAR_VERSION, PulsarLocalStack, distribution, topic_path
@@ -71,24 +79,32 @@ def batching_options(args: argparse.Namespace) -> str:
             f"batch_max_bytes={args.batch_max_bytes},batch_delay_ms={args.batch_delay_ms}")
 
 
-def streambench_max_rate(service: str, admin: str, args: argparse.Namespace, out: Path) -> float:
+def streambench_max_rate(service: str, admin: str, args: argparse.Namespace, out: Path,
+                         consumers: int = 0, processes: int | None = None) -> dict[str, float]:
+    """Produced and consumed msg/s over the measuring phase, and the load processes' CPU-seconds
+    per 100,000 produced messages over it."""
     workload = Workload(name="bench-pulsar-produce", rate=0, message_size=args.size,
-                        partitions=args.partitions, producers=args.producers, subscriptions=0,
-                        duration_s=args.seconds, warmup_s=3)
+                        partitions=args.partitions, producers=args.producers if not consumers else 1,
+                        consumers=consumers, subscriptions=1 if consumers else 0,
+                        duration_s=args.seconds, warmup_s=3, drain_timeout_s=60)
     target = resolve_target(f"pulsar:{batching_options(args)}@{service},{admin}")
-    run = Run(workload, unique_labels([target]), out_dir=out, processes=args.processes, recorder=ParquetSink)
+    run = Run(workload, unique_labels([target]), out_dir=out,
+              processes=processes or args.processes, recorder=ParquetSink)
     # the run deletes its topic from an existing cluster when it closes: count before that
     topic = f"streambench-{run.run_id}-0-0"
     counted: dict[str, int] = {}
+    cpu: list[float] = []
 
-    def before_close(item: object) -> None:
+    def marks(item: object) -> None:
+        if isinstance(item, PhaseChange) and item.phase in (Phase.MEASURING, Phase.DRAINING):
+            cpu.append(worker_cpu_s())
         if isinstance(item, PhaseChange) and item.phase is Phase.WRITING and not counted:
             stats = admin_json(admin, f"/admin/v2/{topic_path(True, 'public/default', topic)}"
                                       "/partitioned-stats")
             assert isinstance(stats, dict)
             counted["in"] = int(stats["msgInCounter"])
 
-    run.subscribe(before_close)
+    run.subscribe(marks)
     summary = run_precise(run.execute())
     acked, errors = summary.targets[0].produced, summary.targets[0].send_errors
     stored = counted.get("in")
@@ -97,7 +113,13 @@ def streambench_max_rate(service: str, admin: str, args: argparse.Namespace, out
                          f"the broker counted {stored} messages in")
     print(f"  streambench acked {acked:,} messages; the broker's msgInCounter: {stored:,}"
           if stored is not None else f"  streambench acked {acked:,} messages")
-    return measured_rate(out)
+    ticks = ds.dataset(out / "ticks", format="parquet").to_table().to_pydict()
+    rows = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    seconds = sum(ticks["interval_s"][i] for i in rows)
+    produced = sum(ticks["produced"][i] for i in rows)
+    return {"produced": produced / seconds,
+            "consumed": sum(ticks["consumed"][i] for i in rows) / seconds,
+            "cpu_per_100k": (cpu[1] - cpu[0]) / produced * 1e5 if len(cpu) == 2 else float("nan")}
 
 
 def bare_client(service: str, args: argparse.Namespace, seconds: float) -> float:
@@ -138,7 +160,9 @@ def bare_client(service: str, args: argparse.Namespace, seconds: float) -> float
         client.close()
 
 
-def pulsar_perf(home: Path, service: str, admin: str, args: argparse.Namespace, work: Path) -> float:
+def pulsar_perf(home: Path, service: str, admin: str, args: argparse.Namespace, work: Path
+                ) -> tuple[float, float]:
+    """Its msg/s and the CPU-seconds of its JVM per 100,000 messages sent."""
     topic = f"bench-perf-{time.time_ns()}"
     admin_json(admin, f"/admin/v2/{topic_path(True, 'public/default', topic)}/partitions", "PUT",
                args.partitions)
@@ -151,14 +175,18 @@ def pulsar_perf(home: Path, service: str, admin: str, args: argparse.Namespace, 
     else:
         argv += ["-db"]
     env = {**os.environ, "PULSAR_LOG_DIR": str(work), "PULSAR_MEM": "-Xms512m -Xmx512m"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([*argv, f"persistent://public/default/{topic}"], capture_output=True,
                          text=True, env=env, timeout=args.seconds + 120)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     text = out.stdout + out.stderr
     # "Aggregated throughput stats --- N records sent --- R msg/s --- …"
     found = re.findall(r"Aggregated throughput stats --- ([\d,]+) records sent --- ([\d.,]+) msg/s", text)
     if not found:
         raise SystemExit(f"pulsar-perf printed no summary (exit {out.returncode}): {text[-2000:]}")
-    return float(found[-1][1].replace(",", ""))
+    records = float(found[-1][0].replace(",", ""))
+    return float(found[-1][1].replace(",", "")), cpu / records * 1e5
 
 
 def main() -> int:
@@ -175,6 +203,9 @@ def main() -> int:
     parser.add_argument("--heap", default="1g")
     parser.add_argument("--processes", type=int, default=1,
                         help="streambench load processes (the producers are spread over them)")
+    parser.add_argument("--pc-processes", type=int, default=1,
+                        help="load processes for the run with the consumer (1: producer and "
+                             "consumer share one; 2: one each)")
     args = parser.parse_args()
     args.producers = max(args.producers, args.processes)
 
@@ -192,13 +223,25 @@ def main() -> int:
               f"{batching_options(args)}")
         ours = streambench_max_rate(service, admin, args, work / "max-rate")
         bare = bare_client(service, args, args.seconds)
-        theirs = pulsar_perf(home, service, admin, args, work)
-        print("\nmaximum produce rate")
-        for name, rate in (("streambench", ours), ("bare Python client loop", bare),
-                           ("pulsar-perf produce", theirs)):
-            print(f"  {name:24} {rate:>10,.0f} msg/s  {rate * args.size / 1e6:7.1f} MB/s")
-        print(f"  ratio streambench / pulsar-perf: {ours / theirs:.2f}")
-        print(f"  ratio streambench / bare Python client loop: {ours / bare:.2f}")
+        theirs, theirs_cpu = pulsar_perf(home, service, admin, args, work)
+        both = streambench_max_rate(service, admin, args, work / "produce-consume", consumers=1,
+                                    processes=args.pc_processes)
+        print(f"\nmaximum produce rate{'':16} msg/s       MB/s  CPU-s/100k msgs")
+        for name, rate, cpu in (("streambench", ours["produced"], ours["cpu_per_100k"]),
+                                ("bare Python client loop", bare, float("nan")),
+                                ("pulsar-perf produce", theirs, theirs_cpu)):
+            print(f"  {name:28} {rate:>10,.0f} {rate * args.size / 1e6:9.1f} {cpu:>11.3f}")
+        print(f"  ratio streambench / pulsar-perf: {ours['produced'] / theirs:.2f}")
+        print(f"  ratio streambench / bare Python client loop: {ours['produced'] / bare:.2f}")
+        print(f"\nmaximum rate with the consumer running (streambench: 1 producer + 1 consumer in "
+              f"{args.pc_processes} load process(es); pulsar-perf as above, no consumer)")
+        print(f"  {'streambench produced':28} {both['produced']:>10,.0f} "
+              f"{both['produced'] * args.size / 1e6:9.1f} {both['cpu_per_100k']:>11.3f}"
+              "   (producer and consumer)")
+        print(f"  {'streambench consumed':28} {both['consumed']:>10,.0f} "
+              f"{both['consumed'] * args.size / 1e6:9.1f}")
+        print(f"  consumed / produced {both['consumed'] / both['produced']:.3f}; "
+              f"produced / pulsar-perf {both['produced'] / theirs:.2f}")
     finally:
         asyncio.run(stack.down())
         shutil.rmtree(work, ignore_errors=True)
