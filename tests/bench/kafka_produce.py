@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from redis_consume import worker_cpu_s  # the bench next to this one (scripts run from here)
+from redis_consume import measuring_rates, worker_cpu_s  # the bench next to this one (scripts run from here)
 
 from analysis.sink import ParquetSink
 from compose.kafka import KAFKA_3, KafkaLocalStack, KafkaRuntime, kafka_runtime
@@ -113,13 +113,7 @@ def streambench_produce_consume(bootstrap: str, args: argparse.Namespace, out: P
 
     run.subscribe(mark)
     run_precise(run.execute())
-    ticks = ds.dataset(out / "ticks", format="parquet").to_table().to_pydict()
-    rows = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
-    seconds = sum(ticks["interval_s"][i] for i in rows)
-    produced = sum(ticks["produced"][i] for i in rows)
-    return {"produced": produced / seconds,
-            "consumed": sum(ticks["consumed"][i] for i in rows) / seconds,
-            "cpu_per_100k": (cpu[1] - cpu[0]) / produced * 1e5 if len(cpu) == 2 else float("nan")}
+    return measuring_rates(out, cpu)
 
 
 def _producer_performance(runtime: KafkaRuntime, bootstrap: str, args: argparse.Namespace,

@@ -38,7 +38,7 @@ import urllib.request
 from pathlib import Path
 
 import pyarrow.dataset as ds
-from redis_consume import worker_cpu_s  # the bench next to this one (scripts run from here)
+from redis_consume import measuring_rates, worker_cpu_s  # the bench next to this one (scripts run from here)
 
 from analysis.sink import ParquetSink
 from compose.pulsar import ADMIN_ENDPOINT, PULSAR_VERSION, PulsarLocalStack, distribution, topic_path
@@ -113,13 +113,7 @@ def streambench_max_rate(service: str, admin: str, args: argparse.Namespace, out
                          f"the broker counted {stored} messages in")
     print(f"  streambench acked {acked:,} messages; the broker's msgInCounter: {stored:,}"
           if stored is not None else f"  streambench acked {acked:,} messages")
-    ticks = ds.dataset(out / "ticks", format="parquet").to_table().to_pydict()
-    rows = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
-    seconds = sum(ticks["interval_s"][i] for i in rows)
-    produced = sum(ticks["produced"][i] for i in rows)
-    return {"produced": produced / seconds,
-            "consumed": sum(ticks["consumed"][i] for i in rows) / seconds,
-            "cpu_per_100k": (cpu[1] - cpu[0]) / produced * 1e5 if len(cpu) == 2 else float("nan")}
+    return measuring_rates(out, cpu)
 
 
 def bare_client(service: str, args: argparse.Namespace, seconds: float) -> float:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+import pyarrow.dataset as ds
 
 from analysis.sink import ParquetSink
 from compose.process import free_port, start_process, stop_process
@@ -56,6 +57,19 @@ def worker_cpu_s() -> float:
         except psutil.Error:
             continue
     return total
+
+
+def measuring_rates(run_dir: Path, cpu: list[float]) -> dict[str, float]:
+    """Produced and consumed msg/s over a run's measuring phase (from its tick files), and the
+    load processes' CPU-seconds per 100,000 produced messages between the two `cpu` readings
+    taken when the measuring phase began and ended."""
+    ticks = ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pydict()
+    rows = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    seconds = sum(ticks["interval_s"][i] for i in rows)
+    produced = sum(ticks["produced"][i] for i in rows)
+    return {"produced": produced / seconds,
+            "consumed": sum(ticks["consumed"][i] for i in rows) / seconds,
+            "cpu_per_100k": (cpu[1] - cpu[0]) / produced * 1e5 if len(cpu) == 2 else float("nan")}
 
 
 @dataclass
