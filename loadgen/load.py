@@ -159,6 +159,8 @@ class TargetLoad:
         self.consumers: list[Consumer] = []
         self._slot_consumed: list[int] = []  # per consumer, in the interval
         self.collectors: list[Collector] = []
+        # collectors whose latest sample failed: index → (what failed, failed samples, since ns)
+        self._collector_trouble: dict[int, tuple[str, int, int]] = {}
         self._consumer_tasks: list[asyncio.Task[None]] = []
         self._pacers: list[_Pacer] = []
         self._rate = workload.rate  # aggregate msg/s over every process; 0 = maximum rate
@@ -507,14 +509,32 @@ class TargetLoad:
         reading = Reading()
         results = await asyncio.gather(
             *(asyncio.wait_for(c.sample(), 0.9) for c in self.collectors), return_exceptions=True)
-        for c, r in zip(self.collectors, results, strict=True):
+        for i, (c, r) in enumerate(zip(self.collectors, results, strict=True)):
             if isinstance(r, Reading):
                 reading = reading.merge(r)
+                self._collector_answered(i, c.name)
             elif isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
                 problem = str(r) or ("no answer within 0.9 s" if isinstance(r, TimeoutError) else "")
-                self._publish(RunEvent(time.time_ns(), self.label, "collector-error",
-                                       f"{c.name}: {type(r).__name__}: {problem}"))
+                self._collector_failed(i, c.name, f"{type(r).__name__}: {problem}")
         return reading
+
+    def _collector_failed(self, i: int, name: str, problem: str) -> None:
+        """A collector's sample failed: said when it starts failing or fails another way, not
+        at every tick while it keeps failing the same way (a dead broker's telemetry)."""
+        now = time.time_ns()
+        said, count, since = self._collector_trouble.get(i, ("", 0, now))
+        if problem != said:
+            self._publish(RunEvent(now, self.label, "collector-error", f"{name}: {problem}"))
+        self._collector_trouble[i] = (problem, count + 1, since)
+
+    def _collector_answered(self, i: int, name: str) -> None:
+        trouble = self._collector_trouble.pop(i, None)
+        if trouble is not None:
+            now = time.time_ns()
+            _, count, since = trouble
+            self._publish(RunEvent(now, self.label, "collector-recovered",
+                                   f"{name}: answering again after {count:,} failed sample"
+                                   f"{'s' if count != 1 else ''} over {(now - since) / 1e9:.1f} s"))
 
     async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
         """Close the interval: counters and histograms since the previous tick, telemetry now.

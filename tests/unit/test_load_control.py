@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from collectors.base import Collector, Reading
 from loadgen.interventions import Intervention
 from loadgen.load import TargetLoad
 from loadgen.pacing import now_ns
@@ -240,3 +241,42 @@ async def test_control_says_what_changed() -> None:
         assert events(published) == []
     finally:
         await load.close()
+
+
+class ScriptedCollector(Collector):
+    """Answers each sample as scripted: an exception to raise, or a reading."""
+
+    name = "scripted"
+
+    def __init__(self, script: list[BaseException | None]) -> None:
+        self.script = list(script)
+
+    async def sample(self) -> Reading:
+        outcome = self.script.pop(0)
+        if outcome is not None:
+            raise outcome
+        return Reading()
+
+
+def test_a_failing_collector_is_said_once_per_spell_and_its_return_with_the_count() -> None:
+    """A dead broker's telemetry fails at every tick: one collector-error when it starts failing
+    (and one more when it fails another way), none while it fails the same way, then a
+    collector-recovered that counts the failed samples."""
+    load, published = make_load(100)
+    refused = ConnectionRefusedError("connection refused")
+    load.collectors.append(ScriptedCollector([refused, refused, refused, TimeoutError(), None,
+                                              None, refused, None]))
+
+    async def sample_all() -> None:
+        for _ in range(8):
+            await load._sample()
+
+    asyncio.run(sample_all())
+    said = events(published)
+    assert [kind for kind, _ in said] == ["collector-error", "collector-error",
+                                           "collector-recovered", "collector-error",
+                                           "collector-recovered"], said
+    assert said[0][1] == "scripted: ConnectionRefusedError: connection refused"
+    assert said[1][1] == "scripted: TimeoutError: no answer within 0.9 s"
+    assert said[2][1].startswith("scripted: answering again after 4 failed samples over ")
+    assert said[4][1].startswith("scripted: answering again after 1 failed sample over ")
