@@ -239,11 +239,13 @@ class TargetLoad:
             s, i = divmod(rest, w.consumers)
             self.consumers.append(await self.driver.consumer(self.topics[t], self.subscriptions[s],
                                                              i, self._track_ids))
+            self.consumers[-1].notice = self._notice(f"consumer {i} of {self.subscriptions[s]}")
             self._consumer_specs.append((self.topics[t], self.subscriptions[s], i))
             self._slot_consumed.append(0)
         for number in mine.producers:
             t, i = divmod(number, w.producers)
             self.producers.append(await self.driver.producer(self.topics[t], i))
+            self.producers[-1].notice = self._notice(f"producer {i}")
             self._producer_numbers.append(number)
             self._producer_specs.append((self.topics[t], i))
 
@@ -402,6 +404,14 @@ class TargetLoad:
         if self._consuming.is_set():
             return
         self._consuming.set()
+
+    def _notice(self, what: str) -> Callable[[str, str], None]:
+        """How one client says it lost its brokers or has them back (see ConnectionNotice)."""
+
+        def say(kind: str, detail: str) -> None:
+            self._publish(RunEvent(time.time_ns(), self.label, kind, f"{what}: {detail}"))
+
+        return say
 
     async def reopen(self, what: str, open_: Callable[[], Awaitable[Any]],
                      done: Callable[[], bool]) -> Any | None:

@@ -38,9 +38,17 @@ class ReceivedBatch:
 Acknowledged = Callable[[BaseException | None], None]
 
 
+# Set by the load on each producer and consumer: how a client that keeps its connection by
+# itself (it reconnects on its own, so the load never opens a new one) says, on the event
+# loop, that it lost every broker (`connection-lost`) and has one again (`reconnected`):
+# notice(kind, detail).
+ConnectionNotice = Callable[[str, str], None]
+
+
 class Producer(ABC):
     # batches this producer may have awaiting acknowledgement at once
     max_in_flight: int = 1
+    notice: ConnectionNotice | None = None
     # True when submit() hands batches over without a task of their own
     submits: bool = False
 
@@ -63,6 +71,7 @@ class Consumer(ABC):
     # True when the subscription's consumers all read the partitions they hold and the broker
     # deals the messages among them (a Redis Streams group, a Pulsar shared subscription)
     shared: bool = False
+    notice: ConnectionNotice | None = None
 
     def partitions(self) -> tuple[int, ...] | None:
         """The partitions this consumer holds now, sorted: after the group's latest rebalance

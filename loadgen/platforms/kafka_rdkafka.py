@@ -147,23 +147,64 @@ def _take(client: Any) -> list[Any]:
     return [first, *client.consume(READ_LIMIT - 1, 0)]
 
 
+class _Reach:
+    """Whether a librdkafka client reaches a broker. librdkafka reconnects by itself, so the
+    load never sees a connection fail: its error callback (on the thread that polls) says when
+    every broker is down, and the client's next answer from a broker (a delivery, a message, a
+    commit) says it has one again. Each is said once, on the event loop, through the owner's
+    `notice`."""
+
+    def __init__(self) -> None:
+        self.lost: float | None = None  # monotonic time every broker went down, while down
+        self.owner: Producer | Consumer | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def error(self, error: Any) -> None:
+        if self.lost is None and error.code() == _kafka().KafkaError._ALL_BROKERS_DOWN:
+            self.lost = time.monotonic()
+            self._say("connection-lost", "no broker reachable; librdkafka reconnects by itself")
+
+    def answered(self) -> None:
+        """A broker answered (only called while `lost` is set)."""
+        lost, self.lost = self.lost, None
+        if lost is not None:
+            self._say("reconnected", f"after {time.monotonic() - lost:.1f} s")
+
+    def committed(self, error: Any, _partitions: Any) -> None:
+        if error is None and self.lost is not None:
+            self.answered()
+
+    def _say(self, kind: str, detail: str) -> None:
+        if self.loop is not None:
+            _wake(self.loop, self._tell, kind, detail)
+
+    def _tell(self, kind: str, detail: str) -> None:
+        notice = self.owner.notice if self.owner is not None else None
+        if notice is not None:
+            notice(kind, detail)
+
+
 class _Batch:
     """The delivery reports one batch still awaits; its callback runs on the producer's poll
     thread (librdkafka serves reports there one by one)."""
 
-    __slots__ = ("_done", "_error", "_left", "_loop")
+    __slots__ = ("_done", "_error", "_left", "_loop", "_reach")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, done: Acknowledged, count: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, done: Acknowledged, count: int,
+                 reach: _Reach) -> None:
         self._loop = loop
         self._done = done
         self._left = count
         self._error: BaseException | None = None
+        self._reach = reach
 
     def delivered(self, error: Any, _message: Any) -> None:
         if error is not None and self._error is None:
             self._error = DriverError(f"message not acknowledged: {_failure(error)}")
         self._left -= 1
         if self._left == 0:
+            if self._error is None and self._reach.lost is not None:
+                self._reach.answered()
             _wake(self._loop, self._done, self._error)
 
 
@@ -174,8 +215,10 @@ class RdKafkaProducer(Producer):
     max_in_flight = 64
     submits = True
 
-    def __init__(self, client: Any, topic: str, partitions: list[int]) -> None:
+    def __init__(self, client: Any, topic: str, partitions: list[int], reach: _Reach) -> None:
         self._client = client
+        self._reach = reach
+        reach.owner, reach.loop = self, asyncio.get_running_loop()
         self._topic = topic
         self._partitions = partitions
         self._next = 0
@@ -192,7 +235,7 @@ class RdKafkaProducer(Producer):
     def submit(self, batch: Sequence[OutMessage], done: Acknowledged) -> None:
         self._next = (self._next + 1) % len(self._partitions)
         sticky = self._partitions[self._next]
-        report = _Batch(asyncio.get_running_loop(), done, len(batch)).delivered
+        report = _Batch(asyncio.get_running_loop(), done, len(batch), self._reach).delivered
         produce, topic = self._client.produce, self._topic
         for i, m in enumerate(batch):
             try:
@@ -305,8 +348,10 @@ class RdKafkaConsumer(Consumer):
     IDLE_POLL_S = 0.05
 
     def __init__(self, client: Any, topic: str, group: str, activity: TopicActivity,
-                 track_ids: bool) -> None:
+                 track_ids: bool, reach: _Reach) -> None:
         self._client = client
+        self._reach = reach
+        reach.owner, reach.loop = self, asyncio.get_running_loop()
         self._topic = topic
         self._group = group
         self._activity = activity
@@ -392,6 +437,8 @@ class RdKafkaConsumer(Consumer):
         self._view.refresh(self._client)
         if not messages:
             return None, [], None
+        if self._reach.lost is not None:
+            self._reach.answered()
         receive_ns = time.time_ns()
         intended: list[int] = []
         created: list[int] = []
@@ -456,8 +503,9 @@ class RdKafkaConsumer(Consumer):
 async def producer(config: dict[str, Any], topic: str, where: str) -> RdKafkaProducer:
     """A librdkafka producer, the topic's partitions known (metadata fetched on a thread)."""
     kafka = _kafka()
+    reach = _Reach()
     try:
-        client = kafka.Producer({**config, "logger": _quiet_logger()})
+        client = kafka.Producer({**config, "logger": _quiet_logger(), "error_cb": reach.error})
     except (kafka.KafkaException, ValueError, TypeError) as exc:
         raise DriverError(f"cannot make a librdkafka producer for {where}: {exc}") from None
     loop = asyncio.get_running_loop()
@@ -468,7 +516,7 @@ async def producer(config: dict[str, Any], topic: str, where: str) -> RdKafkaPro
             raise DriverError(f"cannot start a producer on {where}: topic {topic} not found")
     except kafka.KafkaException as exc:
         raise DriverError(f"cannot start a producer on {where}: {exc}") from None
-    return RdKafkaProducer(client, topic, sorted(found.partitions))
+    return RdKafkaProducer(client, topic, sorted(found.partitions), reach)
 
 
 async def consumer(config: dict[str, Any], topic: str, group: str, index: int, where: str,
@@ -476,11 +524,13 @@ async def consumer(config: dict[str, Any], topic: str, group: str, index: int, w
     """A consumer in `group`, subscribed to `topic`, returned once the group gave it its
     partitions."""
     kafka = _kafka()
+    reach = _Reach()
     try:
-        client = kafka.Consumer({**config, "logger": _quiet_logger()})
+        client = kafka.Consumer({**config, "logger": _quiet_logger(), "error_cb": reach.error,
+                                 "on_commit": reach.committed})
     except (kafka.KafkaException, ValueError, TypeError) as exc:
         raise DriverError(f"cannot make a librdkafka consumer for {where}: {exc}") from None
-    made = RdKafkaConsumer(client, topic, group, activity, track_ids)
+    made = RdKafkaConsumer(client, topic, group, activity, track_ids, reach)
     made.start()
     loop = asyncio.get_running_loop()
     settled = await loop.run_in_executor(None, made.assigned.wait, timeout_s)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -78,6 +79,8 @@ def test_every_message_consumed_once_at_rate(keyed_run):
     assert t.produced == int(RATE * (WARMUP_S + DURATION_S))  # no slot skipped
     assert t.consumed == t.produced == t.expected == len(records)  # the broker holds as many
     assert t.duplicates == 0 and t.drained and t.final_lag == 0
+    kinds = {e["kind"] for e in ds.dataset(out / "events", format="parquet").to_table().to_pylist()}
+    assert not kinds & {"connection-lost", "reconnected", "collector-error"}, kinds
     ticks = ds.dataset(out / "ticks", format="parquet").to_table().to_pydict()
     rows = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
     achieved = sum(ticks["produced"][i] for i in rows) / sum(ticks["interval_s"][i] for i in rows)
@@ -196,6 +199,28 @@ def test_kill_and_start_the_broker(tmp_path):
     # a killed broker recovers its log before it answers again (14-19 s here), then the
     # client reconnects and sends what it kept
     assert "recovered" in kinds, [e["detail"] for e in events if "recovered" in e["kind"]]
+    # librdkafka reconnects by itself: its producer and consumer say when they lost the broker
+    # (after the kill) and when they have it again (after the start), once each
+    said = {(e["kind"], e["detail"].split(" ")[0]): e for e in events
+            if e["kind"] in ("connection-lost", "reconnected")}
+    assert len(said) == sum(1 for e in events if e["kind"] in ("connection-lost", "reconnected"))
+    assert set(said) == {(kind, who) for kind in ("connection-lost", "reconnected")
+                         for who in ("producer", "consumer")}, said
+    kill, start = (next(e for e in events if e["kind"] == k)["time"]
+                   for k in ("fault-kill", "fault-start"))
+    for who in ("producer", "consumer"):
+        lost, back = said[("connection-lost", who)], said[("reconnected", who)]
+        # a fault's event is stamped once it is done (the process gone; the broker answering
+        # again, after recovering its log): the clients notice the kill at about its time, and
+        # are back once the broker listens again, after the start began (4 s after the kill)
+        # and about when it answers
+        assert kill - timedelta(seconds=1) < lost["time"] < kill + timedelta(seconds=3), (kill, lost)
+        assert kill + timedelta(seconds=4) < back["time"] < start + timedelta(seconds=10), (
+            kill, start, back)
+        assert lost["detail"].startswith(f"{who} 0")
+        assert lost["detail"].endswith(": no broker reachable; librdkafka reconnects by itself")
+        seconds = float(back["detail"].split("after ")[1].removesuffix(" s"))
+        assert seconds == pytest.approx((back["time"] - lost["time"]).total_seconds(), abs=0.5)
     totals = run_json(run_dir)["totals"][0]
     # every slot was sent; what was not acknowledged within the client's 30 s message time-out
     # (none here, where the broker was back 20 s after the kill) is a send error
