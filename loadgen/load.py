@@ -45,6 +45,8 @@ MAX_RATE_BATCH = 256
 MAX_RATE_BATCH_BYTES = 1 << 20  # large messages go in smaller batches at maximum rate
 # paced slots due within this long after the next one go out with it, when the last is due
 PACING_WINDOW_NS = 400_000
+# send-error events in one spell of failing sends (each a different error)
+SEND_ERRORS_SAID = 5
 # how a rate change that dropped slots says so (a worker process's answer, summed over them)
 DROPPED_SLOTS = "slots owed at the old rate dropped"
 # a client whose connection was lost is opened again after this pause, doubling up to the max
@@ -161,6 +163,9 @@ class TargetLoad:
         self.collectors: list[Collector] = []
         # collectors whose latest sample failed: index → (what failed, failed samples, since ns)
         self._collector_trouble: dict[int, tuple[str, int, int]] = {}
+        # failed sends since a tick interval last passed without one: (the error said last,
+        # messages failed, since ns, errors said); None while sends succeed
+        self._send_trouble: tuple[str, int, int, int] | None = None
         self._consumer_tasks: list[asyncio.Task[None]] = []
         self._pacers: list[_Pacer] = []
         self._rate = workload.rate  # aggregate msg/s over every process; 0 = maximum rate
@@ -339,9 +344,7 @@ class TargetLoad:
         if error is not None:
             self.errors += k
             self.totals.send_errors += k
-            if self.totals.send_errors == k:  # the first failure is worth an event
-                self._publish(RunEvent(time.time_ns(), self.label, "send-error",
-                                       f"{type(error).__name__}: {error}"))
+            self._send_failed(k, f"{type(error).__name__}: {error}")
             return
         latency = time.time_ns() - send_wall
         self._pub.record_n(latency, k)
@@ -528,6 +531,31 @@ class TargetLoad:
                 self._collector_failed(i, c.name, f"{type(r).__name__}: {problem}")
         return reading
 
+    def _send_failed(self, k: int, problem: str) -> None:
+        """k messages failed: a send-error when sends start failing, and when they fail another
+        way (at most SEND_ERRORS_SAID per spell), not for every failed batch."""
+        now = time.time_ns()
+        said, count, since, n_said = self._send_trouble or ("", 0, now, 0)
+        if problem != said and n_said < SEND_ERRORS_SAID:
+            more = ("" if n_said + 1 < SEND_ERRORS_SAID
+                    else " (no other send error said until sends succeed again)")
+            self._publish(RunEvent(now, self.label, "send-error", problem + more))
+            said, n_said = problem, n_said + 1
+        self._send_trouble = (said, count + k, since, n_said)
+
+    def _sends_settled(self, failed: int, acknowledged: int) -> None:
+        """At a tick: a send-recovered once a whole interval had acknowledgements and no
+        failure (messages that fail on some partitions and not on others keep one spell)."""
+        trouble = self._send_trouble
+        if trouble is None or failed or not acknowledged:
+            return
+        self._send_trouble = None
+        now = time.time_ns()
+        _, count, since, _ = trouble
+        self._publish(RunEvent(now, self.label, "send-recovered",
+                               f"sends acknowledged again after {count:,} failed message"
+                               f"{'s' if count != 1 else ''} over {(now - since) / 1e9:.1f} s"))
+
     def _collector_failed(self, i: int, name: str, problem: str) -> None:
         """A collector's sample failed: said when it starts failing or fails another way, not
         at every tick while it keeps failing the same way (a dead broker's telemetry)."""
@@ -556,6 +584,7 @@ class TargetLoad:
         produced, produced_bytes = self.produced, self.produced_bytes
         consumed, consumed_bytes, errors = self.consumed, self.consumed_bytes, self.errors
         self._reset_interval()
+        self._sends_settled(errors, produced)
         pub, delay, e2e = (self._pub.snapshot_and_reset(), self._delay.snapshot_and_reset(),
                            self._e2e.snapshot_and_reset())
         produced_total, consumed_total = self.totals.produced, self.totals.consumed

@@ -16,8 +16,10 @@ the client library costs and what streambench adds.
 Then the maximum rate with the consumer running: streambench at rate 0 with one producer and
 one consumer (`--pc-processes 1`: in one load process; 2: one each), produced and consumed msg/s
 over the measuring phase (the consumer keeps up when they are within 5 %), against
-pulsar-perf's produce-only rate as above. CPU-seconds per 100,000 messages are printed beside
-each: the load processes' over the measuring phase, pulsar-perf's JVM over its whole run.
+pulsar-perf's produce-only rate as above, and against `pulsar-perf produce` while
+`pulsar-perf consume` reads the same topic (the same work in the Java tools). CPU-seconds per
+100,000 messages are printed beside each: the load processes' over the measuring phase,
+pulsar-perf's JVMs over their whole runs.
 
 Prints the rates and their ratios."""
 
@@ -154,12 +156,13 @@ def bare_client(service: str, args: argparse.Namespace, seconds: float) -> float
         client.close()
 
 
-def pulsar_perf(home: Path, service: str, admin: str, args: argparse.Namespace, work: Path
-                ) -> tuple[float, float]:
-    """Its msg/s and the CPU-seconds of its JVM per 100,000 messages sent."""
-    topic = f"bench-perf-{time.time_ns()}"
-    admin_json(admin, f"/admin/v2/{topic_path(True, 'public/default', topic)}/partitions", "PUT",
-               args.partitions)
+def pulsar_perf(home: Path, service: str, admin: str, args: argparse.Namespace, work: Path,
+                topic: str | None = None) -> tuple[float, float, float]:
+    """Its msg/s, the CPU-seconds of its JVM per 100,000 messages sent, and the messages sent."""
+    if topic is None:
+        topic = f"bench-perf-{time.time_ns()}"
+        admin_json(admin, f"/admin/v2/{topic_path(True, 'public/default', topic)}/partitions",
+                   "PUT", args.partitions)
     argv = [str(home / "bin" / "pulsar-perf"), "produce", "-u", service, "-au", admin,
             "-r", str(UNLIMITED_RATE), "-s", str(args.size), "-n", str(args.producers),
             "-time", str(int(args.seconds + 3)), "--warmup-time", "3"]
@@ -180,7 +183,50 @@ def pulsar_perf(home: Path, service: str, admin: str, args: argparse.Namespace, 
     if not found:
         raise SystemExit(f"pulsar-perf printed no summary (exit {out.returncode}): {text[-2000:]}")
     records = float(found[-1][0].replace(",", ""))
-    return float(found[-1][1].replace(",", "")), cpu / records * 1e5
+    return float(found[-1][1].replace(",", "")), cpu / records * 1e5, records
+
+
+def pulsar_perf_with_consumer(home: Path, service: str, admin: str, args: argparse.Namespace,
+                              work: Path) -> dict[str, float]:
+    """pulsar-perf produce as above while `pulsar-perf consume` reads the same topic (a shared
+    subscription, the receiver queue streambench's consumer gets for the message size): what
+    the Java tools reach doing the same work as streambench's run with its consumer. Produced
+    msg/s, messages received against sent, and both JVMs' CPU-seconds per 100,000 messages."""
+    topic = f"bench-perf-pc-{time.time_ns()}"
+    admin_json(admin, f"/admin/v2/{topic_path(True, 'public/default', topic)}/partitions", "PUT",
+               args.partitions)
+    queue = max(1000, min(10_000, 32 * 1024 * 1024 // args.size))
+    env = {**os.environ, "PULSAR_LOG_DIR": str(work), "PULSAR_MEM": "-Xms512m -Xmx512m"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    consumer = subprocess.Popen(
+        [str(home / "bin" / "pulsar-perf"), "consume", "-u", service, "-ss", "bench-perf",
+         "-st", "Shared", "-q", str(queue), "-time", str(int(args.seconds + 25)),
+         f"persistent://public/default/{topic}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        # the subscription exists once the consumer is connected: wait for it before producing
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            subs = admin_json(admin, f"/admin/v2/{topic_path(True, 'public/default', topic)}"
+                                     "/partitioned-stats")
+            if isinstance(subs, dict) and subs.get("subscriptions"):
+                break
+            time.sleep(0.5)
+        else:
+            raise SystemExit("pulsar-perf consume did not subscribe within 60 s")
+        rate, _, sent = pulsar_perf(home, service, admin, args, work, topic)
+        text, _ = consumer.communicate(timeout=args.seconds + 120)
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    found = re.findall(r"Aggregated throughput stats --- ([\d,]+) records received", text)
+    if not found:
+        raise SystemExit(f"pulsar-perf consume printed no summary: {text[-2000:]}")
+    received = float(found[-1].replace(",", ""))
+    return {"produced": rate, "received_over_sent": received / sent, "cpu_per_100k": cpu / sent * 1e5}
 
 
 def main() -> int:
@@ -217,9 +263,10 @@ def main() -> int:
               f"{batching_options(args)}")
         ours = streambench_max_rate(service, admin, args, work / "max-rate")
         bare = bare_client(service, args, args.seconds)
-        theirs, theirs_cpu = pulsar_perf(home, service, admin, args, work)
+        theirs, theirs_cpu, _ = pulsar_perf(home, service, admin, args, work)
         both = streambench_max_rate(service, admin, args, work / "produce-consume", consumers=1,
                                     processes=args.pc_processes)
+        theirs_both = pulsar_perf_with_consumer(home, service, admin, args, work)
         print(f"\nmaximum produce rate{'':16} msg/s       MB/s  CPU-s/100k msgs")
         for name, rate, cpu in (("streambench", ours["produced"], ours["cpu_per_100k"]),
                                 ("bare Python client loop", bare, float("nan")),
@@ -236,6 +283,12 @@ def main() -> int:
               f"{both['consumed'] * args.size / 1e6:9.1f}")
         print(f"  consumed / produced {both['consumed'] / both['produced']:.3f}; "
               f"produced / pulsar-perf {both['produced'] / theirs:.2f}")
+        print(f"  {'pulsar-perf produce + consume':28} {theirs_both['produced']:>10,.0f} "
+              f"{theirs_both['produced'] * args.size / 1e6:9.1f} "
+              f"{theirs_both['cpu_per_100k']:>11.3f}   (both JVMs, whole runs)")
+        print(f"  pulsar-perf received / sent {theirs_both['received_over_sent']:.3f}; "
+              f"streambench produced / pulsar-perf produced, each with its consumer "
+              f"{both['produced'] / theirs_both['produced']:.2f}")
     finally:
         asyncio.run(stack.down())
         shutil.rmtree(work, ignore_errors=True)

@@ -233,6 +233,14 @@ def test_clients_reconnect_after_a_killed_redis_is_started_again(tmp_path: Path)
     # the slots due while the server was down failed, each once: no more than the down time
     down_s = (back[0]["time"] - kill["time"]).total_seconds()
     assert 0 < totals["send_errors"] <= rate * (down_s + 0.5)
+    # the failing sends are one spell: said as it starts, and its end with the count, once
+    # the producer's connection is back and a whole interval went without a failure
+    failed = [e for e in events if e["kind"] == "send-error"]
+    (settled,) = [e for e in events if e["kind"] == "send-recovered"]
+    assert 1 <= len(failed) <= 2 and all(0 <= (e["time"] - kill["time"]).total_seconds() < 1.5
+                                         for e in failed), failed
+    assert f"after {totals['send_errors']:,} failed message" in settled["detail"], settled
+    assert 0 < (settled["time"] - start["time"]).total_seconds() <= 4.0, (settled, start)
     ticks = [t for t in _ticks(run_dir) if t["phase"] == "measuring"]
     assert sum(t["produced"] for t in ticks[-3:]) >= 0.9 * 3 * rate  # full rate again at the end
 

@@ -280,3 +280,40 @@ def test_a_failing_collector_is_said_once_per_spell_and_its_return_with_the_coun
     assert said[1][1] == "scripted: TimeoutError: no answer within 0.9 s"
     assert said[2][1].startswith("scripted: answering again after 4 failed samples over ")
     assert said[4][1].startswith("scripted: answering again after 1 failed sample over ")
+
+
+def test_failing_sends_are_said_once_per_spell_and_their_end_with_the_count() -> None:
+    """Sends that keep failing give one send-error when they start (another when they fail
+    another way), none per failed batch, and a send-recovered with the count once a whole
+    interval had acknowledgements and no failure; failures mixed with acknowledgements in an
+    interval (some partitions failing) keep the spell going."""
+    load, published = make_load(100)
+    timeout, refused = TimeoutError("no answer"), ConnectionRefusedError("refused")
+    load._sent(3, time.time_ns(), timeout)
+    load._sent(3, time.time_ns(), timeout)
+    load._sends_settled(failed=6, acknowledged=0)
+    load._sent(2, time.time_ns(), refused)
+    load._sent(5, time.time_ns(), None)
+    load._sends_settled(failed=2, acknowledged=5)  # mixed: still failing
+    load._sent(5, time.time_ns(), None)
+    load._sends_settled(failed=0, acknowledged=0)  # an idle interval proves nothing
+    load._sends_settled(failed=0, acknowledged=5)
+    load._sent(1, time.time_ns(), timeout)
+    load._sends_settled(failed=0, acknowledged=4)  # the next interval ends it
+    said = events(published)
+    assert [kind for kind, _ in said] == ["send-error", "send-error", "send-recovered",
+                                           "send-error", "send-recovered"], said
+    assert said[0][1] == "TimeoutError: no answer"
+    assert said[1][1] == "ConnectionRefusedError: refused"
+    assert said[2][1].startswith("sends acknowledged again after 8 failed messages over ")
+    assert said[4][1].startswith("sends acknowledged again after 1 failed message over ")
+    assert load.totals.send_errors == 9 and load.totals.produced == 10
+
+
+def test_a_spell_of_ever_different_send_errors_says_a_few() -> None:
+    load, published = make_load(100)
+    for i in range(20):
+        load._sent(1, time.time_ns(), RuntimeError(f"failure {i}"))
+    said = events(published)
+    assert [d for _, d in said] == [f"RuntimeError: failure {i}" for i in range(4)] + [
+        "RuntimeError: failure 4 (no other send error said until sends succeed again)"]
