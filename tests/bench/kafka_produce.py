@@ -18,7 +18,8 @@ started for the purpose, in the same run.
    over the measuring phase (the consumer keeps up when they are within 5 %), against the
    same ProducerPerformance figure,
    with the CPU-seconds per 100,000 messages of each (streambench's load process, the
-   ProducerPerformance JVM).
+   ProducerPerformance JVM); and ProducerPerformance while `ConsumerPerformance` reads the
+   same topic (the Java tools doing the same work).
 
 Parts 1, 2 and 4 and streambench's side of 3 run once per client (`--clients`, default both:
 aiokafka, librdkafka). Prints the figures and their ratios."""
@@ -138,6 +139,45 @@ def producer_performance(runtime: KafkaRuntime, bootstrap: str, args: argparse.N
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     # the last line is the summary: "N records sent, R records/sec (…)"
     return float(re.findall(r"records sent, ([\d.]+) records/sec", out)[-1]), cpu / records * 1e5
+
+
+def producer_performance_with_consumer(runtime: KafkaRuntime, bootstrap: str,
+                                       args: argparse.Namespace, records: int) -> dict[str, float]:
+    """ProducerPerformance as above while `ConsumerPerformance` reads the same topic from its
+    start (started first, it ends once it has read every record): the Java tools doing the
+    same work as streambench's run with its consumer. The producer's records/sec, the records
+    read against those sent, and both JVMs' CPU-seconds per 100,000 records."""
+    topic = f"bench-ppc-{time.time_ns()}"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    consumer = subprocess.Popen(runtime.tool_argv(
+        "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
+        "--topic", topic, "--messages", str(records), "--timeout", "60000",
+        "--group", f"bench-cp-{time.time_ns()}"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        time.sleep(8)  # the consumer's JVM starts and joins its group
+        compression = "none" if args.compression == "none" else args.compression
+        out = subprocess.run(runtime.tool_argv(
+            "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+            "--num-records", str(records), "--record-size", str(args.size), "--throughput", "-1",
+            "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={args.acks}",
+            f"batch.size={args.batch_size}", f"linger.ms={args.linger_ms}",
+            f"compression.type={compression}", "enable.idempotence=false"),
+            capture_output=True, text=True, check=True).stdout
+        read, err = consumer.communicate(timeout=180)
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    rate = float(re.findall(r"records sent, ([\d.]+) records/sec", out)[-1])
+    # the last line: start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, …
+    rows = [line.split(",") for line in read.splitlines() if line.count(",") >= 5]
+    if not rows or not rows[-1][4].strip().isdigit():
+        raise SystemExit(f"ConsumerPerformance printed no summary: {(read + err)[-2000:]}")
+    return {"produced": rate, "received_over_sent": int(rows[-1][4]) / records,
+            "cpu_per_100k": cpu / records * 1e5}
 
 
 def producer_performance_latency(runtime: KafkaRuntime, bootstrap: str, args: argparse.Namespace
@@ -276,9 +316,11 @@ def main() -> int:
         print(f"\nmaximum rate with the consumer running (streambench: 1 producer + 1 consumer in "
               f"{args.pc_processes} load process(es); ProducerPerformance as above, no consumer)")
         print(f"  {'':34} {'msg/s':>10} {'CPU-s/100k':>11}")
+        both_rates: dict[str, float] = {}
         for client in args.clients:
             args.client = client
             both = streambench_produce_consume(bootstrap, args, work / f"produce-consume-{client}")
+            both_rates[client] = both["produced"]
             print(f"  {'streambench ' + client + ' produced':34} {both['produced']:>10,.0f} "
                   f"{both['cpu_per_100k']:>11.3f}   (producer and consumer)")
             print(f"  {'streambench ' + client + ' consumed':34} {both['consumed']:>10,.0f}")
@@ -286,6 +328,14 @@ def main() -> int:
                   f"(goal ≥ 0.95); produced / ProducerPerformance "
                   f"{both['produced'] / theirs:.2f} (goal ≥ 1.0)")
         print(f"  {'ProducerPerformance':34} {theirs:>10,.0f} {theirs_cpu:>11.3f}")
+        same = producer_performance_with_consumer(
+            runtime, bootstrap, args, max(200_000, int(theirs * args.seconds)))
+        print(f"  {'ProducerPerformance + consumer':34} {same['produced']:>10,.0f} "
+              f"{same['cpu_per_100k']:>11.3f}   (both JVMs; ConsumerPerformance read "
+              f"{same['received_over_sent']:.3f} of the records)")
+        for client in both_rates:
+            print(f"    streambench {client} produced / ProducerPerformance produced, each with "
+                  f"its consumer: {both_rates[client] / same['produced']:.2f}")
     finally:
         asyncio.run(stack.down())
         shutil.rmtree(work, ignore_errors=True)

@@ -286,7 +286,8 @@ def main() -> int:
         print(f"  {'pulsar-perf produce + consume':28} {theirs_both['produced']:>10,.0f} "
               f"{theirs_both['produced'] * args.size / 1e6:9.1f} "
               f"{theirs_both['cpu_per_100k']:>11.3f}   (both JVMs, whole runs)")
-        print(f"  pulsar-perf received / sent {theirs_both['received_over_sent']:.3f}; "
+        print(f"  pulsar-perf received / sent {theirs_both['received_over_sent']:.3f} (sent leaves "
+              f"out its 3 s warm-up, received does not); "
               f"streambench produced / pulsar-perf produced, each with its consumer "
               f"{both['produced'] / theirs_both['produced']:.2f}")
     finally:

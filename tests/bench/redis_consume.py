@@ -14,12 +14,18 @@ Prints, side by side: produced msg/s and consumed msg/s over the measuring phase
 the end-to-end latency p50 / p99 over the measuring phase, and the load worker process's
 CPU-seconds (user + system) per 100,000 consumed messages over the measuring phase. The worker
 runs both the producer and the consumer, so its CPU covers both. The goal: the consumer keeps
-up (ratio close to 1), so lag and latency are the broker's, not the tool's."""
+up (ratio close to 1), so lag and latency are the broker's, not the tool's.
+
+Then, on the same server, `redis-benchmark` sending the same XADD from one connection, one
+command at a time (`-P 1`) and pipelined as streambench's maximum-rate batches (`-P 256`), with
+its CPU-seconds per 100,000 commands: streambench's produced rate with its consumer running
+against redis-benchmark's produce-only rate (it has no consumer)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -34,6 +40,7 @@ import pyarrow.dataset as ds
 from analysis.sink import ParquetSink
 from compose.process import free_port, start_process, stop_process
 from loadgen.histogram import HistogramSnapshot
+from loadgen.load import MAX_RATE_BATCH
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
@@ -77,10 +84,15 @@ class Measured:
     """Per-tick figures of one run; the CPU reading is taken when each tick arrives."""
 
     ticks: list[tuple[Tick, float]] = field(default_factory=list)
+    server: psutil.Process | None = None
+    server_cpu: list[float] = field(default_factory=list)  # at each tick, when given a server
 
     def __call__(self, item: BusItem) -> None:
         if isinstance(item, Tick):
             self.ticks.append((item, worker_cpu_s()))
+            if self.server is not None:
+                t = self.server.cpu_times()
+                self.server_cpu.append(t.user + t.system)
 
     def summary(self) -> dict[str, float]:
         rows = [(i, t) for i, (t, _) in enumerate(self.ticks) if t.phase is Phase.MEASURING]
@@ -93,7 +105,11 @@ class Measured:
         cpu_before = self.ticks[first - 1][1] if first > 0 else 0.0
         cpu = self.ticks[last][1] - cpu_before
         e2e = HistogramSnapshot.merge([t.e2e_latency for _, t in rows])
+        server = float("nan")
+        if self.server_cpu and first > 0:
+            server = (self.server_cpu[last] - self.server_cpu[first - 1]) / seconds * 100
         return {
+            "server_cpu": server,
             "produced": produced / seconds,
             "consumed": consumed / seconds,
             "ratio": consumed / produced if produced else float("nan"),
@@ -103,14 +119,26 @@ class Measured:
         }
 
 
-def run_once(port: int, reader: str, size: int, seconds: float, out: Path) -> dict[str, float]:
+def redis_benchmark(port: int, size: int, pipeline: int, requests: int) -> tuple[float, float]:
+    """redis-benchmark's XADD rate from one connection and its CPU-seconds per 100k commands."""
+    from redis_produce import redis_benchmark_rate  # the bench next to this one
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rate = redis_benchmark_rate(port, size, 1, pipeline, requests)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return rate, cpu / requests * 1e5
+
+
+def run_once(port: int, reader: str, size: int, seconds: float, out: Path,
+             processes: int = 1, server: psutil.Process | None = None) -> dict[str, float]:
     os.environ["STREAMBENCH_RESP_READER"] = reader
     workload = Workload(name="bench-redis-consume", rate=0, message_size=size, producers=1,
                         consumers=1, subscriptions=1, duration_s=seconds, warmup_s=2,
                         drain_timeout_s=20)
     run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{port}")]), out_dir=out,
-              recorder=ParquetSink)
-    measured = Measured()
+              recorder=ParquetSink, processes=processes)
+    measured = Measured(server=server)
     run.subscribe(measured)
     summary = run_precise(run.execute())
     totals = summary.targets[0]
@@ -136,6 +164,8 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--readers", nargs="+", choices=READERS, default=list(READERS))
+    parser.add_argument("--processes", type=int, default=1,
+                        help="load processes (1: producer and consumer share one; 2: one each)")
     args = parser.parse_args()
     if shutil.which("redis-server") is None:
         print("redis-server is needed (apt-get install redis-server)")
@@ -151,8 +181,13 @@ def main() -> int:
             if not reader_available(reader):
                 results[reader] = None
                 continue
-            results[reader] = run_once(port, reader, args.size, args.seconds, work / f"run-{reader}")
+            results[reader] = run_once(port, reader, args.size, args.seconds, work / f"run-{reader}",
+                                       args.processes, psutil.Process(server.pid))
             subprocess.run(["redis-cli", "-p", str(port), "FLUSHALL"], capture_output=True)
+        fastest = max((f["produced"] for f in results.values() if f), default=0.0)
+        theirs = {p: redis_benchmark(port, args.size, p, max(200_000, int(fastest * 10)))
+                  for p in (1, MAX_RATE_BATCH)}
+        subprocess.run(["redis-cli", "-p", str(port), "FLUSHALL"], capture_output=True)
     finally:
         stop_process(server)
         shutil.rmtree(work, ignore_errors=True)
@@ -161,6 +196,7 @@ def main() -> int:
     rows = [("produced msg/s", "produced", "{:,.0f}"), ("consumed msg/s", "consumed", "{:,.0f}"),
             ("consumed/produced", "ratio", "{:.2f}"),
             ("worker CPU-s per 100k msgs", "cpu_per_100k", "{:.3f}"),
+            ("redis-server CPU % of a core", "server_cpu", "{:.0f}"),
             ("e2e p50 ms", "p50_ms", "{:.1f}"), ("e2e p99 ms", "p99_ms", "{:.1f}")]
     print(f"{'RESP reader':<28}" + "".join(f"{r:>14}" for r in results))
     for title, key, fmt in rows:
@@ -168,6 +204,11 @@ def main() -> int:
         for figures in results.values():
             cells.append("not installed" if figures is None else fmt.format(figures[key]))
         print(f"{title:<28}" + "".join(f"{c:>14}" for c in cells))
+    print("\nredis-benchmark XADD, same server, 1 connection, no consumer:")
+    for p, (rate, cpu) in theirs.items():
+        ratios = "; ".join(f"streambench {r} produced / it {f['produced'] / rate:.2f}"
+                           for r, f in results.items() if f)
+        print(f"  -P {p:<4} {rate:>10,.0f} msg/s  {cpu:.3f} CPU-s per 100k   {ratios}")
     return 0
 
 
