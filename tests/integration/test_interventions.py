@@ -237,7 +237,8 @@ def test_clients_reconnect_after_a_killed_redis_is_started_again(tmp_path: Path)
     # the producer's connection is back and a whole interval went without a failure
     failed = [e for e in events if e["kind"] == "send-error"]
     (settled,) = [e for e in events if e["kind"] == "send-recovered"]
-    assert 1 <= len(failed) <= 2 and all(0 <= (e["time"] - kill["time"]).total_seconds() < 1.5
+    # (the kill's event is stamped once the process is gone: a send can fail just before it)
+    assert 1 <= len(failed) <= 2 and all(-1.0 < (e["time"] - kill["time"]).total_seconds() < 1.5
                                          for e in failed), failed
     assert f"after {totals['send_errors']:,} failed message" in settled["detail"], settled
     assert 0 < (settled["time"] - start["time"]).total_seconds() <= 4.0, (settled, start)
