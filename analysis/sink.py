@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.schema import LATENCY_KINDS, MIN_READER_VERSION, SCHEMA_VERSION, SCHEMAS, TIMESTAMP
+from analysis.schema import LATENCY_KINDS, MIN_READER_VERSION, SCHEMA_VERSION, SCHEMAS
 from loadgen.errors import OutputError
 from loadgen.histogram import HistogramSnapshot, bucket_value, percentiles
 from loadgen.tick import Phase, PhaseChange, RawSamples, RunEvent, RunMeta, Tick
@@ -32,6 +32,10 @@ from loadgen.tick import Phase, PhaseChange, RawSamples, RunEvent, RunMeta, Tick
 _PART_RE = re.compile(r"^part-(\d+)\.parquet$")
 _TMP_SUFFIX = ".inprogress"
 _SUMMARY_PS = [50.0, 99.0, 99.9]
+_RELEASE_BYTES = 32 << 20  # a file this large (in Arrow's memory) is a burst
+# columns the writer works out from another: a latency bucket's value from its index
+_DERIVED: dict[str, dict[str, tuple[str, Callable[[Any], Any]]]] = {
+    "latency": {"value_ns": ("bucket", bucket_value)}}
 
 
 def _reason(exc: OSError) -> str:
@@ -71,15 +75,21 @@ def write_run_json(run_dir: Path, meta: dict[str, Any]) -> Path:
 
 
 class _Buffer:
-    """Rows of one table waiting for the next rotation: scalar rows as column lists, vector
-    rows (latency buckets, raw samples) as ready-made record batches."""
+    """Rows of one table waiting for the next rotation: single rows as column lists, and
+    groups of rows that share some columns' values (a tick's latency buckets, its partitions'
+    lag) as those values once and the other columns' arrays. The groups become columns in
+    to_table(), in the writer thread: the event loop does not build them a tick at a time.
+    `derived` columns are worked out there from another column of the groups."""
 
-    __slots__ = ("batches", "cols", "rows", "schema")
+    __slots__ = ("cols", "derived", "groups", "rows", "schema")
 
-    def __init__(self, schema: pa.Schema) -> None:
+    def __init__(self, schema: pa.Schema,
+                 derived: dict[str, tuple[str, Callable[[Any], Any]]] | None = None) -> None:
         self.schema = schema
+        self.derived = derived or {}
         self.cols: dict[str, list[Any]] = {name: [] for name in schema.names}
-        self.batches: list[pa.RecordBatch] = []
+        # (the shared values, the other columns' arrays or lists, how many rows)
+        self.groups: list[tuple[dict[str, Any], dict[str, Any], int]] = []
         self.rows = 0
 
     def append(self, row: dict[str, Any]) -> None:
@@ -87,18 +97,48 @@ class _Buffer:
             col.append(row[name])
         self.rows += 1
 
-    def add_batch(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows:
-            self.batches.append(batch)
-            self.rows += batch.num_rows
+    def add_group(self, shared: dict[str, Any], columns: dict[str, Any], n: int) -> None:
+        """`n` rows with the `shared` values and `columns` (arrays or lists of length n);
+        together they name every column of the schema but the derived ones."""
+        if n:
+            self.groups.append((shared, columns, n))
+            self.rows += n
+
+    def empty(self) -> _Buffer:
+        return _Buffer(self.schema, self.derived)
 
     def clear(self) -> None:
         self.cols = {name: [] for name in self.schema.names}
-        self.batches = []
+        self.groups = []
         self.rows = 0
 
+    def _groups_batch(self) -> pa.RecordBatch:
+        groups = self.groups
+        lengths = np.fromiter((n for _, _, n in groups), dtype=np.int64, count=len(groups))
+        owner = pa.array(np.repeat(np.arange(len(groups), dtype=np.int64), lengths))
+        shared, varying, _ = groups[0]
+        columns: dict[str, pa.Array] = {}
+        for f in self.schema:
+            name = f.name
+            if name in self.derived:
+                continue
+            if name in shared:
+                columns[name] = pa.array([g[0][name] for g in groups], type=f.type).take(owner)
+            elif isinstance(varying[name], np.ndarray):
+                columns[name] = pa.array(np.concatenate([g[1][name] for g in groups]),
+                                         type=f.type)
+            else:
+                columns[name] = pa.array([v for g in groups for v in g[1][name]], type=f.type)
+        for name, (source, fn) in self.derived.items():
+            field = self.schema.field(name)
+            columns[name] = pa.array(fn(columns[source].to_numpy()), type=field.type)
+        return pa.RecordBatch.from_arrays([columns[f.name] for f in self.schema],
+                                          schema=self.schema)
+
     def to_table(self) -> pa.Table:
-        batches = list(self.batches)
+        batches = []
+        if self.groups:
+            batches.append(self._groups_batch())
         if any(self.cols.values()):
             arrays = [pa.array(self.cols[f.name], type=f.type) for f in self.schema]
             batches.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
@@ -146,7 +186,7 @@ class ParquetSink:
         _ensure_dir(self.run_dir, "run directory")
         for table in self._tables:
             _ensure_dir(self.run_dir / table, "run directory")
-        self._buffers = {t: _Buffer(SCHEMAS[t]) for t in self._tables}
+        self._buffers = {t: _Buffer(SCHEMAS[t], _DERIVED.get(t)) for t in self._tables}
         self._next_part = {t: self._first_free_part(self.run_dir / t) for t in self._tables}
         self._phase = Phase.STARTING
         self._last_rotate = clock()
@@ -216,7 +256,7 @@ class ParquetSink:
             buf = self._buffers[table]
             if not buf.rows:
                 continue
-            self._buffers[table] = _Buffer(buf.schema)
+            self._buffers[table] = buf.empty()
             part = self._next_part[table]
             self._next_part[table] = part + 1
             if self._writer is None:
@@ -312,20 +352,13 @@ class ParquetSink:
         self._buffers["ticks"].append(row)
 
         if t.lag is not None and t.lag.per_partition:
-            lag = self._buffers["lag"]
-            for partition, value in t.lag.per_partition.items():
-                lag.append(
-                    {
-                        "run_id": self.run_id,
-                        "target": t.target,
-                        "seq": t.seq,
-                        "time": time_us,
-                        "phase": phase,
-                        "partition": int(partition),
-                        "lag": int(value),
-                        "source": t.lag.source,
-                    }
-                )
+            per_partition = t.lag.per_partition
+            self._buffers["lag"].add_group(
+                {"run_id": self.run_id, "target": t.target, "seq": t.seq, "time": time_us,
+                 "phase": phase, "source": t.lag.source},
+                {"partition": [int(p) for p in per_partition],
+                 "lag": [int(v) for v in per_partition.values()]},
+                len(per_partition))
         if t.consumers:
             consumers = self._buffers["consumers"]
             for c in t.consumers:
@@ -345,54 +378,29 @@ class ParquetSink:
                     }
                 )
         if t.broker:
-            broker = self._buffers["broker"]
-            for name, counter in t.broker.items():
-                broker.append(
-                    {
-                        "run_id": self.run_id,
-                        "target": t.target,
-                        "seq": t.seq,
-                        "time": time_us,
-                        "phase": phase,
-                        "name": str(name),
-                        "value": float(counter),
-                    }
-                )
+            broker = t.broker
+            self._buffers["broker"].add_group(
+                {"run_id": self.run_id, "target": t.target, "seq": t.seq, "time": time_us,
+                 "phase": phase},
+                {"name": [str(name) for name in broker], "value": [float(v) for v in broker.values()]},
+                len(broker))
 
-    def _key_arrays(
-        self, target: str, seq: int, time_ns: int, phase: Phase, n: int
-    ) -> list[pa.Array]:
-        return [
-            pa.repeat(pa.scalar(self.run_id, pa.string()), n),
-            pa.repeat(pa.scalar(target, pa.string()), n),
-            pa.repeat(pa.scalar(seq, pa.int64()), n),
-            pa.repeat(pa.scalar(time_ns // 1000, TIMESTAMP), n),
-            pa.repeat(pa.scalar(phase.value, pa.string()), n),
-        ]
+    def _keys(self, target: str, seq: int, time_ns: int, phase: Phase) -> dict[str, Any]:
+        return {"run_id": self.run_id, "target": target, "seq": seq, "time": time_ns // 1000,
+                "phase": phase.value}
 
     def _add_buckets(self, t: Tick, kind: str, snap: HistogramSnapshot) -> None:
-        index = np.asarray(snap.index, dtype=np.int64)
-        n = len(index)
-        arrays = [
-            *self._key_arrays(t.target, t.seq, t.time_ns, t.phase, n),
-            pa.repeat(pa.scalar(kind, pa.string()), n),
-            pa.array(index, type=pa.int64()),
-            pa.array(bucket_value(index), type=pa.int64()),
-            pa.array(np.asarray(snap.count, dtype=np.int64), type=pa.int64()),
-        ]
-        buf = self._buffers["latency"]
-        buf.add_batch(pa.RecordBatch.from_arrays(arrays, schema=buf.schema))
+        self._buffers["latency"].add_group(
+            {**self._keys(t.target, t.seq, t.time_ns, t.phase), "kind": kind},
+            {"bucket": np.asarray(snap.index, dtype=np.int64),
+             "count": np.asarray(snap.count, dtype=np.int64)},
+            len(snap.index))
 
     def _add_raw(self, r: RawSamples) -> None:
-        values = np.asarray(r.values, dtype=np.int64)
-        n = len(values)
-        arrays = [
-            *self._key_arrays(r.target, r.seq, r.time_ns, r.phase, n),
-            pa.repeat(pa.scalar(r.kind, pa.string()), n),
-            pa.array(values, type=pa.int64()),
-        ]
-        buf = self._buffers["raw"]
-        buf.add_batch(pa.RecordBatch.from_arrays(arrays, schema=buf.schema))
+        self._buffers["raw"].add_group(
+            {**self._keys(r.target, r.seq, r.time_ns, r.phase), "kind": r.kind},
+            {"value_ns": np.asarray(r.values, dtype=np.int64)},
+            len(r.values))
 
     # -- files -----------------------------------------------------------------------------
 
@@ -402,13 +410,18 @@ class ParquetSink:
         final = self.run_dir / table / name
         tmp = final.with_name(f".{name}{_TMP_SUFFIX}")
         try:
-            pq.write_table(buf.to_table(), tmp, compression="zstd")
+            table_data = buf.to_table()
+            pq.write_table(table_data, tmp, compression="zstd")
             os.replace(tmp, final)
-            # The rows are on disk: drop them and hand the allocator's freed pages back to
-            # the system, so that a burst (a slow disk, a loaded host) does not leave the
-            # process larger for the rest of the run.
+            # The rows are on disk: drop them. After a burst (a slow disk, a loaded host) hand
+            # the allocator's freed pages back to the system, so that it does not leave the
+            # process larger for the rest of the run; not after every file: pages handed back
+            # are faulted in again by the next one, which costs more CPU than writing it.
+            large = table_data.nbytes >= _RELEASE_BYTES
+            del table_data
             buf.clear()
-            pa.default_memory_pool().release_unused()
+            if large:
+                pa.default_memory_pool().release_unused()
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink()

@@ -22,6 +22,7 @@ from textual.binding import BindingType
 from textual.command import CommandPalette
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
+from textual.timer import Timer
 from textual.widgets import Footer
 
 from loadgen.errors import StreambenchError
@@ -36,7 +37,14 @@ from tui.history import Baseline, ChartView, TargetHistory
 from tui.keys import BINDINGS, KEY_TABLE, Key
 from tui.logs import LogScreen
 from tui.metadata import MetadataScreen, RunDescription, live_description
-from tui.widgets import HelpScreen, RunStatus, StatusBar, TargetColumn, TargetColumns
+from tui.widgets import (
+    LOAD_PHASES,
+    HelpScreen,
+    RunStatus,
+    StatusBar,
+    TargetColumn,
+    TargetColumns,
+)
 
 AfterRun = Callable[[RunSummary], Awaitable[str | None]]
 # what `run_async()` / `run()` return: the summary of a finished run, the user-facing error
@@ -104,6 +112,9 @@ class DashboardApp(App[DashboardResult]):
         self._events = EventStrip(id="events")
         self._last_repaint = -math.inf  # monotonic time of the last repaint of the columns
         self._repaint_pending = False
+        self._repaint_timer: Timer | None = None
+        self._ticked: set[str] = set()  # the targets whose ticks came since the last repaint
+        self._status_timer: Timer | None = None
         self._set_run(run, labels, workload, after_run, baselines)
         self._status_bar = self._make_status_bar(clock)
 
@@ -113,6 +124,7 @@ class DashboardApp(App[DashboardResult]):
         self.bench = run
         self.after_run = after_run
         self.histories = {label: TargetHistory(label) for label in labels}
+        self._ticked = set()
         self.view = ChartView(self.histories)
         self.status = RunStatus(workload)
         self.summary: RunSummary | None = None
@@ -147,7 +159,7 @@ class DashboardApp(App[DashboardResult]):
         self._mark_selected()
         if self.console.color_system in ("standard", "windows"):
             self.theme = "ansi-dark"  # 8/16-colour terminal: the theme of native ANSI colours
-        self.set_interval(1.0, self._show_status)
+        self._status_clock()
         if self.bench is not None:
             self.bench.subscribe(self._forward)
             self.run_worker(self._execute(), name="run", group="run")
@@ -202,13 +214,31 @@ class DashboardApp(App[DashboardResult]):
         with self.batch_update():
             if self._take_tick(message.tick) and not self.status.paused:
                 # the window ends at the latest tick: every column's x axis moves with it
-                self._request_repaint()
-            self._show_status()
+                self._ticked.add(message.tick.target)
+                if (self._ticked.issuperset(self.histories)
+                        and time.monotonic() >= self._last_repaint + REPAINT_S):
+                    self._repaint_columns()  # every target's tick is in: no wait
+                else:
+                    self._request_repaint()
+            if not self._repaint_pending:  # else the repaint shows it: one screen update
+                self._show_status()
 
     def on_phase_changed(self, message: PhaseChanged) -> None:
         with self.batch_update():
             self._take_phase(message.change)
+            self._status_clock()
             self._show_status()
+
+    def _status_clock(self) -> None:
+        """The status bar's one-second timer runs in the phases whose time only the clock
+        gives (starting, draining, writing, …); in the load phases every tick moves the bar.
+        (Each wake-up of an idle process costs CPU of its own.)"""
+        needed = self.status.phase not in LOAD_PHASES
+        if needed and self._status_timer is None:
+            self._status_timer = self.set_interval(1.0, self._show_status)
+        elif not needed and self._status_timer is not None:
+            self._status_timer.stop()
+            self._status_timer = None
 
     def on_event_received(self, message: EventReceived) -> None:
         with self.batch_update():
@@ -268,19 +298,25 @@ class DashboardApp(App[DashboardResult]):
             return
         wait = max(GATHER_S, self._last_repaint + REPAINT_S - time.monotonic())
         self._repaint_pending = True
-        self.set_timer(wait, self._repaint_later)
+        self._repaint_timer = self.set_timer(wait, self._repaint_later)
 
     def _repaint_later(self) -> None:
         self._repaint_pending = False
+        self._repaint_timer = None
         if not self.status.paused:
             self._repaint_columns()
 
     def _repaint_columns(self) -> None:
+        if self._repaint_timer is not None:  # a repaint now stands for the one planned
+            self._repaint_timer.stop()
+            self._repaint_timer = None
         self._repaint_pending = False
+        self._ticked.clear()
         self._last_repaint = time.monotonic()
         if self._columns_in_sight():
             for column in self._columns.values():
                 column.show()
+            self._show_status()
         # (a timer may fire while the app closes, with no screen left)
         if self.screen_stack and isinstance(self.screen_stack[-1], DetailScreen | CompareScreen):
             self.screen_stack[-1].show()
@@ -550,4 +586,4 @@ class DashboardApp(App[DashboardResult]):
         # not while a screen of its own covers it: Textual repaints the whole of the screen
         # on top for any change to the one below (it may show through); caught up on return
         if self._columns_in_sight():
-            self._status_bar.refresh()
+            self._status_bar.show()

@@ -286,6 +286,7 @@ class SessionApp(DashboardApp):
         after_run = self._report_after_run if parse_run(started.settings.argv()).report else None
         self._set_run(run, run.labels, run.workload, after_run, started.baselines)
         self._status_bar.status = self.status
+        self._status_clock()
         columns = self.query_one("#columns", TargetColumns)
         await columns.remove_children()
         await columns.mount_all(self._columns.values())

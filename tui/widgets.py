@@ -62,8 +62,20 @@ class StatusBar(Widget):
         super().__init__(id=id)
         self.status = status
         self.clock = clock
+        self._drawn: tuple[Any, ...] | None = None  # what the bar says as last drawn
+
+    def _says(self) -> tuple[Any, ...]:
+        s = self.status
+        return s.phase, s.paused, s.scope, self._progress(), self._workload(), self.size.width
+
+    def show(self) -> None:
+        """Repaints the bar if what it says changed since it was drawn (ticks of several
+        targets a second, and the clock's timer, mostly find it the same)."""
+        if self._says() != self._drawn:
+            self.refresh()
 
     def render(self) -> RenderResult:
+        self._drawn = self._says()
         s = self.status
         style = self.get_component_rich_style
         text = Text(no_wrap=True, overflow="ellipsis")

@@ -35,6 +35,11 @@ def _hidden(table_dir: Path) -> list[Path]:
     return sorted(p for p in table_dir.iterdir() if p.name.startswith("."))
 
 
+def rows_time(t) -> object:
+    """A tick's time as a row read back holds it (microseconds, UTC)."""
+    return pa.scalar(t.time_ns // 1000, pa.timestamp("us", tz="UTC")).as_py()
+
+
 def _read(table_dir: Path) -> pa.Table:
     return ds.dataset(table_dir, format="parquet").to_table()
 
@@ -123,13 +128,40 @@ def test_round_trip_counts_and_values(small_run) -> None:
         np.sort(measuring["value_ns"].to_numpy()), np.sort(small_run.raw_values("alpha", "e2e"))
     )
 
+    # rows written a group per tick (latency buckets, lag, broker counters) carry their own
+    # tick's keys and values, whichever files and rotations they fell in
+    buckets: dict[tuple[str, int, str], dict[int, int]] = {}
+    for row in latency.to_pylist():
+        t = by_key[(row["target"], row["seq"])]
+        assert (row["run_id"], row["phase"]) == ("run-sink", t.phase.value)
+        assert row["time"] == rows_time(t)
+        buckets.setdefault((row["target"], row["seq"], row["kind"]), {})[row["bucket"]] = (
+            row["count"])
+    for t in small_run.ticks:
+        for kind, snap in (("e2e", t.e2e_latency), ("publish", t.publish_latency),
+                           ("delay", t.publish_delay)):
+            assert buckets[(t.target, t.seq, kind)] == dict(
+                zip(snap.index.tolist(), snap.count.tolist(), strict=True))
+
     lag = _read(run_dir / "lag")
     assert lag.num_rows == 18 * 3
     assert lag.schema.field("partition").type == pa.int32()
     assert set(lag["source"].to_pylist()) == {"test lag"}
+    lags: dict[tuple[str, int], dict[int, int]] = {}
+    for row in lag.to_pylist():
+        t = by_key[(row["target"], row["seq"])]
+        assert (row["phase"], row["time"]) == (t.phase.value, rows_time(t))
+        lags.setdefault((row["target"], row["seq"]), {})[row["partition"]] = row["lag"]
+    assert lags == {(t.target, t.seq): t.lag.per_partition for t in small_run.ticks}
     broker = _read(run_dir / "broker")
     assert broker.num_rows == 18 * 2
     assert set(broker["name"].to_pylist()) == {"bytes_in", "requests"}
+    counters: dict[tuple[str, int], dict[str, float]] = {}
+    for row in broker.to_pylist():
+        t = by_key[(row["target"], row["seq"])]
+        assert (row["phase"], row["time"]) == (t.phase.value, rows_time(t))
+        counters.setdefault((row["target"], row["seq"]), {})[row["name"]] = row["value"]
+    assert counters == {(t.target, t.seq): t.broker for t in small_run.ticks}
 
     events = _read(run_dir / "events").sort_by("time").to_pylist()
     phases = [e["detail"].split(":")[0] for e in events if e["kind"] == "phase"]

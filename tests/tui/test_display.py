@@ -3,19 +3,20 @@ and a panel that fails shows its error in place."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from rich.text import Text
 
-from loadgen.tick import Phase
+from loadgen.tick import Phase, PhaseChange, Tick
 from tests.tui.recorded import LABELS, TICKS, WORKLOAD, recorded_items
 from tests.tui.screen import screen_lines, wait_until
-from tui.app import REPAINT_S, DashboardApp, bus_message
+from tui.app import REPAINT_S, DashboardApp, PhaseChanged, bus_message
 from tui.detail import DetailScreen
 from tui.history import TargetHistory
 from tui.panels import PANELS, RenderContext
-from tui.widgets import PanelView, RichLines, RunStatus, StatusBar
+from tui.widgets import LOAD_PHASES, PanelView, RichLines, RunStatus, StatusBar
 
 
 def post_all(app: DashboardApp, items: list) -> None:
@@ -227,3 +228,39 @@ async def test_panel_styles_follow_the_theme_the_ansi_rules_and_no_color() -> No
         app.theme = "textual-dark"
         await pilot.pause()
         assert panel._role_styles() == truecolor
+
+
+async def test_a_second_of_ticks_costs_one_repaint_and_wakes_no_timer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once every target's tick of a second is in, the columns and the status bar repaint at
+    once, without waiting for the gathering timer (which is stopped: every wake-up costs the
+    process CPU); in the load phases the status bar's one-second clock is stopped too (the
+    ticks move the bar), and it runs again in a phase that has no ticks."""
+    items = recorded_items()
+    app = DashboardApp(None, LABELS, WORKLOAD)
+    gather_s = 5.0  # the gathering timer would not fire within the test by itself
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app._status_timer is not None  # starting: the clock counts the phase's time
+        first = max(i for i, item in enumerate(items) if getattr(item, "seq", -1) == 2)
+        post_all(app, items[:first + 1])
+        await wait_until(pilot, lambda: app.histories["redis:aof"].ticks > 2, "3 ticks")
+        assert app.status.phase in LOAD_PHASES and app._status_timer is None
+        await pilot.pause(REPAINT_S * 2)  # the next repaint may come at once
+        monkeypatch.setattr("tui.app.GATHER_S", gather_s)
+        late: list[bool] = []
+        repaint_later = app._repaint_later
+        app._repaint_later = lambda: late.append(True) or repaint_later()  # type: ignore[method-assign]
+        before = produce_line(app)
+        ticks = [item for item in items if isinstance(item, Tick) and item.seq == 3]
+        assert [t.target for t in ticks] == LABELS
+        post_all(app, ticks[:1])
+        await wait_until(pilot, lambda: app.histories["redis"].ticks > 3, "redis's tick")
+        assert app._repaint_pending  # waiting for the other target's tick
+        post_all(app, ticks[1:])
+        await wait_until(pilot, lambda: app.histories["redis:aof"].ticks > 3, "the other tick")
+        assert not app._repaint_pending and app._repaint_timer is None
+        assert not late  # the repaint came with the last tick, not from the timer
+        assert produce_line(app) != before
+        app.post_message(PhaseChanged(PhaseChange(Phase.DRAINING, time.time_ns(), "")))
+        await wait_until(pilot, lambda: app.status.phase is Phase.DRAINING, "the drain")
+        assert app._status_timer is not None
