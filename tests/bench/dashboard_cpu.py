@@ -10,8 +10,11 @@ Runs N local redis-server targets (default 3; 1,000 msg/s each, 100 partitions, 
   rates and lag, latency percentiles merged over the chart window, refreshed with the columns).
 
 and prints for each the CPU of this process (user + system, psutil) over the measuring phase
-as % of one core, the dashboard's share (minus the headless figure), and the most repaints any
-one panel made in a second of the measuring phase (the goal: at most 4). CPU figures on a
+as % of one core, the dashboard's share (minus the headless figure), the main thread's share
+of it (the event loop; the rest is the Parquet writer thread) and how many times a second the
+main thread went to sleep and woke up again (its voluntary context switches: on a virtual
+machine each wake-up costs CPU of its own), and the most repaints any one panel made in a
+second of the measuring phase (the goal: at most 4). CPU figures on a
 shared machine depend on what else runs: the load average is printed beside each run;
 `--repeat` runs each mode again."""
 
@@ -21,6 +24,7 @@ import argparse
 import asyncio
 import os
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -49,12 +53,19 @@ class Meter:
 
     def __init__(self) -> None:
         self.proc = psutil.Process()
-        self.start: tuple[float, float] | None = None
-        self.end: tuple[float, float] | None = None
+        self.main = Path(f"/proc/self/task/{threading.main_thread().native_id}")
+        self.start: tuple[float, float, float, int] | None = None
+        self.end: tuple[float, float, float, int] | None = None
 
-    def _now(self) -> tuple[float, float]:
+    def _now(self) -> tuple[float, float, float, int]:
+        """CPU seconds of the process and of its main thread, the wall clock, and the main
+        thread's voluntary context switches."""
         t = self.proc.cpu_times()
-        return t.user + t.system, time.monotonic()
+        main_s = int((self.main / "schedstat").read_text().split()[0]) / 1e9
+        switches = next(int(line.split()[1])
+                        for line in (self.main / "status").read_text().splitlines()
+                        if line.startswith("voluntary_ctxt_switches"))
+        return t.user + t.system, time.monotonic(), main_s, switches
 
     def __call__(self, item: BusItem) -> None:
         if not isinstance(item, PhaseChange):
@@ -64,10 +75,24 @@ class Meter:
         elif item.phase is Phase.DRAINING and self.end is None:
             self.end = self._now()
 
+    def _span(self) -> tuple[tuple[float, float, float, int], tuple[float, float, float, int]]:
+        assert self.start is not None and self.end is not None, "the run did not measure"
+        return self.start, self.end
+
     @property
     def cpu_percent(self) -> float:
-        assert self.start is not None and self.end is not None, "the run did not measure"
-        return (self.end[0] - self.start[0]) / (self.end[1] - self.start[1]) * 100
+        start, end = self._span()
+        return (end[0] - start[0]) / (end[1] - start[1]) * 100
+
+    @property
+    def main_percent(self) -> float:
+        start, end = self._span()
+        return (end[2] - start[2]) / (end[1] - start[1]) * 100
+
+    @property
+    def wakeups_per_s(self) -> float:
+        start, end = self._span()
+        return (end[3] - start[3]) / (end[1] - start[1])
 
 
 def count_repaints(measuring: Callable[[], bool]
@@ -114,7 +139,7 @@ async def with_dashboard(run: Run, detail: bool) -> None:
             await asyncio.sleep(0.5)
 
 
-def one(args: argparse.Namespace, mode: str) -> tuple[float, int]:
+def one(args: argparse.Namespace, mode: str) -> tuple[Meter, int]:
     with tempfile.TemporaryDirectory() as tmp:
         run, meter = make_run(args, Path(tmp) / "run")
         counts, undo = count_repaints(lambda: meter.start is not None and meter.end is None)
@@ -125,7 +150,7 @@ def one(args: argparse.Namespace, mode: str) -> tuple[float, int]:
                 asyncio.run(with_dashboard(run, detail=mode == "dashboard + detail"))
         finally:
             undo()
-        return meter.cpu_percent, max(counts.values(), default=0)
+        return meter, max(counts.values(), default=0)
 
 
 def main() -> None:
@@ -143,7 +168,8 @@ def main() -> None:
     for _ in range(args.repeat):
         for mode in ("headless", "dashboard", "dashboard + detail"):
             load = os.getloadavg()[0]
-            cpu, repaints = one(args, mode)
+            meter, repaints = one(args, mode)
+            cpu = meter.cpu_percent
             if mode == "headless":
                 headless.append(cpu)
                 extra = ""
@@ -152,7 +178,8 @@ def main() -> None:
                          f"  max repaints of a panel in a second {repaints}"
                          f" ({'ok' if repaints <= MAX_REPAINTS_PER_S else 'OVER'} ≤ "
                          f"{MAX_REPAINTS_PER_S})")
-            print(f"{mode:<20} {cpu:5.1f} % of a core{extra}  (load average {load:.2f})",
+            print(f"{mode:<20} {cpu:5.1f} % of a core (main thread {meter.main_percent:4.1f} %, "
+                  f"{meter.wakeups_per_s:3.0f} wake-ups/s){extra}  (load average {load:.2f})",
                   flush=True)
 
 
