@@ -98,16 +98,20 @@ class HistogramSnapshot:
 
     @staticmethod
     def merge(snaps: list[HistogramSnapshot]) -> HistogramSnapshot:
-        snaps = [s for s in snaps if s.total]
+        snaps = [s for s in snaps if len(s.count) and s.count.any()]
         if not snaps:
             return HistogramSnapshot.empty()
         idx = np.concatenate([s.index for s in snaps])
         cnt = np.concatenate([s.count for s in snaps])
-        uniq, inv = np.unique(idx, return_inverse=True)
-        summed = np.bincount(inv, weights=cnt, minlength=len(uniq)).astype(np.int64)
+        # the counts summed into a dense array over the span of bucket indices (at most
+        # N_BUCKETS long): integer adds, no sort, exact
+        low = int(idx.min())
+        dense = np.zeros(int(idx.max()) - low + 1, dtype=np.int64)
+        np.add.at(dense, idx - low, cnt)
+        present = np.flatnonzero(dense)
         return HistogramSnapshot(
-            uniq,
-            summed,
+            present + low,
+            dense[present],
             min(s.min for s in snaps),
             max(s.max for s in snaps),
             sum(s.sum for s in snaps),

@@ -20,6 +20,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.await_complete import AwaitComplete
 from textual.binding import BindingType
 from textual.command import CommandPalette
+from textual.driver import Driver
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
@@ -33,6 +34,7 @@ from loadgen.workload import Workload
 from tui.compare import CompareScreen
 from tui.control import EventStrip, FaultScreen, RateScreen
 from tui.detail import DetailScreen
+from tui.driver import quiet_driver_class
 from tui.history import Baseline, ChartView, TargetHistory
 from tui.keys import BINDINGS, KEY_TABLE, Key
 from tui.logs import LogScreen
@@ -117,6 +119,9 @@ class DashboardApp(App[DashboardResult]):
         self._status_timer: Timer | None = None
         self._set_run(run, labels, workload, after_run, baselines)
         self._status_bar = self._make_status_bar(clock)
+
+    def get_driver_class(self) -> type[Driver]:
+        return quiet_driver_class(super().get_driver_class())
 
     def _set_run(self, run: Run | None, labels: list[str], workload: Workload,
                  after_run: AfterRun | None, baselines: dict[str, Baseline] | None) -> None:

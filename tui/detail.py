@@ -197,7 +197,7 @@ def _rate(value: float) -> str:
     return f"{fmt.megabytes(value)} MB/s" if fmt.known(value) else fmt.MISSING
 
 
-def nines_curve(e2e: HistogramSnapshot, publish: HistogramSnapshot, width: int = 36) -> Table:
+def nines_curve(e2e: HistogramSnapshot, publish: HistogramSnapshot, width: int = 36) -> Text:
     """The latency percentile curve on a "nines" axis: one row per percentile (p50, p90, p99,
     p99.9, p99.99, max), each series a bar on a shared logarithmic scale (█ end-to-end,
     ░ publish: told apart without colour)."""
@@ -205,23 +205,22 @@ def nines_curve(e2e: HistogramSnapshot, publish: HistogramSnapshot, width: int =
               if snap.total]
     values = {name: [float(v) / NS_PER_MS for v in percentiles(snap, list(PERCENTILES))]
               + [snap.max / NS_PER_MS] for name, _, snap in series}
-    table = _grid("", "", "ms", "")
-    table.columns[3].justify = "left"
+    headers = ["", "", "ms", ""]
     shown = [v for vs in values.values() for v in vs if v > 0]
     if not shown:
-        table.add_row("", "", fmt.MISSING, Text("no samples yet", style="dim"))
-        return table
+        return _text_grid(headers, [], left=(0, 3), note="no samples yet", note_cells=["", "",
+                                                                                     fmt.MISSING])
     low, high = math.log10(min(shown)), math.log10(max(shown))
     span = max(high - low, 1e-9)
     labels = [f"p{p:g}" for p in PERCENTILES] + ["max"]
+    rows = []
     for i, label in enumerate(labels):
         for j, (name, glyph, _) in enumerate(series):
             value = values[name][i]
             size = 1 + round((math.log10(value) - low) / span * (width - 1)) if value > 0 else 0
-            table.add_row(label if j == 0 else "", name, fmt.millis(value), glyph * size)
-    table.add_row("", "", "", Text(f"log scale {fmt.millis(10 ** low)} … {fmt.millis(10 ** high)} ms",
-                                   style="dim"))
-    return table
+            rows.append([label if j == 0 else "", name, fmt.millis(value), glyph * size])
+    return _text_grid(headers, rows, left=(0, 3),
+                      note=f"log scale {fmt.millis(10 ** low)} … {fmt.millis(10 ** high)} ms")
 
 
 def latency_row(snap: HistogramSnapshot) -> list[str]:
@@ -231,19 +230,29 @@ def latency_row(snap: HistogramSnapshot) -> list[str]:
     return [fmt.millis(v) for v in values] + [fmt.millis(snap.max / NS_PER_MS), fmt.count(snap.total)]
 
 
-def _text_grid(headers: list[str], rows: list[list[str]]) -> Text:
-    """What _grid draws for plain one-line cells (the first column left, the others right, one
-    space on each side of a cell, the header bold), built as text: a table of a hundred rows
-    laid out by Rich each second is most of the detail screen's cost."""
-    widths = [max([cell_len(h), *(cell_len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+def _text_grid(headers: list[str], rows: list[list[str]], left: tuple[int, ...] = (0,),
+               note: str | None = None, note_cells: list[str] | None = None) -> Text:
+    """What _grid draws for plain one-line cells (the `left` columns left, the others right,
+    one space on each side of a cell, the header bold), built as text: a table laid out by Rich
+    each second is most of the detail screen's cost. `note` is the last cell of a last row,
+    dim, after `note_cells` (blank by default); its width counts in its column's."""
+    last = len(headers) - 1
+    before = note_cells if note_cells is not None else [""] * last
+    noted = [*rows, [*before, note]] if note is not None else rows
+    widths = [max([cell_len(h), *(cell_len(r[i]) for r in noted)]) for i, h in enumerate(headers)]
+
+    def cell(i: int, c: str) -> str:
+        return f" {c.ljust(widths[i]) if i in left else c.rjust(widths[i])} "
 
     def line(cells: list[str]) -> str:
-        return "".join(f" {c.ljust(w) if i == 0 else c.rjust(w)} "
-                       for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+        return "".join(cell(i, c) for i, c in enumerate(cells))
 
     text = Text(line(headers), style="bold", no_wrap=True, overflow="crop")
     if rows:
         text.append("\n" + "\n".join(line(r) for r in rows), style="not bold")
+    if note is not None:
+        text.append("\n" + line(before), style="not bold")
+        text.append(cell(last, note), style="not bold dim")
     return text
 
 
@@ -322,16 +331,16 @@ class DetailScreen(Screen[None]):
 
         consumers = self.consumers_table(history.recent_ticks)
 
-        brokers = _grid("broker", "cpu", "memory", "disk read", "disk write", "net in", "net out")
-        for b in broker_rows(history.last):
-            brokers.add_row(b.name, fmt.percent(b.cpu),
-                            f"{fmt.megabytes(b.memory)} MB" if fmt.known(b.memory) else fmt.MISSING,
-                            _rate(b.disk_read), _rate(b.disk_write), _rate(b.net_rx), _rate(b.net_tx))
+        brokers = _text_grid(
+            ["broker", "cpu", "memory", "disk read", "disk write", "net in", "net out"],
+            [[b.name, fmt.percent(b.cpu),
+              f"{fmt.megabytes(b.memory)} MB" if fmt.known(b.memory) else fmt.MISSING,
+              _rate(b.disk_read), _rate(b.disk_write), _rate(b.net_rx), _rate(b.net_tx)]
+             for b in broker_rows(history.last)])
 
         e2e, publish = history.latency.merged(None if self.view.window_s is None else start)
-        latency = _grid("ms", *(f"p{p:g}" for p in PERCENTILES), "max", "samples")
-        latency.add_row("e2e", *latency_row(e2e))
-        latency.add_row("publish", *latency_row(publish))
+        latency = _text_grid(["ms", *(f"p{p:g}" for p in PERCENTILES), "max", "samples"],
+                             [["e2e", *latency_row(e2e)], ["publish", *latency_row(publish)]])
         curve = nines_curve(e2e, publish)
 
         events = _grid("time", "event")

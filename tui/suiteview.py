@@ -24,12 +24,14 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import BindingType
 from textual.containers import ScrollableContainer
+from textual.driver import Driver
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Static
 
 from loadgen.errors import StreambenchError
 from tui import formatting as fmt
+from tui.driver import quiet_driver_class
 from tui.keys import SUITE_KEY_TABLE, Key
 from tui.suite import (
     SIGNAL_EXIT,
@@ -299,6 +301,9 @@ class SuiteApp(App[int]):
         self._dirty = True
         self._shown_second = -1
         self._last_repaint = -FRAME_S
+
+    def get_driver_class(self) -> type[Driver]:
+        return quiet_driver_class(super().get_driver_class())
 
     def compose(self) -> ComposeResult:
         yield Static(id="suite-title")

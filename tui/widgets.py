@@ -247,6 +247,7 @@ class RichLines(Widget):
         self._renderable = renderable
         # the lines last rendered: for which renderable, width and base style
         self._rendered: tuple[RenderableType, int, Style, list[Strip]] | None = None
+        self._line_keys: list[tuple[int, tuple[Segment, ...]]] = []  # (y, segments) of each
         self._drawn_for: tuple[int, Style] | None = None  # what the shown lines were drawn for
         self._strips: list[Strip] = []
         self._own_regions: set[Region] = set()  # the line repaints update() asked for
@@ -261,8 +262,18 @@ class RichLines(Widget):
         options = app.console_options.update(highlight=False, width=width, height=None)
         segments = [Segment(text, base + style if style else base, control)
                     for text, style, control in app.console.render(self._renderable, options)]
-        lines = Segment.split_and_crop_lines(segments, width, include_new_lines=False, pad=False)
-        strips = [Strip(line).simplify().apply_offsets(0, y) for y, line in enumerate(lines)]
+        lines = [tuple(line) for line in
+                 Segment.split_and_crop_lines(segments, width, include_new_lines=False, pad=False)]
+        # a line as it was rendered last time keeps its strip (making a Strip is most of the
+        # cost of a line, and most lines of a screen refreshed each tick stay the same)
+        before = dict(zip(self._line_keys, cached[3], strict=True)) if (
+            cached is not None and cached[1] == width and cached[2] == base) else {}
+        strips = []
+        for y, line in enumerate(lines):
+            strip = before.get((y, line))
+            strips.append(strip if strip is not None
+                          else Strip(Segment.simplify(line)).apply_offsets(0, y))
+        self._line_keys = [(y, line) for y, line in enumerate(lines)]
         self._rendered = (self._renderable, width, base, strips)
         return strips
 
@@ -283,7 +294,7 @@ class RichLines(Widget):
             return
         regions = [Region(0, y, width, 1)
                    for y, (old, new) in enumerate(zip(self._strips, strips, strict=True))
-                   if old != new]
+                   if old is not new and old != new]
         self._strips = strips
         if regions:
             self._own_regions.update(region.translate(self.content_offset) for region in regions)

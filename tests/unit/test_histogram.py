@@ -3,6 +3,8 @@ import pytest
 
 from loadgen.histogram import (
     EXACT_LIMIT,
+    MAX_VALUE,
+    N_BUCKETS,
     Histogram,
     HistogramSnapshot,
     bucket_bounds,
@@ -76,3 +78,32 @@ def test_reset_and_merge():
 
 def test_empty_percentile_is_nan():
     assert np.isnan(HistogramSnapshot.empty().percentile(50))
+
+
+def test_merge_equals_one_histogram_of_all_the_values():
+    """Merging interval snapshots gives the buckets, counts, min, max and sum that one
+    histogram of all their values has: values from the exact range to the top octaves, so the
+    merged buckets span nearly every index there is."""
+    rng = np.random.default_rng(7)
+    parts = [rng.integers(0, 2_000, 50), rng.lognormal(13, 2, 5_000).astype(np.int64),
+             np.array([MAX_VALUE, 1 << 40, 0]), rng.integers(1_000_000, 1_000_500, 3_000)]
+    snaps = []
+    whole = Histogram()
+    for part in parts:
+        h = Histogram()
+        h.record_many(part.tolist())
+        whole.record_many(part.tolist())
+        snaps.append(h.snapshot_and_reset())
+    merged = HistogramSnapshot.merge([snaps[0], HistogramSnapshot.empty(), *snaps[1:]])
+    expected = whole.snapshot_and_reset()
+    np.testing.assert_array_equal(merged.index, expected.index)
+    np.testing.assert_array_equal(merged.count, expected.count)
+    assert (merged.min, merged.max, merged.sum) == (expected.min, expected.max, expected.sum)
+    assert merged.index[0] < 100 and merged.index[-1] > N_BUCKETS - 100
+    # a bucket that several intervals share sums their counts
+    counts = [dict(zip(s.index.tolist(), s.count.tolist(), strict=True)) for s in snaps]
+    shared = set(counts[1]) & set(counts[3])
+    assert shared
+    for bucket in shared:
+        at = int(np.flatnonzero(merged.index == bucket)[0])
+        assert merged.count[at] == sum(c.get(bucket, 0) for c in counts)
