@@ -252,6 +252,7 @@ class ParquetSink:
         """Hand every table's buffered rows to the writer, one new file per table (nothing
         for an empty table). Raises OutputError if an earlier file could not be written."""
         self._last_rotate = self._clock()
+        files = []
         for table in self._tables:
             buf = self._buffers[table]
             if not buf.rows:
@@ -259,11 +260,25 @@ class ParquetSink:
             self._buffers[table] = buf.empty()
             part = self._next_part[table]
             self._next_part[table] = part + 1
+            files.append((table, part, buf))
+        if files:
             if self._writer is None:
-                self._write(table, part, buf)
-            else:
-                self._pending.append(self._writer.submit(self._write, table, part, buf))
+                self._write_all(files)
+            else:  # one job for the set: the writer thread wakes once, not once a table
+                self._pending.append(self._writer.submit(self._write_all, files))
         self._raise_failed()
+
+    def _write_all(self, files: list[tuple[str, int, _Buffer]]) -> None:
+        """Write each file of a set; a file that cannot be written does not keep the others
+        from being written (the first error is raised once all were tried)."""
+        failed: list[Exception] = []
+        for table, part, buf in files:
+            try:
+                self._write(table, part, buf)
+            except Exception as exc:  # raised below, after the other files
+                failed.append(exc)
+        if failed:
+            raise failed[0]
 
     def wait(self) -> None:
         """Block until every file handed to the writer is on disk (renamed into place)."""

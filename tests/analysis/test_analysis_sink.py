@@ -295,6 +295,7 @@ def test_write_failure_is_reported(tmp_path: Path, background: bool) -> None:
     ticks_dir = tmp_path / "run" / "ticks"
     ticks_dir.rmdir()
     ticks_dir.write_text("in the way")  # the table directory is gone: writing must fail
+    sink(PhaseChange(Phase.MEASURING, T0_NS))  # a row of the events table
     sink(_tick(0))
     clock.now += 1.0
     # the rotation hands the first file to the writer thread: its failure is reported by the
@@ -309,4 +310,6 @@ def test_write_failure_is_reported(tmp_path: Path, background: bool) -> None:
     assert raised, "the write failure was not reported"
     assert raised[0].startswith(f"cannot write {ticks_dir / 'part-00000.parquet'}: ")
     assert all("\n" not in msg for msg in raised)
+    # another table's file of the same rotation is written all the same
+    assert [p.name for p in _visible(tmp_path / "run" / "events")] == ["part-00000.parquet"]
     sink.close()  # closed: nothing more to report
