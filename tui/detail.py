@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from rich.cells import cell_len
+from rich.cells import cell_len, set_cell_size
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -256,6 +256,11 @@ def _text_grid(headers: list[str], rows: list[list[str]], left: tuple[int, ...] 
     return text
 
 
+def _ellipsis(text: str, width: int) -> str:
+    """`text` cut to `width` cells with an ellipsis, as a table column's max_width cuts it."""
+    return text if cell_len(text) <= width else set_cell_size(text, width - 1) + "…"
+
+
 def _grid(*headers: str) -> Table:
     table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     for i, header in enumerate(headers):
@@ -294,23 +299,23 @@ class DetailScreen(Screen[None]):
         if self.is_mounted:
             self.query_one("#detail-body", RichLines).update(self.body())
 
-    def consumers_table(self, ticks: list[Tick]) -> Table:
+    def consumers_table(self, ticks: list[Tick]) -> RenderableType:
         rows = sort_consumers(consumer_rows(ticks), self.consumer_sort)
         titles = {"consumer": "consumer", "held": "held", "consume": "consume/s", "lag": "lag"}
         marked = {name: title + ((" ▲" if name == "consumer" else " ▼")
                                  if name == self.consumer_sort else "")
                   for name, title in titles.items()}
-        table = _grid(marked["consumer"], marked["held"], "partitions", marked["consume"],
-                      marked["lag"])
+        headers = [marked["consumer"], marked["held"], "partitions", marked["consume"],
+                   marked["lag"]]
+        if rows:  # as text, like the partitions: a target may have a hundred consumers
+            return _text_grid(headers, [
+                [r.name, fmt.MISSING if r.partitions is None else str(len(r.partitions)),
+                 _ellipsis(held_text(r), PARTITIONS_WIDTH), fmt.count(r.consume),
+                 fmt.count(r.lag)] for r in rows], left=(0, 2))
+        table = _grid(*headers)
         table.columns[2].justify = "left"
-        table.columns[2].max_width = PARTITIONS_WIDTH
-        table.columns[2].overflow = "ellipsis"
-        for r in rows:
-            table.add_row(r.name, fmt.MISSING if r.partitions is None else str(len(r.partitions)),
-                          held_text(r), fmt.count(r.consume), fmt.count(r.lag))
-        if not rows:
-            table.add_row("–", fmt.MISSING, Text("no consumer figures", style="dim"),
-                          fmt.MISSING, fmt.MISSING)
+        table.add_row("–", fmt.MISSING, Text("no consumer figures", style="dim"),
+                      fmt.MISSING, fmt.MISSING)
         return table
 
     def body(self) -> RenderableType:

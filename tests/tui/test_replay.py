@@ -289,3 +289,24 @@ def test_the_nines_curve_draws_each_percentile_on_one_log_scale() -> None:
     assert len({row.index(bar) for row, bar in zip(rows, drawn, strict=True)}) == 1
     empty = nines_curve(Histogram().snapshot_and_reset(), Histogram().snapshot_and_reset())
     assert empty.plain.split("\n")[1].split() == ["–", "no", "samples", "yet"]
+
+
+def test_the_consumers_table_of_a_hundred_consumers_is_text_with_cut_partition_lists() -> None:
+    """A hundred consumers are a hundred rows of text (laid out without Rich's table); a
+    partition list longer than its column is cut with an ellipsis; the names are left-aligned,
+    the figures right-aligned."""
+    sub = "streambench-sub-0"
+    consumers = tuple(ConsumerStat(0, sub, i, 10 * i, tuple(range(i, 1000, 100)))
+                      for i in range(100))
+    tick = dataclasses.replace(recorded_tick(LABELS[0], 1), consumers=consumers)
+    screen = DetailScreen.__new__(DetailScreen)
+    screen.consumer_sort = "consumer"
+    table = screen.consumers_table([tick])
+    header, *rows = table.plain.split("\n")
+    assert header.split() == ["consumer", "▲", "held", "partitions", "consume/s", "lag"]
+    assert len(rows) == 100
+    assert rows[0].split()[:2] == ["sub-0/0", "10"]
+    assert "  0, 100, 200, 300, 400, …  " in rows[0]  # 24 cells of "0, 100, … 900"
+    assert len({row.index("…") for row in rows}) == 1  # one column, cut at one width
+    assert [row.split()[0] for row in rows[:3]] == ["sub-0/0", "sub-0/1", "sub-0/2"]
+    assert len({len(row.rstrip()) for row in rows}) == 1  # the figures end in one column
