@@ -50,6 +50,7 @@ test: setup-test lint
 	$(BIN)/python -m pytest -q -ra
 
 bench: setup-test
+	$(BIN)/python tests/bench/memory_recall.py
 	$(BIN)/python tests/bench/redis_produce.py
 	$(BIN)/python tests/bench/paced_cost.py
 	$(BIN)/python tests/bench/kafka_produce.py

@@ -156,16 +156,23 @@ def _midpoint(bucket: int) -> int:
 
 
 class Histogram:
-    """Accumulates values for one interval; `snapshot_and_reset()` hands them over."""
+    """Accumulates values for one interval; `snapshot_and_reset()` hands them over.
 
-    __slots__ = ("_buf", "_counts", "_max", "_min", "_sum")
+    Sparse: a fold turns the buffered values into the buckets they hit (a count per bucket
+    over the span of those values), so an interval touches memory in proportion to what it
+    recorded, never the whole bucket range (54,272 buckets, 434 KB as a dense array, read in
+    full at every snapshot). Memory that has not been touched for a second can be slow to
+    touch again (a virtual machine's host may have unmapped it), so that matters in a load
+    process whose tick must not hold up the next send."""
+
+    __slots__ = ("_buf", "_parts")
+
+    # folded parts kept before they are merged into one (bounds memory between snapshots)
+    _MAX_PARTS = 8
 
     def __init__(self) -> None:
-        self._counts = np.zeros(N_BUCKETS, dtype=np.int64)
         self._buf: list[int] = []
-        self._min = MAX_VALUE
-        self._max = 0
-        self._sum = 0
+        self._parts: list[HistogramSnapshot] = []
 
     def record_n(self, value: int, n: int) -> None:
         """Record the same value n times (a batch acknowledged at once)."""
@@ -183,19 +190,18 @@ class Histogram:
             return
         arr = np.clip(np.fromiter(self._buf, dtype=np.int64, count=len(self._buf)), 0, MAX_VALUE)
         self._buf.clear()
-        np.add.at(self._counts, bucket_index(arr), 1)
-        self._min = min(self._min, int(arr.min()))
-        self._max = max(self._max, int(arr.max()))
-        self._sum += int(arr.sum())
+        idx = bucket_index(arr)
+        low = int(idx.min())
+        dense = np.bincount(idx - low)
+        present = np.flatnonzero(dense)
+        self._parts.append(HistogramSnapshot(present + low, dense[present], int(arr.min()),
+                                             int(arr.max()), int(arr.sum())))
+        if len(self._parts) > self._MAX_PARTS:
+            self._parts = [HistogramSnapshot.merge(self._parts)]
 
     def snapshot_and_reset(self) -> HistogramSnapshot:
         self._fold()
-        nz = np.flatnonzero(self._counts)
-        if len(nz) == 0:
+        parts, self._parts = self._parts, []
+        if not parts:
             return HistogramSnapshot.empty()
-        snap = HistogramSnapshot(
-            nz.astype(np.int64), self._counts[nz].copy(), self._min, self._max, self._sum
-        )
-        self._counts[nz] = 0
-        self._min, self._max, self._sum = MAX_VALUE, 0, 0
-        return snap
+        return parts[0] if len(parts) == 1 else HistogramSnapshot.merge(parts)

@@ -33,9 +33,9 @@ from loadgen.platforms.base import (
     ReceivedBatch,
 )
 from loadgen.platforms.config_names import REDIS_DIRECTIVES
-from loadgen.platforms.resp import RespConnection, RespError, encode
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
+from loadgen.resp import RespConnection, RespError, encode
 from loadgen.security import PLAINTEXT, REDIS_SECURITY_OPTIONS, ClientSecurity
 from loadgen.settings import (
     SettingsRecord,

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from memory_recall import recall_us  # the bench next to this one (scripts run from here)
 
 from analysis.sink import ParquetSink
 from loadgen.pacing import run_precise
@@ -225,6 +226,8 @@ def main() -> None:
     os.environ.setdefault("STREAMBENCH_RUNTIME", "local")
     print(f"{args.targets} redis targets × {args.rate:,.0f} msg/s, {args.partitions} partitions, "
           f"{args.duration:.0f} s measured; this process's CPU over the measuring phase")
+    print(f"memory left alone 1 s takes {recall_us():.1f} µs a page to touch again on this "
+          "machine (memory_recall.py: the dashboard's once-a-second work pays it)", flush=True)
     headless: list[float] = []
     for _ in range(args.repeat):
         for mode in ("headless", "dashboard", "dashboard + detail", "on a terminal"):

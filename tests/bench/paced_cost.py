@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-from redis_consume import worker_cpu_s  # the bench next to this one (scripts run from here)
+from memory_recall import recall_us  # the benches next to this one (scripts run from here)
+from redis_consume import worker_cpu_s
 
 from analysis.sink import ParquetSink
 from compose.process import free_port, start_process, stop_process
@@ -99,7 +100,7 @@ def raw_rtt_ns(port: int, size: int, count: int, every_s: float = 0.0) -> list[i
 def client_rtt_ns(port: int, size: int, count: int) -> list[int]:
     """Round trips of XADD one at a time through streambench's own client (RespConnection on
     the precise event loop): the floor for the same client stack the load uses."""
-    from loadgen.platforms.resp import RespConnection
+    from loadgen.resp import RespConnection
 
     async def loop() -> list[int]:
         conn = await RespConnection.open("127.0.0.1", port)
@@ -264,6 +265,7 @@ def main() -> int:
         paced = raw_rtt_ns(port, args.size, args.rtt_count // 4, every_s=0.001)
         paced_p50 = statistics.median(paced) / 1e3
         rtt_load = load_average()
+        recall = recall_us()
         subprocess.run(["redis-cli", "-p", str(port), "DEL", "rtt-test"], capture_output=True)
         for _ in range(args.repeat):
             for rate in args.rates:
@@ -288,6 +290,8 @@ def main() -> int:
     print(f"raw XADD round trip one per ms (blocking socket, sleeping in between, {len(paced):,} "
           f"calls): p50 {paced_p50:.1f} µs, p99 {sorted(paced)[int(len(paced) * 0.99)] / 1e3:.1f} µs "
           "(both processes wake from idle for each)")
+    print(f"memory left alone 1 s takes {recall:.1f} µs a page to touch again on this machine "
+          "(memory_recall.py: the worker's once-a-second tick pays it)")
     columns = [f"{r:,.0f}/s #{i + 1}" for i, (r, _, _) in enumerate(results)]
     print(f"{'':<32}" + "".join(f"{c:>16}" for c in columns) + "   goal")
     rows = [

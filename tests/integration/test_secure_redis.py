@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.dataset as ds
 import pytest
 import redis.asyncio as aioredis
 
@@ -102,6 +103,12 @@ def test_produce_and_consume_over_tls_as_an_acl_user(server, tmp_path):
     # the server counted the same XADDs, over the TLS port, as the ACL user
     stats = server.admin("INFO", "commandstats")
     assert int(stats["cmdstat_xadd"]["calls"]) - before == 1500
+    # the telemetry came over TLS as the ACL user as well: lag and the server's byte counters
+    # in every tick, no failed sample
+    ticks = ds.dataset(out / "ticks", format="parquet").to_table().to_pylist()
+    assert ticks and all(t["lag_total"] is not None and t["net_rx_bytes"] > 0 for t in ticks)
+    events = ds.dataset(out / "events", format="parquet").to_table().to_pylist()
+    assert not [e for e in events if e["kind"].startswith("collector-")]
     # the non-secret settings are recorded with the target; the password is nowhere
     options = meta["targets"][0]["options"]
     assert options["user"] == USER and options["password_file"] == str(server.password_file)

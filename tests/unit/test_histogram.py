@@ -107,3 +107,25 @@ def test_merge_equals_one_histogram_of_all_the_values():
     for bucket in shared:
         at = int(np.flatnonzero(merged.index == bucket)[0])
         assert merged.count[at] == sum(c.get(bucket, 0) for c in counts)
+
+
+def test_many_folds_in_one_interval_equal_the_values_counted_directly():
+    """An interval with far more values than one fold takes (a maximum-rate tick) is folded
+    many times and its parts merged along the way: its snapshot has the buckets and counts
+    that counting the values' bucket indices directly gives (numpy's unique), and the parts
+    kept between snapshots stay bounded."""
+    rng = np.random.default_rng(11)
+    values = np.concatenate([rng.lognormal(12, 1.5, 700_000).astype(np.int64),
+                             rng.integers(0, 3_000, 20_000), np.array([MAX_VALUE, 0])])
+    h = Histogram()
+    most_parts = 0
+    for chunk in np.array_split(values, 37):
+        h.record_many(chunk.tolist())
+        most_parts = max(most_parts, len(h._parts))
+    snap = h.snapshot_and_reset()
+    index, count = np.unique(bucket_index(values), return_counts=True)
+    np.testing.assert_array_equal(snap.index, index)
+    np.testing.assert_array_equal(snap.count, count)
+    assert (snap.min, snap.max, snap.sum) == (0, MAX_VALUE, int(values.sum()))
+    assert 1 < most_parts <= Histogram._MAX_PARTS
+    assert h.snapshot_and_reset().total == 0 and not h._parts

@@ -4,8 +4,8 @@
     analysis → vocabulary
 
 The vocabulary is the set of loadgen leaf modules every layer shares (errors, targets, ticks and
-bus items, histograms, workloads, stack descriptions); it imports nothing but itself. Stacks and
-collectors do not import each other. Only tui imports Textual; only the report modules of
+bus items, histograms, workloads, stack descriptions, the RESP client); it imports nothing but
+itself. Stacks and collectors do not import each other. Only tui imports Textual; only the report modules of
 analysis import pyspark or matplotlib. Every import counts, including those inside functions."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tui", "loadgen", "collectors", "analysis", "compose")
 VOCABULARY = {"loadgen", "loadgen.errors", "loadgen.target", "loadgen.tick", "loadgen.histogram",
               "loadgen.workload", "loadgen.stackinfo", "loadgen.interventions", "loadgen.security",
-              "loadgen.settings"}
+              "loadgen.settings", "loadgen.resp"}
 # the layers each layer may import (a layer may always import itself)
 ALLOWED = {
     "vocabulary": {"vocabulary"},

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from loadgen.platforms import resp
+from loadgen import resp
 from loadgen.platforms.base import OutMessage
 from loadgen.platforms.redis_streams import ATOMIC_BATCH, RedisConsumer, RedisProducer
-from loadgen.platforms.resp import (
+from loadgen.resp import (
     INCOMPLETE,
     PythonReader,
     RespConnection,

@@ -1,6 +1,7 @@
 """A minimal RESP2 client for the Redis hot path: commands are encoded with one bytes join and
 replies parsed from a buffer, which costs a fraction of a general-purpose client's per-command
-overhead. Used for XADD batches and XREADGROUP + XACK; everything else goes through redis-py.
+overhead. Used for XADD batches, XREADGROUP + XACK and the telemetry sampled every tick
+(collectors.redis); everything else goes through redis-py.
 
 Replies are parsed by hiredis's C reader when the `hiredis` package is importable, else by
 `PythonReader`, a resumable pure-Python reader. Both give the same values: bytes for bulk and
@@ -469,6 +470,20 @@ class RespConnection(asyncio.BufferedProtocol):
         if isinstance(reply, RespError):
             raise reply
         return reply
+
+    @property
+    def closed(self) -> bool:
+        """The connection is lost or was closed: every request on it fails."""
+        return self._closed is not None
+
+    def abort(self) -> None:
+        """Close at once: replies still owed are not waited for (their requests fail with
+        RespConnectionClosed)."""
+        if self._flush_soon is not None:
+            self._flush_soon.cancel()
+            self._flush_soon = None
+        if self._transport is not None:
+            self._transport.abort()
 
     async def close(self, timeout_s: float = 5.0) -> None:
         """Close, once the commands sent with send() have been answered (or `timeout_s`)."""
