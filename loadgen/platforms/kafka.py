@@ -276,9 +276,19 @@ class KafkaDriver(Driver):
 
     async def connect(self) -> None:
         self._admin = AIOKafkaAdminClient(**self._admin_kwargs())
+        deadline = time.monotonic() + 15
         try:
             await asyncio.wait_for(self._admin.start(), 15)
-            cluster = await asyncio.wait_for(self._admin.describe_cluster(), 15)
+            while True:
+                try:
+                    cluster = await asyncio.wait_for(self._admin.describe_cluster(), 15)
+                    break
+                except KafkaError as exc:
+                    # a cluster that has just started: the node asked may not take requests
+                    # yet (NodeNotReadyError), which passes once the client is connected to it
+                    if not exc.retriable or time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.2)
         except (KafkaError, OSError, TimeoutError) as exc:
             admin, self._admin = self._admin, None
             with contextlib.suppress(Exception):
