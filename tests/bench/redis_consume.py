@@ -19,11 +19,18 @@ up (ratio close to 1), so lag and latency are the broker's, not the tool's.
 Then, on the same server, `redis-benchmark` sending the same XADD from one connection, one
 command at a time (`-P 1`) and pipelined as streambench's maximum-rate batches (`-P 256`), with
 its CPU-seconds per 100,000 commands: streambench's produced rate with its consumer running
-against redis-benchmark's produce-only rate (it has no consumer)."""
+against redis-benchmark's produce-only rate (it has no consumer).
+
+Last, the comparison with the same work on the server: redis-benchmark (`-P 256`, one
+connection) writes into the stream of a streambench run whose consumer reads it (its own
+producer sends one message a second), so the server serves one producer and one consumer as
+in streambench's run. redis-benchmark's rate is the server's XADD count over that run's
+measuring phase."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -130,6 +137,81 @@ def redis_benchmark(port: int, size: int, pipeline: int, requests: int) -> tuple
     return rate, cpu / requests * 1e5
 
 
+class Alongside(Measured):
+    """A run whose own producer sends one message a second while `redis-benchmark` sends XADDs
+    pipelined `pipeline` deep into the same stream from one connection, started when the first
+    tick arrives; streambench's consumer reads them all. Each tick also takes the server's XADD
+    count, so that redis-benchmark's rate is the server's own figure over the measuring phase
+    (its consumer running all along)."""
+
+    def __init__(self, port: int, size: int, pipeline: int, server: psutil.Process) -> None:
+        super().__init__(server=server)
+        self.port, self.size, self.pipeline = port, size, pipeline
+        self.xadds: list[int] = []
+        self.bench: subprocess.Popen[bytes] | None = None
+        self.bench_cpu = 0.0
+
+    def __call__(self, item: BusItem) -> None:
+        super().__call__(item)
+        if not isinstance(item, Tick):
+            return
+        from redis_produce import xadd_calls  # the bench next to this one
+
+        self.xadds.append(xadd_calls(self.port))
+        if self.bench is None:
+            keys = subprocess.run(["redis-cli", "-p", str(self.port), "--scan", "--pattern",
+                                   "streambench-*"], capture_output=True, text=True).stdout.split()
+            if len(keys) != 1:
+                raise SystemExit(f"expected one stream of the run, found {keys}")
+            self.bench = subprocess.Popen(
+                ["redis-benchmark", "-p", str(self.port), "-c", "1", "-n", "2000000000",
+                 "-P", str(self.pipeline), "-q", "XADD", keys[0], "*", "t", str(time.time_ns()),
+                 "p", "x" * self.size], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop_bench(self) -> None:
+        if self.bench is None:
+            return
+        with contextlib.suppress(psutil.Error):
+            t = psutil.Process(self.bench.pid).cpu_times()
+            self.bench_cpu = t.user + t.system
+        self.bench.terminate()
+        self.bench.wait(10)
+
+    def summary(self) -> dict[str, float]:
+        figures = super().summary()
+        rows = [i for i, (t, _) in enumerate(self.ticks) if t.phase is Phase.MEASURING]
+        first, last = rows[0], rows[-1]
+        if first == 0:
+            raise SystemExit("redis-benchmark was not running before the measuring phase")
+        seconds = sum(self.ticks[i][0].interval_s for i in rows)
+        xadds = self.xadds[last] - self.xadds[first - 1]
+        return figures | {"bench_produced": xadds / seconds,
+                          "bench_ratio": figures["consumed"] * seconds / xadds,
+                          "bench_cpu_per_100k": self.bench_cpu / (self.xadds[-1] or 1) * 1e5}
+
+
+def alongside(port: int, size: int, seconds: float, out: Path, server: psutil.Process,
+              pipeline: int = MAX_RATE_BATCH) -> dict[str, float]:
+    """redis-benchmark producing, streambench's consumer (hiredis) consuming, in one run."""
+    os.environ["STREAMBENCH_RESP_READER"] = "hiredis"
+    workload = Workload(name="bench-redis-alongside", rate=1, message_size=size, producers=1,
+                        consumers=1, subscriptions=1, duration_s=seconds, warmup_s=2,
+                        drain_timeout_s=20)
+    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{port}")]), out_dir=out,
+              recorder=ParquetSink)
+    measured = Alongside(port, size, pipeline, server)
+    run.subscribe(measured)
+    try:
+        summary = run_precise(run.execute())
+    finally:
+        measured.stop_bench()
+    totals = summary.targets[0]
+    if totals.send_errors or totals.receive_errors:
+        raise SystemExit(f"alongside redis-benchmark: {totals.send_errors} send errors, "
+                         f"{totals.receive_errors} receive errors")
+    return measured.summary()
+
+
 def run_once(port: int, reader: str, size: int, seconds: float, out: Path,
              processes: int = 1, server: psutil.Process | None = None) -> dict[str, float]:
     os.environ["STREAMBENCH_RESP_READER"] = reader
@@ -188,6 +270,9 @@ def main() -> int:
         theirs = {p: redis_benchmark(port, args.size, p, max(200_000, int(fastest * 10)))
                   for p in (1, MAX_RATE_BATCH)}
         subprocess.run(["redis-cli", "-p", str(port), "FLUSHALL"], capture_output=True)
+        beside = alongside(port, args.size, args.seconds, work / "run-alongside",
+                           psutil.Process(server.pid))
+        subprocess.run(["redis-cli", "-p", str(port), "FLUSHALL"], capture_output=True)
     finally:
         stop_process(server)
         shutil.rmtree(work, ignore_errors=True)
@@ -209,6 +294,19 @@ def main() -> int:
         ratios = "; ".join(f"streambench {r} produced / it {f['produced'] / rate:.2f}"
                            for r, f in results.items() if f)
         print(f"  -P {p:<4} {rate:>10,.0f} msg/s  {cpu:.3f} CPU-s per 100k   {ratios}")
+    print(f"\nredis-benchmark XADD -P {MAX_RATE_BATCH}, 1 connection, with streambench's consumer "
+          f"(hiredis) reading the same stream in the same run (its rate: the server's XADD count "
+          f"over the measuring phase):")
+    print(f"  produced {beside['bench_produced']:,.0f} msg/s, consumed {beside['consumed']:,.0f} "
+          f"(consumed/produced {beside['bench_ratio']:.2f}), redis-server "
+          f"{beside['server_cpu']:.0f} % of a core, redis-benchmark "
+          f"{beside['bench_cpu_per_100k']:.3f} CPU-s per 100k, streambench's consumer "
+          f"{beside['cpu_per_100k']:.3f}")
+    for r, f in results.items():
+        if f:
+            print(f"  streambench ({r}) produced with its consumer / redis-benchmark with the same "
+                  f"consumer: {f['produced']:,.0f} / {beside['bench_produced']:,.0f} = "
+                  f"{f['produced'] / beside['bench_produced']:.2f}")
     return 0
 
 
