@@ -17,7 +17,11 @@ a 2 s warm-up) and prints per rate, beside the goal figures:
   as in a paced run at 1,000 msg/s);
 - the CPU of a minimal asyncio client at the same rate on the same server (asyncio_floor.py:
   one XADD per slot from a timer, a blocking XREADGROUP, hiredis, nothing recorded), the floor
-  of a one-wake-up-per-message design in CPython on this machine, and the worker's CPU over it.
+  of a one-wake-up-per-message design in CPython on this machine, and the worker's CPU over it;
+- the CPU of a C client of the same design (c_floor.c, built with the system's C compiler when
+  there is one: threads blocking in the kernel, no event loop, no interpreter), and of the
+  same number of timed wake-ups a second with nothing else to do: what the machine itself
+  charges for the design.
 
 CPU figures on a shared machine depend on what else runs: the load average is printed beside
 each run; `--repeat` runs each rate several times. `--profile RATE` instead runs one target's
@@ -227,6 +231,34 @@ def floor_cpu(port: int, rate: float, seconds: float) -> dict[str, float]:
     return {"floor_pct": (figures["user_s"] + figures["system_s"]) / seconds * 100}
 
 
+def build_c_floor(work: Path) -> Path | None:
+    """c_floor.c compiled into `work`, or None without a C compiler."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    exe = work / "c_floor"
+    subprocess.run([compiler, "-O2", "-pthread", "-o", str(exe),
+                    str(Path(__file__).with_name("c_floor.c"))], check=True)
+    return exe
+
+
+def c_floor_cpu(exe: Path | None, port: int, rate: float, seconds: float) -> dict[str, float]:
+    """The C client's CPU at `rate` for `seconds`, and that of the wake-ups alone (5 s), as %
+    of one core; NaN without a compiler."""
+    if exe is None:
+        return {"c_floor_pct": float("nan"), "wakeups_pct": float("nan")}
+    figures = {}
+    for key, first, secs in (("c_floor_pct", str(port), seconds), ("wakeups_pct", "wakeups", 5.0)):
+        out = subprocess.run([str(exe), first, str(rate), str(secs)], capture_output=True,
+                             text=True, timeout=secs + 60, check=True)
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        if key == "c_floor_pct" and result["consumed"] < rate * seconds:
+            raise SystemExit(f"the C client consumed {result['consumed']} of "
+                             f"{rate * seconds:.0f} messages")
+        figures[key] = (result["user_s"] + result["system_s"]) / secs * 100
+    return figures
+
+
 def fmt(value: float, spec: str) -> str:
     return format(value, spec) if value == value else "-"
 
@@ -251,12 +283,14 @@ def main() -> int:
     proc = start_process(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                           "--appendonly", "no", "--dir", str(work)], work / "redis.log")
     results: list[tuple[float, str, dict[str, float]]] = []
+    c_floor: Path | None = None
     try:
         time.sleep(0.5)
         server = psutil.Process(proc.pid)
         if args.profile is not None:
             profile(port, args.profile, args.size, args.seconds, args.top)
             return 0
+        c_floor = build_c_floor(work)
         rtt = raw_rtt_ns(port, args.size, args.rtt_count)
         rtt_p50 = statistics.median(rtt) / 1e3
         client = client_rtt_ns(port, args.size, args.rtt_count)
@@ -273,6 +307,7 @@ def main() -> int:
                 figures = run_once(port, server, rate, args.size, args.seconds,
                                    work / f"run-{rate:.0f}-{len(results)}")
                 figures |= floor_cpu(port, rate, args.seconds)
+                figures |= c_floor_cpu(c_floor, port, rate, args.seconds)
                 figures["over_floor"] = figures["worker_pct"] / figures["floor_pct"]
                 results.append((rate, f"{before}→{load_average()}", figures))
                 subprocess.run(["redis-cli", "-p", str(port), "FLUSHALL"], capture_output=True)
@@ -292,6 +327,8 @@ def main() -> int:
           "(both processes wake from idle for each)")
     print(f"memory left alone 1 s takes {recall:.1f} µs a page to touch again on this machine "
           "(memory_recall.py: the worker's once-a-second tick pays it)")
+    if c_floor is None:
+        print("no C compiler (cc): the C client's rows are empty")
     columns = [f"{r:,.0f}/s #{i + 1}" for i, (r, _, _) in enumerate(results)]
     print(f"{'':<32}" + "".join(f"{c:>16}" for c in columns) + "   goal")
     rows = [
@@ -302,6 +339,8 @@ def main() -> int:
          lambda r: f"≤ {GOAL_CPU[int(r)]:.0f} %" if int(r) in GOAL_CPU else ""),
         ("minimal asyncio client CPU %", "floor_pct", ".1f", lambda r: ""),
         ("worker CPU / minimal client", "over_floor", ".2f", lambda r: ""),
+        ("C client, same design, CPU %", "c_floor_pct", ".1f", lambda r: ""),
+        ("its timed wake-ups alone CPU %", "wakeups_pct", ".1f", lambda r: ""),
         ("redis-server CPU %", "server_pct", ".1f", lambda r: ""),
         ("worker CPU-s per 100k msgs", "cpu_per_100k", ".3f", lambda r: ""),
         ("e2e p50 µs", "e2e_p50_us", ".0f", lambda r: ""),
