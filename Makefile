@@ -52,6 +52,7 @@ test: setup-test lint
 bench: setup-test
 	$(BIN)/python tests/bench/memory_recall.py
 	$(BIN)/python tests/bench/redis_produce.py
+	$(BIN)/python tests/bench/redis_consume.py
 	$(BIN)/python tests/bench/paced_cost.py
 	$(BIN)/python tests/bench/kafka_produce.py
 	$(BIN)/python tests/bench/pulsar_produce.py
