@@ -42,6 +42,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from loadgen.errors import DriverError
+from loadgen.fdwatch import watch_readable
 
 # event header: intended send time (ns), partition, producer id, producer sequence number
 HEADER = struct.Struct("<qHQQ")
@@ -266,7 +267,7 @@ class _Host:
                 loop.remove_reader(self._conn.fileno())
                 inbox.put_nowait(None)
 
-        loop.add_reader(self._conn.fileno(), readable)
+        watch_readable(loop, self._conn.fileno(), readable)
         while True:
             message = await inbox.get()
             if message is None:
@@ -355,7 +356,7 @@ class ClientHost:
             self.stop()
             raise DriverError(f"cannot start the Pravega client: {error}")
         self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(ours.fileno(), self._readable)
+        watch_readable(self._loop, ours.fileno(), self._readable)
         self._sender = threading.Thread(target=self._send_loop, args=(ours,), daemon=True,
                                         name="pravega-client-sender")
         self._sender.start()

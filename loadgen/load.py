@@ -21,7 +21,7 @@ from compose.stack import Stack, StackContext, StackDescription
 from loadgen.errors import StackError
 from loadgen.histogram import Histogram
 from loadgen.interventions import Intervention
-from loadgen.pacing import Schedule
+from loadgen.pacing import Schedule, TimerHandle, precise_call_at
 from loadgen.placement import place
 from loadgen.platforms import PLATFORMS
 from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer
@@ -704,7 +704,7 @@ class _Pacer:
         size = load.workload.message_size
         self._max_batch = max(1, min(MAX_RATE_BATCH, MAX_RATE_BATCH_BYTES // size))
         self._loop = asyncio.get_running_loop()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | TimerHandle | None = None
         self._in_flight = 0
         self._n = 0  # messages handed over so far: picks payloads and keys
         self.tasks: set[asyncio.Task[None]] = set()  # send_batch() of producers without submit()
@@ -751,7 +751,7 @@ class _Pacer:
                 wake = sched.next_mono_ns(PACING_WINDOW_NS)
                 if wake is None or wake > sched.end_mono_ns:
                     wake = sched.end_mono_ns  # nothing due before the end: finish then
-                self._timer = self._loop.call_at(wake / 1e9, self._fire)
+                self._timer = precise_call_at(self._loop, wake, self._fire)
                 return
             self._hand_over(due)
             now = time.monotonic_ns()

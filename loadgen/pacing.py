@@ -8,11 +8,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import heapq
+import importlib.util
 import math
+import os
 import select
 import selectors
+import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -352,14 +356,186 @@ def tune_process() -> None:
         mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
 
 
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+_CLOCK_MONOTONIC = 1  # time.monotonic_ns()'s clock on Linux
+_TFD_TIMER_ABSTIME = 1
+
+
+class TimerHandle:
+    """A timer of PreciseTimers; cancel() keeps its callback from running."""
+
+    __slots__ = ("callback", "cancelled", "when_ns")
+
+    def __init__(self, when_ns: int, callback: Callable[[], object]) -> None:
+        self.when_ns = when_ns
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class PreciseTimers:
+    """Timers on the monotonic clock (ns) for an event loop whose own timers are only as fine
+    as a millisecond (uvloop's, as libuv's). One Linux timerfd per loop is armed for the earliest
+    timer at an absolute time and watched like a socket, so a paced slot costs one wake-up of
+    the loop, without a system call to arm a timer per slot beyond one timerfd_settime.
+
+    The kernel wakes a sleeper some tens of microseconds late (more on a virtual machine), so
+    as PreciseEpollSelector does, the timers learn how late (`lead_ns`, tracking the median
+    lateness of short sleeps), arm the fd that much early and spin for the rest."""
+
+    SHORT_WAIT_NS = 5_000_000
+    MAX_LEAD_NS = 300_000
+    LEAD_STEP_NS = 1_000
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, libc: ctypes.CDLL) -> None:
+        fd = libc.timerfd_create(_CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "timerfd_create failed")
+        self._fd = fd
+        self._loop = loop
+        self._settime = libc.timerfd_settime
+        self._spec = _Itimerspec()
+        self._spec_ref = ctypes.byref(self._spec)
+        self._heap: list[tuple[int, int, TimerHandle]] = []
+        self._seq = 0
+        self._armed_at: int | None = None  # the time the fd goes off (monotonic ns)
+        self._armed_from = 0  # when it was armed
+        self._running = False
+        self.lead_ns = 0
+        loop.add_reader(fd, self._expired)
+
+    def call_at(self, when_ns: int, callback: Callable[[], object]) -> TimerHandle:
+        handle = TimerHandle(when_ns, callback)
+        self._seq += 1
+        heapq.heappush(self._heap, (when_ns, self._seq, handle))
+        if not self._running and (self._armed_at is None
+                                  or when_ns - self.lead_ns < self._armed_at):
+            self._arm(when_ns)
+        return handle
+
+    def _arm(self, when_ns: int) -> None:
+        at = max(1, when_ns - self.lead_ns)
+        spec = self._spec.it_value
+        spec.tv_sec, spec.tv_nsec = divmod(at, 1_000_000_000)
+        self._settime(self._fd, _TFD_TIMER_ABSTIME, self._spec_ref, None)
+        self._armed_at = at
+        self._armed_from = time.monotonic_ns()
+
+    def _expired(self) -> None:
+        try:
+            os.read(self._fd, 8)
+        except BlockingIOError:
+            return  # re-armed since it went off
+        clock = time.monotonic_ns
+        now = clock()
+        armed_at, self._armed_at = self._armed_at, None
+        if armed_at is not None and armed_at - self._armed_from < self.SHORT_WAIT_NS:
+            late = now - armed_at
+            step = self.LEAD_STEP_NS
+            self.lead_ns = (min(self.MAX_LEAD_NS, self.lead_ns + step) if late > self.lead_ns
+                            else max(0, self.lead_ns - step))
+        heap = self._heap
+        while heap and heap[0][2].cancelled:
+            heapq.heappop(heap)
+        if heap and 0 < heap[0][0] - now <= self.MAX_LEAD_NS:
+            due = heap[0][0]
+            while clock() < due:
+                pass
+            now = clock()
+        self._running = True
+        try:
+            while heap and heap[0][0] <= now:
+                handle = heapq.heappop(heap)[2]
+                if handle.cancelled:
+                    continue
+                try:
+                    handle.callback()
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self._loop.call_exception_handler(
+                        {"message": "Exception in a precise timer's callback",
+                         "exception": exc})
+        finally:
+            self._running = False
+        while heap and heap[0][2].cancelled:
+            heapq.heappop(heap)
+        if heap:
+            self._arm(heap[0][0])
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._loop.remove_reader(self._fd)
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._heap.clear()
+
+
+_timers: dict[asyncio.AbstractEventLoop, PreciseTimers] = {}
+
+EVENT_LOOP_ENV = "STREAMBENCH_EVENT_LOOP"
+
+
+def event_loop_kind() -> str:
+    """Which event loop the load runs on: "uvloop" (libuv, with PreciseTimers) where uvloop is
+    installed and the system has timerfd (Linux), else "asyncio" (the standard loop with
+    PreciseEpollSelector). STREAMBENCH_EVENT_LOOP=asyncio asks for the standard one."""
+    if os.environ.get(EVENT_LOOP_ENV, "").strip().lower() == "asyncio":
+        return "asyncio"
+    if not sys.platform.startswith("linux") or importlib.util.find_spec("uvloop") is None:
+        return "asyncio"
+    return "uvloop"
+
+
+def precise_call_at(loop: asyncio.AbstractEventLoop, when_ns: int,
+                    callback: Callable[[], object]) -> asyncio.TimerHandle | TimerHandle:
+    """Call `callback` at monotonic `when_ns`, within microseconds: on the loop's PreciseTimers
+    where it has them, else on its own timers (precise on PreciseEpollSelector's loop)."""
+    timers = _timers.get(loop)
+    if timers is not None:
+        return timers.call_at(when_ns, callback)
+    return loop.call_at(when_ns / 1e9, callback)
+
+
 def precise_event_loop() -> asyncio.AbstractEventLoop:
-    """The event loop streambench runs in: timers fire within a few microseconds (see
-    PreciseEpollSelector), in a process tuned by tune_process()."""
+    """The event loop streambench runs in, in a process tuned by tune_process(): uvloop with
+    PreciseTimers (see event_loop_kind()), or the standard loop on PreciseEpollSelector. Both
+    fire paced timers within a few microseconds of their time."""
     tune_process()
+    if event_loop_kind() == "uvloop":
+        import uvloop
+        loop = uvloop.new_event_loop()
+        try:
+            _timers[loop] = PreciseTimers(loop, ctypes.CDLL(None, use_errno=True))
+        except (OSError, AttributeError):
+            loop.close()
+        else:
+            return loop
     return asyncio.SelectorEventLoop(PreciseEpollSelector())
 
 
 def run_precise(coro: Coroutine[Any, Any, T]) -> T:
     """asyncio.run() on a precise event loop."""
-    with asyncio.Runner(loop_factory=precise_event_loop) as runner:
-        return runner.run(coro)
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    def factory() -> asyncio.AbstractEventLoop:
+        loops.append(precise_event_loop())
+        return loops[-1]
+
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(coro)
+    finally:
+        for loop in loops:
+            timers = _timers.pop(loop, None)
+            if timers is not None:
+                timers.close()

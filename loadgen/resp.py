@@ -23,7 +23,7 @@ import ssl
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 Arg = bytes | str | int
 
@@ -335,8 +335,8 @@ class RespConnection(asyncio.BufferedProtocol):
     # ---- protocol callbacks ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports implement asyncio.Transport without deriving from it
+        self._transport = cast(asyncio.Transport, transport)
         self._loop = asyncio.get_running_loop()
         self._lost = self._loop.create_future()
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from compose.stack import StackDescription
 from loadgen.assignments import AssignmentWatch
 from loadgen.errors import StackError, StreambenchError
+from loadgen.fdwatch import watch_readable
 from loadgen.histogram import HistogramSnapshot
 from loadgen.interventions import Intervention
 from loadgen.load import DROPPED_SLOTS, LoadHandle, Publish, TargetLoad, TargetTotals
@@ -149,7 +150,7 @@ async def _serve(conn: Connection, load: TargetLoad) -> None:
             loop.remove_reader(conn.fileno())
             inbox.put_nowait((-1, "close", ()))  # coordinator gone
 
-    loop.add_reader(conn.fileno(), on_request)
+    watch_readable(loop, conn.fileno(), on_request)
     tasks: set[asyncio.Task[None]] = set()
 
     async def handle(req_id: int, op: str, args: tuple[Any, ...]) -> None:
@@ -211,7 +212,7 @@ class _LoadProcess:
         if self._reading or self._conn is None:
             return
         self._reading = True
-        asyncio.get_running_loop().add_reader(self._conn.fileno(), self._on_message)
+        watch_readable(asyncio.get_running_loop(), self._conn.fileno(), self._on_message)
 
     def _on_message(self) -> None:
         assert self._conn is not None

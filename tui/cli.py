@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from loadgen.errors import StreambenchError, WorkloadError
+from loadgen.fdwatch import watch_readable
 from tui.doctor import REPORT_INSTALL, REPORT_MODULES, doctor, missing_report_modules, quick_shadows
 from tui.endsummary import EndSummary, render
 
@@ -549,7 +550,7 @@ def _read_commands(run: Any) -> Callable[[], None]:
                 task.add_done_callback(tasks.discard)
 
     try:
-        loop.add_reader(0, on_input)
+        watch_readable(loop, 0, on_input)
     except (OSError, ValueError, PermissionError):
         return lambda: None
 

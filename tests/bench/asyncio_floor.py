@@ -20,10 +20,11 @@ import os
 import resource
 import sys
 import time
+from typing import cast
 
 import hiredis
 
-from loadgen.pacing import precise_event_loop
+from loadgen.pacing import precise_call_at, run_precise
 
 STREAM, GROUP = b"asyncio-floor", b"floor"
 
@@ -39,8 +40,7 @@ class Replies(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's do not derive from it
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
@@ -74,8 +74,8 @@ async def load(port: int, rate: float, seconds: float) -> dict[str, float]:
     await asyncio.sleep(0.2)
     consumer.write(read)
     await asyncio.sleep(0.1)
-    step, sent = 1.0 / rate, 0
-    t0 = loop.time() + 0.01
+    step, sent = 1e9 / rate, 0
+    t0 = time.monotonic_ns() + 10_000_000
     before = resource.getrusage(resource.RUSAGE_SELF)
 
     def slot() -> None:
@@ -84,9 +84,9 @@ async def load(port: int, rate: float, seconds: float) -> dict[str, float]:
                                payload))
         sent += 1
         if sent < total:
-            loop.call_at(t0 + sent * step, slot)
+            precise_call_at(loop, t0 + round(sent * step), slot)
 
-    loop.call_at(t0, slot)
+    precise_call_at(loop, t0, slot)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(all_in, seconds + 10)
     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -101,8 +101,7 @@ async def load(port: int, rate: float, seconds: float) -> dict[str, float]:
 
 def main() -> int:
     port, rate, seconds = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
-    with asyncio.Runner(loop_factory=precise_event_loop) as runner:
-        print(json.dumps(runner.run(load(port, rate, seconds))))
+    print(json.dumps(run_precise(load(port, rate, seconds))))
     return 0
 
 

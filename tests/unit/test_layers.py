@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tui", "loadgen", "collectors", "analysis", "compose")
 VOCABULARY = {"loadgen", "loadgen.errors", "loadgen.target", "loadgen.tick", "loadgen.histogram",
               "loadgen.workload", "loadgen.stackinfo", "loadgen.interventions", "loadgen.security",
-              "loadgen.settings", "loadgen.resp"}
+              "loadgen.settings", "loadgen.resp", "loadgen.fdwatch"}
 # the layers each layer may import (a layer may always import itself)
 ALLOWED = {
     "vocabulary": {"vocabulary"},
