@@ -411,6 +411,7 @@ class PreciseTimers:
         self._armed_from = 0  # when it was armed
         self._running = False
         self.lead_ns = 0
+        self.spun_ns = 0  # time spent spinning for the rest of an early wake-up, all told
         loop.add_reader(fd, self._expired)
 
     def call_at(self, when_ns: int, callback: Callable[[], object]) -> TimerHandle:
@@ -450,6 +451,7 @@ class PreciseTimers:
             due = heap[0][0]
             while clock() < due:
                 pass
+            self.spun_ns += clock() - now
             now = clock()
         self._running = True
         try:

@@ -21,7 +21,10 @@ a 2 s warm-up) and prints per rate, beside the goal figures:
 - the CPU of a C client of the same design (c_floor.c, built with the system's C compiler when
   there is one: threads blocking in the kernel, no event loop, no interpreter), and of the
   same number of timed wake-ups a second with nothing else to do: what the machine itself
-  charges for the design.
+  charges for the design;
+- the load process's and the minimal client's CPU again on the standard asyncio event loop
+  (STREAMBENCH_EVENT_LOOP=asyncio) where the default is uvloop, with the latencies that change
+  with the loop (`--no-standard-loop` leaves these runs out).
 
 CPU figures on a shared machine depend on what else runs: the load average is printed beside
 each run; `--repeat` runs each rate several times. `--profile RATE` instead runs one target's
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import io
 import json
@@ -44,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,7 +59,7 @@ from redis_consume import worker_cpu_s
 from analysis.sink import ParquetSink
 from compose.process import free_port, start_process, stop_process
 from loadgen.histogram import HistogramSnapshot
-from loadgen.pacing import run_precise, tune_process
+from loadgen.pacing import EVENT_LOOP_ENV, event_loop_kind, run_precise, tune_process
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
 from loadgen.target import unique_labels
@@ -219,6 +224,22 @@ def profile(port: int, rate: float, size: int, seconds: float, top: int) -> None
     run_precise(main())
 
 
+@contextlib.contextmanager
+def event_loop(kind: str | None) -> Iterator[None]:
+    """Load processes started meanwhile (and this one's runs) on the event loop `kind`
+    ("uvloop", "asyncio"); None: the default."""
+    before = os.environ.get(EVENT_LOOP_ENV)
+    if kind is not None:
+        os.environ[EVENT_LOOP_ENV] = kind
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(EVENT_LOOP_ENV, None)
+        else:
+            os.environ[EVENT_LOOP_ENV] = before
+
+
 def floor_cpu(port: int, rate: float, seconds: float) -> dict[str, float]:
     """asyncio_floor.py at `rate` for `seconds`: its CPU as % of one core."""
     out = subprocess.run([sys.executable, str(Path(__file__).with_name("asyncio_floor.py")),
@@ -274,6 +295,9 @@ def main() -> int:
     parser.add_argument("--profile", type=float, metavar="RATE",
                         help="profile one in-process load at RATE msg/s instead")
     parser.add_argument("--top", type=int, default=35)
+    parser.add_argument("--standard-loop", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the load and the minimal client on the standard asyncio "
+                             "event loop (default: yes)")
     args = parser.parse_args()
     if shutil.which("redis-server") is None:
         print("redis-server is needed (apt-get install redis-server)")
@@ -307,6 +331,19 @@ def main() -> int:
                 figures = run_once(port, server, rate, args.size, args.seconds,
                                    work / f"run-{rate:.0f}-{len(results)}")
                 figures |= floor_cpu(port, rate, args.seconds)
+                if args.standard_loop:
+                    with event_loop("asyncio"):
+                        std = run_once(port, server, rate, args.size, args.seconds,
+                                       work / f"run-{rate:.0f}-{len(results)}-asyncio")
+                        figures["std_worker_pct"] = std["worker_pct"]
+                        figures["std_floor_pct"] = floor_cpu(port, rate, args.seconds)["floor_pct"]
+                        figures["std_delay_p50_us"] = std["delay_p50_us"]
+                        figures["std_e2e_p50_us"] = std["e2e_p50_us"]
+                    subprocess.run(["redis-cli", "-p", str(port), "FLUSHALL"],
+                                   capture_output=True)
+                else:
+                    figures |= {k: float("nan") for k in ("std_worker_pct", "std_floor_pct",
+                                                          "std_delay_p50_us", "std_e2e_p50_us")}
                 figures |= c_floor_cpu(c_floor, port, rate, args.seconds)
                 figures["over_floor"] = figures["worker_pct"] / figures["floor_pct"]
                 results.append((rate, f"{before}→{load_average()}", figures))
@@ -316,7 +353,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     print(f"paced produce + consume: 1 producer, 1 consumer, one worker process, {args.size} B "
           f"messages, {args.seconds:.0f} s measured, {os.cpu_count()} CPUs shared with "
-          "redis-server")
+          f"redis-server; event loop: {event_loop_kind()}")
     print(f"raw XADD round trip (blocking socket, one at a time, {len(rtt):,} calls): "
           f"p50 {rtt_p50:.1f} µs, p99 {sorted(rtt)[int(len(rtt) * 0.99)] / 1e3:.1f} µs "
           f"(load {rtt_load})")
@@ -339,6 +376,8 @@ def main() -> int:
          lambda r: f"≤ {GOAL_CPU[int(r)]:.0f} %" if int(r) in GOAL_CPU else ""),
         ("minimal asyncio client CPU %", "floor_pct", ".1f", lambda r: ""),
         ("worker CPU / minimal client", "over_floor", ".2f", lambda r: ""),
+        ("worker, standard loop, CPU %", "std_worker_pct", ".1f", lambda r: ""),
+        ("minimal client, std loop, CPU %", "std_floor_pct", ".1f", lambda r: ""),
         ("C client, same design, CPU %", "c_floor_pct", ".1f", lambda r: ""),
         ("its timed wake-ups alone CPU %", "wakeups_pct", ".1f", lambda r: ""),
         ("redis-server CPU %", "server_pct", ".1f", lambda r: ""),
@@ -347,6 +386,8 @@ def main() -> int:
         ("e2e p99 µs", "e2e_p99_us", ".0f", lambda r: ""),
         ("publish delay p50 µs", "delay_p50_us", ".1f", lambda r: f"≤ {GOAL_DELAY_P50_US:.0f} µs"),
         ("publish delay p99 µs", "delay_p99_us", ".1f", lambda r: f"≤ {GOAL_DELAY_P99_US:.0f} µs"),
+        ("std loop: e2e p50 µs", "std_e2e_p50_us", ".0f", lambda r: ""),
+        ("std loop: publish delay p50 µs", "std_delay_p50_us", ".1f", lambda r: ""),
         ("raw XADD RTT p50 µs", "rtt", ".1f", lambda r: ""),
         ("client XADD RTT p50 µs", "client", ".1f", lambda r: ""),
         ("raw XADD RTT 1/ms p50 µs", "paced", ".1f", lambda r: ""),
