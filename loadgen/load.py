@@ -24,7 +24,7 @@ from loadgen.interventions import Intervention
 from loadgen.pacing import Schedule, TimerHandle, precise_call_at
 from loadgen.placement import place
 from loadgen.platforms import PLATFORMS
-from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer
+from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
 from loadgen.selfwatch import SelfWatch
 from loadgen.target import Target
 from loadgen.tick import (
@@ -468,49 +468,93 @@ class TargetLoad:
                 await self._consuming.wait()  # stopped by the user: a backlog builds
                 continue
             try:
+                if consumer.delivers and await self._pump(slot, consumer):
+                    continue
                 batch = await consumer.receive()
             except asyncio.CancelledError:
                 raise
+            except _CountingFailed as failed:
+                raise failed.error from None  # not the read's: this consumer's task ends
             except Exception as exc:
-                self.totals.receive_errors += 1
-                what = f"{type(exc).__name__}: {exc}"
-                # each kind of error once (the first words say which), a few kinds at most
-                kind = what[:RECEIVE_ERROR_KEY]
-                if kind not in self._receive_errors_said and len(self._receive_errors_said) < 5:
-                    self._receive_errors_said.add(kind)
-                    self._publish(RunEvent(time.time_ns(), self.label, "receive-error", what))
-                if isinstance(exc, ConnectionError) and self.driver is not None:
-                    # no more reads on a dead connection: a new one, when the broker is back
-                    topic, subscription, index = self._consumer_specs[slot]
-                    fresh = await self.reopen(
-                        f"consumer {index} of {subscription}",
-                        partial(self.driver.consumer, topic, subscription, index, self._track_ids),
-                        self._consumers_stopping)
-                    if fresh is not None:
-                        fresh.take_over(consumer)
-                        self.consumers[slot] = fresh
-                        with contextlib.suppress(Exception):
-                            await asyncio.wait_for(consumer.close(), 5)
-                    continue
-                await asyncio.sleep(0.1)
+                await self._receive_failed(slot, consumer, exc)
                 continue
-            if batch is None:
-                continue
-            rn = batch.receive_ns
-            lat = [rn - t for t in batch.intended_ns]
-            self._e2e.record_many(lat)
-            if self._record_raw:
-                self._raw["e2e"].extend(lat)
-            k = batch.count
-            self.consumed += k
-            self._slot_consumed[slot] += k
-            self.consumed_bytes += batch.payload_bytes
-            self.totals.consumed += k
-            if batch.ids is not None:
-                seen = self._seen.setdefault(self._consumer_specs[slot][1], set())
-                before = len(seen)
-                seen.update(batch.ids)
-                self.totals.duplicates += len(batch.ids) - (len(seen) - before)
+            if batch is not None:
+                self._count(slot, batch)
+
+    def _pump(self, slot: int, consumer: Consumer) -> asyncio.Future[bool]:
+        """Reads by `consumer` one after the other, each started from the previous one's
+        outcome, without waking this slot's task. Done with True when reading stops (the user
+        stopped the consumers, the run ends), False when the consumer asks for receive() next,
+        or with the exception that failed a read."""
+        ended: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def outcome(result: ReceivedBatch | BaseException | None) -> None:
+            if ended.done():
+                return  # the task was cancelled: the run is closing
+            if isinstance(result, BaseException):
+                ended.set_exception(result)
+                return
+            if result is not None:
+                try:
+                    self._count(slot, result)
+                except Exception as exc:
+                    ended.set_exception(_CountingFailed(exc))
+                    return
+            if (self._stop_consuming or not self._consuming.is_set()
+                    or self.consumers[slot] is not consumer):
+                ended.set_result(True)
+            else:
+                try:
+                    more = consumer.deliver(outcome)
+                except Exception as exc:
+                    ended.set_exception(exc)
+                    return
+                if not more:
+                    ended.set_result(False)
+
+        if not consumer.deliver(outcome):
+            ended.set_result(False)
+        return ended
+
+    async def _receive_failed(self, slot: int, consumer: Consumer, exc: Exception) -> None:
+        self.totals.receive_errors += 1
+        what = f"{type(exc).__name__}: {exc}"
+        # each kind of error once (the first words say which), a few kinds at most
+        kind = what[:RECEIVE_ERROR_KEY]
+        if kind not in self._receive_errors_said and len(self._receive_errors_said) < 5:
+            self._receive_errors_said.add(kind)
+            self._publish(RunEvent(time.time_ns(), self.label, "receive-error", what))
+        if isinstance(exc, ConnectionError) and self.driver is not None:
+            # no more reads on a dead connection: a new one, when the broker is back
+            topic, subscription, index = self._consumer_specs[slot]
+            fresh = await self.reopen(
+                f"consumer {index} of {subscription}",
+                partial(self.driver.consumer, topic, subscription, index, self._track_ids),
+                self._consumers_stopping)
+            if fresh is not None:
+                fresh.take_over(consumer)
+                self.consumers[slot] = fresh
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(consumer.close(), 5)
+            return
+        await asyncio.sleep(0.1)
+
+    def _count(self, slot: int, batch: ReceivedBatch) -> None:
+        rn = batch.receive_ns
+        lat = [rn - t for t in batch.intended_ns]
+        self._e2e.record_many(lat)
+        if self._record_raw:
+            self._raw["e2e"].extend(lat)
+        k = len(lat)
+        self.consumed += k
+        self._slot_consumed[slot] += k
+        self.consumed_bytes += batch.payload_bytes
+        self.totals.consumed += k
+        if batch.ids is not None:
+            seen = self._seen.setdefault(self._consumer_specs[slot][1], set())
+            before = len(seen)
+            seen.update(batch.ids)
+            self.totals.duplicates += len(batch.ids) - (len(seen) - before)
 
     async def stop_producers(self) -> None:
         self.stop_producing_at(time.monotonic_ns())
@@ -678,6 +722,15 @@ class TargetLoad:
         if self.stack is not None:
             with contextlib.suppress(Exception):
                 await self.stack.down()
+
+
+class _CountingFailed(Exception):
+    """A batch a consumer read could not be counted (a bug of the load): the consumer's task
+    ends with `error`, as when it counts a batch from receive()."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _rate_text(rate: float) -> str:

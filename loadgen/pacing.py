@@ -431,15 +431,36 @@ class PreciseTimers:
         self._armed_at = at
         self._armed_from = time.monotonic_ns()
 
+    def _disarm(self) -> None:
+        spec = self._spec.it_value
+        spec.tv_sec = spec.tv_nsec = 0
+        self._settime(self._fd, _TFD_TIMER_ABSTIME, self._spec_ref, None)
+        self._armed_at = None
+
     def _expired(self) -> None:
-        try:
-            os.read(self._fd, 8)
-        except BlockingIOError:
-            return  # re-armed since it went off
+        # The fd is not read: arming or disarming it again, which every wake-up below ends
+        # with, clears its expirations (one system call fewer per slot). A wake-up with the
+        # fd armed for a later time is a readiness reported before it was re-armed: stale.
         clock = time.monotonic_ns
         now = clock()
-        armed_at, self._armed_at = self._armed_at, None
-        if armed_at is not None and armed_at - self._armed_from < self.SHORT_WAIT_NS:
+        armed_at = self._armed_at
+        if armed_at is None or now < armed_at:
+            return
+        self._armed_at = None
+        try:
+            self._run(now, armed_at)
+        finally:
+            heap = self._heap
+            while heap and heap[0][2].cancelled:
+                heapq.heappop(heap)
+            if heap:
+                self._arm(heap[0][0])
+            else:
+                self._disarm()
+
+    def _run(self, now: int, armed_at: int) -> None:
+        clock = time.monotonic_ns
+        if armed_at - self._armed_from < self.SHORT_WAIT_NS:
             late = now - armed_at
             step = self.LEAD_STEP_NS
             self.lead_ns = (min(self.MAX_LEAD_NS, self.lead_ns + step) if late > self.lead_ns
@@ -469,10 +490,6 @@ class PreciseTimers:
                          "exception": exc})
         finally:
             self._running = False
-        while heap and heap[0][2].cancelled:
-            heapq.heappop(heap)
-        if heap:
-            self._arm(heap[0][0])
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

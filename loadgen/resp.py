@@ -446,11 +446,13 @@ class RespConnection(asyncio.BufferedProtocol):
             assert self._loop is not None
             self._flush_soon = self._loop.call_soon(self._flush)
 
-    def submit(self, payload: bytes, n: int, done: ReplySink) -> None:
+    def submit(self, payload: bytes, n: int, done: ReplySink, then: bytes = b"",
+               then_n: int = 0) -> None:
         """Send `n` already-encoded commands now; `done` gets their `n` replies (errors as
         RespError) or the exception that lost them, from the event loop, never before submit()
-        returns. Raises at once when the connection is closed."""
-        self._write(payload, _Pending(n, done))
+        returns. Raises at once when the connection is closed. `then`, `then_n`: as with
+        pipeline()."""
+        self._write(payload, _Pending(n, done), then, then_n)
 
     async def pipeline(self, payload: bytes, n: int, then: bytes = b"", then_n: int = 0) -> list[Any]:
         """Send `n` already-encoded commands and return their `n` replies (errors as RespError).
@@ -470,6 +472,12 @@ class RespConnection(asyncio.BufferedProtocol):
         if isinstance(reply, RespError):
             raise reply
         return reply
+
+    def take_send_error(self) -> RespError | None:
+        """The first error reply to a command sent with send() (or as `then`) since the last
+        pipeline() or call to this, which a callback given to submit() raises in its stead."""
+        error, self._send_error = self._send_error, None
+        return error
 
     @property
     def closed(self) -> bool:

@@ -36,6 +36,9 @@ class ReceivedBatch:
 
 
 Acknowledged = Callable[[BaseException | None], None]
+# the outcome of a read started with Consumer.deliver(): a batch, None (nothing came), or the
+# exception that failed it
+Delivered = Callable[[ReceivedBatch | BaseException | None], None]
 
 
 # Set by the load on each producer and consumer: how a client that keeps its connection by
@@ -72,6 +75,9 @@ class Consumer(ABC):
     # deals the messages among them (a Redis Streams group, a Pulsar shared subscription)
     shared: bool = False
     notice: ConnectionNotice | None = None
+    # True when deliver() can start reads whose outcome goes to a callback (no task wake-up
+    # per read)
+    delivers: bool = False
 
     def partitions(self) -> tuple[int, ...] | None:
         """The partitions this consumer holds now, sorted: after the group's latest rebalance
@@ -84,6 +90,12 @@ class Consumer(ABC):
     async def receive(self) -> ReceivedBatch | None:
         """Wait briefly (about 100 ms at most) for messages; None when none came. Messages
         returned are acknowledged to the broker."""
+
+    def deliver(self, outcome: Delivered) -> bool:
+        """Start one read as receive() would, whose outcome goes to `outcome` from the event
+        loop, never before deliver() returns. False when this read cannot be done so: the
+        caller awaits receive() instead."""
+        return False
 
     @abstractmethod
     async def close(self) -> None: ...

@@ -27,6 +27,7 @@ from loadgen.omb_driver import REDIS_FIELDS, driver_option, named_driver
 from loadgen.platforms.base import (
     Acknowledged,
     Consumer,
+    Delivered,
     Driver,
     OutMessage,
     Producer,
@@ -145,9 +146,14 @@ class RedisConsumer(Consumer):
     the server runs it once that read is answered and sends both replies together, so
     acknowledging costs neither a round trip nor a wake-up of its own. Until then the entries
     are pending (read, not yet acknowledged), as with any consumer that acknowledges after
-    processing; close() sends what is still owed."""
+    processing; close() sends what is still owed.
+
+    The load starts each read from the reply to the previous one (deliver()), without waking a
+    task per read; receive() serves the reads that need requests of their own (the pending list
+    after a lost connection, a group made again)."""
 
     shared = True  # every consumer of the group reads every stream; the server deals entries
+    delivers = True
 
     def __init__(self, conn: RespConnection, streams: list[str], group: str, name: str,
                  track_ids: bool) -> None:
@@ -171,8 +177,51 @@ class RedisConsumer(Consumer):
         self._history = encode(["XREADGROUP", "GROUP", group, name, "COUNT", READ_COUNT,
                                 "STREAMS", *streams, *(["0"] * len(streams))])
         self._in_history = False
+        # deliver()'s read in flight: the XACKs sent with it, and where its outcome goes
+        self._owed, self._n_owed = b"", 0
+        self._outcome: Delivered | None = None
+        self._no_group: RespError | None = None  # a NOGROUP reply to a read from deliver()
+
+    def deliver(self, outcome: Delivered) -> bool:
+        if self._in_history or self._no_group is not None:
+            return False
+        self._owed, self._n_owed = self._acks, self._ack_count
+        self._acks, self._ack_count = b"", 0
+        try:
+            self._conn.submit(self._read, 1, self._replied, self._owed, self._n_owed)
+        except BaseException:
+            self._acks, self._ack_count = self._owed, self._n_owed
+            raise
+        self._outcome = outcome
+        return True
+
+    def _replied(self, result: list[Any] | BaseException) -> None:
+        outcome, self._outcome = self._outcome, None
+        assert outcome is not None
+        receive_ns = time.time_ns()
+        if isinstance(result, BaseException):
+            self._acks, self._ack_count = self._owed, self._n_owed  # still owed, as in receive()
+            outcome(result)
+            return
+        error = self._conn.take_send_error() or result[0]
+        if isinstance(error, RespError):
+            if str(error).startswith("NOGROUP"):
+                self._no_group = error  # receive() makes the group again
+                outcome(None)
+            else:
+                outcome(error)
+            return
+        try:
+            batch = self._settle(result[0], receive_ns)
+        except Exception as exc:
+            outcome(exc)
+            return
+        outcome(batch)
 
     async def receive(self) -> ReceivedBatch | None:
+        if self._no_group is not None:
+            reply, self._no_group = self._no_group, None
+            await self._lost_group(reply)
         owed, n_owed = self._acks, self._ack_count
         self._acks, self._ack_count = b"", 0
         try:
@@ -193,13 +242,20 @@ class RedisConsumer(Consumer):
         receive_ns = time.time_ns()
         if isinstance(reply, RespError):
             if str(reply).startswith("NOGROUP"):
-                # a server started again without its data (no AOF): the streams the producers
-                # write again have no group; made again, reading them from their start (another
-                # consumer of the group may have made it first: BUSYGROUP, fine)
-                await self._conn.pipeline(self._create, self._n_streams)
-                raise RespError(f"{reply}; the group was created again, from the streams' first "
-                                "entries (the server lost it: started again without its data?)")
+                await self._lost_group(reply)
             raise reply
+        return self._settle(reply, receive_ns)
+
+    async def _lost_group(self, reply: RespError) -> None:
+        """A server started again without its data (no AOF): the streams the producers write
+        again have no group; made again, reading them from their start (another consumer of the
+        group may have made it first: BUSYGROUP, fine). Raises the error, explained."""
+        await self._conn.pipeline(self._create, self._n_streams)
+        raise RespError(f"{reply}; the group was created again, from the streams' first "
+                        "entries (the server lost it: started again without its data?)")
+
+    def _settle(self, reply: Any, receive_ns: int) -> ReceivedBatch | None:
+        """The batch in a reply to XREADGROUP; its XACKs are owed from now on."""
         history = self._in_history
         if history and not any(entries for _, entries in reply or ()):
             self._in_history = False  # the pending list is empty: back to new entries

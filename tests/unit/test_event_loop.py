@@ -147,6 +147,62 @@ def test_precise_timers_learn_the_kernels_lateness() -> None:
     assert 0 < lead <= PreciseTimers.MAX_LEAD_NS
 
 
+def test_the_timer_descriptor_goes_quiet_when_no_timer_is_left() -> None:
+    """The descriptor is never read: re-arming or disarming it clears it. Once the last timer
+    has fired, or the only one left was cancelled, the loop is not woken by it again (a
+    descriptor left readable would wake it on every iteration)."""
+
+    async def scenario() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        from loadgen import pacing
+        timers = pacing._timers[loop]
+        wakes = 0
+        expired = timers._expired
+
+        def counting() -> None:
+            nonlocal wakes
+            wakes += 1
+            expired()
+
+        loop.remove_reader(timers._fd)
+        loop.add_reader(timers._fd, counting)
+        fired = loop.create_future()
+        now = time.monotonic_ns()
+        precise_call_at(loop, now + 2_000_000, lambda: fired.set_result(None))
+        await asyncio.wait_for(fired, 1)
+        after_fired = wakes
+        await asyncio.sleep(0.1)  # about a hundred iterations of a busy loop's worth
+        quiet_after_firing = wakes - after_fired
+        handle = precise_call_at(loop, time.monotonic_ns() + 5_000_000, lambda: None)
+        handle.cancel()
+        await asyncio.sleep(0.1)
+        return quiet_after_firing, wakes - after_fired - quiet_after_firing
+
+    os.environ.pop(EVENT_LOOP_ENV, None)
+    after_firing, after_cancelled = run_precise(scenario())
+    assert after_firing == 0
+    assert after_cancelled == 1  # the cancelled timer's own time, then nothing
+
+
+def test_a_timer_armed_later_does_not_fire_on_an_earlier_readiness() -> None:
+    """A timer cancelled after its descriptor went off, and replaced by a later one in the same
+    loop iteration: the stale readiness runs nothing early; the later one fires on time."""
+
+    async def scenario() -> int:
+        loop = asyncio.get_running_loop()
+        fired = loop.create_future()
+        first = precise_call_at(loop, time.monotonic_ns() + 1_000_000, lambda: None)
+        time.sleep(0.003)  # the descriptor goes off while the loop is busy here
+        first.cancel()
+        later = time.monotonic_ns() + 20_000_000
+        precise_call_at(loop, later, lambda: fired.set_result(time.monotonic_ns()))
+        return await asyncio.wait_for(fired, 1) - later
+
+    os.environ.pop(EVENT_LOOP_ENV, None)
+    lateness = run_precise(scenario())
+    assert 0 <= lateness < 10_000_000
+
+
 def test_watching_a_pipe_keeps_it_blocking(loop_kind: str) -> None:
     """uvloop makes a watched descriptor non-blocking; a pipe read whole with recv(), or a
     terminal shared with the shell, must stay as it was."""

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from typing import Any
 
 import pytest
 
 from loadgen import resp
-from loadgen.platforms.base import OutMessage
+from loadgen.platforms.base import OutMessage, ReceivedBatch
 from loadgen.platforms.redis_streams import ATOMIC_BATCH, RedisConsumer, RedisProducer
 from loadgen.resp import (
     INCOMPLETE,
@@ -519,6 +520,16 @@ class RecordingConnection:
     def send(self, payload: bytes, n: int) -> None:
         self.sent.append((payload, n))
 
+    def submit(self, payload: bytes, n: int, done: Any, then: bytes = b"", then_n: int = 0) -> None:
+        self.piped.append(payload)
+        self.behind.append((then, then_n))
+        reply = self.replies.pop(0)
+        result = reply if isinstance(reply, ConnectionError) else [reply]
+        asyncio.get_running_loop().call_soon(done, result)
+
+    def take_send_error(self) -> RespError | None:
+        return None
+
     async def close(self) -> None:
         pass
 
@@ -592,6 +603,57 @@ async def test_consumer_makes_a_lost_group_again() -> None:
     assert conn.piped[1] == (encode(["XGROUP", "CREATE", "t-0", "g", "0", "MKSTREAM"])
                              + encode(["XGROUP", "CREATE", "t-1", "g", "0", "MKSTREAM"]))
     assert conn.behind[0] == (b"*4\r\n...", 1) and consumer._ack_count == 0
+
+
+async def delivered(consumer: RedisConsumer) -> Any:
+    """The outcome of one read started with deliver(), which comes from the event loop."""
+    outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    assert consumer.deliver(outcome.set_result)
+    assert not outcome.done()
+    return await outcome
+
+
+async def test_a_delivered_read_is_decoded_and_acknowledged_as_a_received_one() -> None:
+    """Reads started with deliver() return the batch receive() would, and owe its XACK, sent
+    right behind the next read (from deliver() or receive()) as with receive()."""
+    conn = RecordingConnection([xreadgroup({"t-0": 3, "t-1": 2}, size=10), None,
+                                xreadgroup({"t-0": 1}, size=10)])
+    consumer = RedisConsumer(conn, ["t-0", "t-1"], "g", "c", False)  # type: ignore[arg-type]
+    before = time.time_ns()
+    batch = await delivered(consumer)
+    assert isinstance(batch, ReceivedBatch) and batch.count == 5 and batch.payload_bytes == 50
+    assert before <= batch.receive_ns <= time.time_ns()
+    assert conn.behind[0] == (b"", 0)
+    assert await delivered(consumer) is None
+    acks, n = conn.behind[1]
+    assert n == 2 and commands(acks)[0][:3] == [b"XACK", b"t-0", b"g"]
+    assert commands(conn.piped[1]) == commands(conn.piped[0])  # the same XREADGROUP
+    assert (await consumer.receive()) is not None and conn.behind[2] == (b"", 0)
+
+
+async def test_a_delivered_read_that_fails_keeps_the_acknowledgements_owed() -> None:
+    conn = RecordingConnection([ConnectionError("connection lost"),
+                                RespError("WRONGTYPE Operation against a key")])
+    consumer = RedisConsumer(conn, ["t-0"], "g", "c", False)  # type: ignore[arg-type]
+    consumer._acks, consumer._ack_count = b"*4\r\n...", 1
+    lost = await delivered(consumer)
+    assert isinstance(lost, ConnectionError)
+    assert (consumer._acks, consumer._ack_count) == (b"*4\r\n...", 1)  # taken over with it
+    error = await delivered(consumer)
+    assert isinstance(error, RespError) and str(error) == "WRONGTYPE Operation against a key"
+
+
+async def test_a_delivered_read_finding_no_group_leaves_it_to_receive() -> None:
+    """NOGROUP needs requests of its own: the read's outcome is "nothing came", deliver()
+    declines the next read, and receive() makes the group again and says so."""
+    conn = RecordingConnection([RespError("NOGROUP No such key 't-0'"), "OK"])
+    consumer = RedisConsumer(conn, ["t-0"], "g", "c", False)  # type: ignore[arg-type]
+    assert await delivered(consumer) is None
+    assert not consumer.deliver(lambda outcome: None)
+    with pytest.raises(RespError, match=r"^NOGROUP No such key 't-0'; the group was created again"):
+        await consumer.receive()
+    assert conn.piped[1] == encode(["XGROUP", "CREATE", "t-0", "g", "0", "MKSTREAM"])
+    assert consumer._no_group is None
 
 
 # ---- the producer's batches -------------------------------------------------------------------
