@@ -83,8 +83,14 @@ def test_every_message_consumed_once_at_rate(keyed_run):
     assert not kinds & {"connection-lost", "reconnected", "collector-error"}, kinds
     ticks = ds.dataset(out / "ticks", format="parquet").to_table().to_pydict()
     rows = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
-    achieved = sum(ticks["produced"][i] for i in rows) / sum(ticks["interval_s"][i] for i in rows)
-    assert abs(achieved - RATE) / RATE < 0.02
+    warm = [i for i, p in enumerate(ticks["phase"]) if p == "warm-up"]
+    # the measuring phase's acknowledgements: its own slots', and those of the warm-up's slots
+    # still unanswered when it began (the first deliveries wait for metadata and connections,
+    # which on a slow host takes a good part of a second)
+    owed = RATE * WARMUP_S - sum(ticks["produced"][i] for i in warm)
+    measured = sum(ticks["produced"][i] for i in rows)
+    due = RATE * sum(ticks["interval_s"][i] for i in rows)
+    assert abs(measured - owed - due) / due < 0.02, (measured, owed, due)
     assert sum(ticks["produced_bytes"][i] for i in rows) == 512 * sum(ticks["produced"][i]
                                                                        for i in rows)
 
