@@ -2,15 +2,24 @@
 
 A broker can be killed and started again during a run (the stacks' fault hooks): a root pid
 that is gone is skipped, and a child of this process running the same command line takes its
-place (the stack starts its brokers from the process that samples them)."""
+place (the stack starts its brokers from the process that samples them).
+
+Listing a process's children reads the status of every process on the host (psutil has no
+other way on Linux): about 2 ms a listing with 120 processes, the more the busier the host. So
+the trees are listed again only every RESCAN_S, or at once when a root changed or a process of
+them is gone; the samples in between read the known processes alone."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 
 import psutil
 
 from collectors.base import Collector, CounterDeltas, Reading
+
+# seconds between two listings of the roots' children while none of them ends
+RESCAN_S = 10.0
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -27,6 +36,8 @@ class ProcessResources(Collector):
         self._roots: list[int] = list(pids)
         self._cmdlines: dict[int, list[str]] = {}  # root pid -> its command line, once read
         self._procs: dict[int, psutil.Process] = {}
+        self._children: dict[int, list[psutil.Process]] = {}  # root pid -> its descendants
+        self._listed_at = -RESCAN_S  # time.monotonic() of the last listing of children
         self._deltas = CounterDeltas()
 
     def _root(self, i: int) -> psutil.Process | None:
@@ -60,13 +71,27 @@ class ProcessResources(Collector):
     def _trees(self) -> dict[int, list[psutil.Process]]:
         """The live processes under each root, by the root's index."""
         found: dict[int, list[psutil.Process]] = {}
-        for i in range(len(self._roots)):
-            root = self._root(i)
+        now = time.monotonic()
+        relist = now - self._listed_at >= RESCAN_S
+        roots = list(map(self._root, range(len(self._roots))))
+        if not relist and any(root is not None and root.pid not in self._children
+                              for root in roots):
+            relist = True  # a root started again: its children are not known yet
+        if not relist and any(not _alive(p) for kids in self._children.values() for p in kids):
+            relist = True  # one ended: others may have taken its place
+        if relist:
+            self._children = {}
+            self._listed_at = now
+        for i, root in enumerate(roots):
             if root is None:
                 continue
             found[i] = [root]
-            with contextlib.suppress(psutil.Error):
-                found[i].extend(root.children(recursive=True))
+            if relist:
+                kids: list[psutil.Process] = []
+                with contextlib.suppress(psutil.Error):
+                    kids = root.children(recursive=True)
+                self._children[root.pid] = kids
+            found[i].extend(self._children.get(root.pid, ()))
         # keep the same Process objects so cpu_percent() measures since the previous call
         alive: dict[int, psutil.Process] = {}
         trees: dict[int, list[psutil.Process]] = {}

@@ -70,3 +70,58 @@ async def test_one_broker_reports_the_sum_alone(two_brokers) -> None:
     await collector.start()
     reading = await collector.sample()
     assert reading.broker == {} and reading.memory_bytes
+
+
+@pytest.fixture
+def supervisor() -> Iterator[int]:
+    """A shell that runs one `sleep` child at a time and starts another when it ends."""
+    shell = subprocess.Popen(["/bin/sh", "-c", "while :; do sleep 60 & wait $!; done"])
+    try:
+        yield shell.pid
+    finally:
+        for child in psutil.Process(shell.pid).children(recursive=True):
+            child.kill()
+        shell.kill()
+        shell.wait(5)
+
+
+async def _one_child(root: int) -> int:
+    for _ in range(200):
+        children = psutil.Process(root).children()
+        if len(children) == 1:
+            return children[0].pid
+        await asyncio.sleep(0.02)
+    raise AssertionError("the shell started no child")
+
+
+async def test_children_are_listed_again_only_when_due_or_when_one_ended(
+        supervisor, monkeypatch) -> None:
+    listings = 0
+    children = psutil.Process.children
+
+    def counted(self: psutil.Process, recursive: bool = False) -> list[psutil.Process]:
+        nonlocal listings
+        listings += 1
+        return children(self, recursive=recursive)
+
+    first = await _one_child(supervisor)
+    monkeypatch.setattr(psutil.Process, "children", counted)
+    collector = ProcessResources((supervisor,))
+    await collector.start()
+    for _ in range(3):
+        await collector.sample()
+    assert set(collector._procs) == {supervisor, first}
+    assert listings == 1  # once, not once per sample
+
+    psutil.Process(first).kill()
+    psutil.Process(first).wait(5)
+    second = await _one_child(supervisor)
+    assert second != first
+    await collector.sample()  # a child ended: listed again, its successor counted at once
+    assert set(collector._procs) == {supervisor, second}
+
+    monkeypatch.setattr("collectors.process.RESCAN_S", 0.0)
+    before = listings
+    await collector.sample()
+    await collector.sample()
+    assert listings == before + 2  # due every sample now
