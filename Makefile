@@ -47,7 +47,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/mypy loadgen collectors compose analysis tui
 
 test: setup-test lint
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=30
 
 bench: setup-test
 	$(BIN)/python tests/bench/memory_recall.py
