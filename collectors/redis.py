@@ -31,6 +31,47 @@ def _pairs(reply: Any) -> dict[bytes, Any]:
     return dict(zip(reply[::2], reply[1::2], strict=True))
 
 
+def _entry_id(value: Any) -> tuple[int, int] | None:
+    """A stream entry id (`<ms>-<seq>`) as a pair that sorts as the ids do; None for nil or
+    anything else."""
+    if not isinstance(value, bytes):
+        return None
+    ms, _, seq = value.partition(b"-")
+    try:
+        return int(ms), int(seq or 0)
+    except ValueError:
+        return None
+
+
+def _unread(group: dict[bytes, Any], stream: dict[bytes, Any] | None) -> int:
+    """Entries the group has still to be delivered. Redis counts its `lag` as entries added
+    minus entries read, which trimming (MAXLEN) leaves too high: entries trimmed before the
+    group read them stay in it, although no read can return them (and a read past a trimmed
+    gap counts them as read only in part). So the count is bounded by what the stream holds
+    after the group's last delivered entry: nothing once that is the last entry added, every
+    entry while it is older than the first one left. In between, only the stream's length
+    bounds it (counting the entries after an id would mean reading them): after a trimmed gap
+    the figure stays that much too high until the group catches up. `lag` is nil once Redis
+    cannot count it; that is then all the stream holds when the group is behind its first
+    entry, else 0 (a floor)."""
+    lag = group.get(b"lag")
+    count = int(lag) if lag is not None else None
+    if stream is None:
+        return count or 0
+    delivered = _entry_id(group.get(b"last-delivered-id"))
+    last = _entry_id(stream.get(b"last-generated-id"))
+    first = _entry_id(stream.get(b"recorded-first-entry-id")) or _entry_id(
+        (stream.get(b"first-entry") or [None])[0])
+    length = int(stream.get(b"length") or 0)
+    if delivered is None or last is None:
+        return count or 0
+    if delivered >= last:
+        return 0  # delivered up to the last entry added: nothing left to read
+    if first is not None and delivered < first:
+        return length if count is None else min(count, length)
+    return 0 if count is None else min(count, length)
+
+
 def _info_fields(text: Any) -> dict[str, float]:
     """The INFO fields this collector keeps, from an INFO reply's `name:value` lines."""
     if isinstance(text, RespError):
@@ -119,8 +160,7 @@ class RedisTelemetry(Collector):
             for g in groups:
                 if g.get(b"name") not in self._groups:
                     continue
-                # `lag` is nil once unread entries were trimmed; pending alone is then a floor
-                total += int(g.get(b"lag") or 0) + int(g[b"pending"])
+                total += _unread(g, info) + int(g[b"pending"])
                 entries_read = g.get(b"entries-read")
                 if entries_read is None and g.get(b"last-delivered-id") == b"0-0":
                     entries_read = 0  # nothing delivered yet (Redis says unknown)

@@ -249,6 +249,9 @@ class Run:
         self._empty_idle: dict[str, float] = {}  # … with the broker showing no lag
         self._stall_hints = {t.label: hint(t) for t in targets
                              if (hint := PLATFORMS[t.platform].drain_stall_hint) is not None}
+        self._loss_hints = {t.label: said for t in targets
+                            if (loss := PLATFORMS[t.platform].loss_hint) is not None
+                            and (said := loss(t)) is not None}
         self._down: dict[str, set[str]] = {t.label: set() for t in targets}
         self._faulted: dict[str, list[str]] = {}  # kills, restarts and deaths of each target's brokers
         self.subscribe(self._note_brokers)
@@ -523,10 +526,12 @@ class Run:
             totals.lost = totals.expected - totals.consumed
             faults = self._faulted.get(label, [])
             since = f" (faults in this run: {', '.join(faults)})" if faults else ""
+            hint = self._loss_hints.get(label)
             self.publish(RunEvent(
                 time.time_ns(), label, "messages-lost",
                 f"{totals.lost:,} acknowledged messages never delivered: the broker shows nothing "
-                f"left to read, and nothing came for {idle:.0f} s of the drain{since}"))
+                f"left to read, and nothing came for {idle:.0f} s of the drain{since}"
+                + (f"; {hint}" if hint else "")))
 
     async def _stop_load(self) -> None:
         """The end of the load: every producer finished (its batches answered or failed), then

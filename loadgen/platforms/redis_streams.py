@@ -442,6 +442,14 @@ _SET_BY_STREAMBENCH = {
 # fsync of every write to the append-only file (the README tells its measured effect)
 PROFILES = {"durable": {"conf.appendonly": "yes", "conf.appendfsync": "always"}}
 
+def _loss_hint(target: Target) -> str | None:
+    maxlen = int(target.options.get("maxlen") or 0)
+    if not maxlen:
+        return None
+    return (f"maxlen={maxlen} trims each stream to about its last {maxlen:,} entries, read or "
+            "not: entries the consumers had not read by then are gone")
+
+
 PLATFORMS = [
     Platform(
         name="redis",
@@ -470,5 +478,6 @@ PLATFORMS = [
         make_stack=_stack,
         make_driver=_driver,
         make_collectors=_collectors,
+        loss_hint=_loss_hint,
     ),
 ]

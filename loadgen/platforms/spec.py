@@ -71,6 +71,8 @@ class Platform:
     origin: str = ""
     # what can hold a target's drain up on this platform, for the drain-stalled event
     drain_stall_hint: Callable[[Target], str] | None = None
+    # what can make a target's broker drop messages never read, for the messages-lost event
+    loss_hint: Callable[[Target], str | None] | None = None
 
     def fault_actions(self, runtime: str) -> tuple[str, ...]:
         if self.faults is not None:
