@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
 import os
 import re
 import shutil
@@ -191,9 +192,13 @@ def memory_bytes(limit: str) -> float:
 
 
 def parse_cpus(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError("must be a number of CPUs greater than 0, e.g. 6 or 1.5")
+    problem = "must be a number of CPUs greater than 0, e.g. 6 or 1.5"
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(problem) from None
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(problem)
     return value
 
 

@@ -52,8 +52,16 @@ def parse_bool(text: str) -> bool:
     raise ValueError("expected true or false")
 
 
+def parse_whole(text: str) -> int:
+    """A whole number; a ValueError that says so (not int()'s own message) otherwise."""
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("expected a whole number") from None
+
+
 def parse_positive_int(text: str) -> int:
-    value = int(text)
+    value = parse_whole(text)
     if value < 1:
         raise ValueError("must be a whole number of at least 1")
     return value

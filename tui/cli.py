@@ -101,7 +101,9 @@ def _number(kind: type[int] | type[float], minimum: float, exclusive: bool) -> C
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
-        if not math.isfinite(value) or value < minimum or (exclusive and value == minimum):
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
+        if value < minimum or (exclusive and value == minimum):
             raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
         return value
 

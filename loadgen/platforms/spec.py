@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from collectors.base import Collector
 from compose.stack import FAULTS, Stack, StackDescription
 from loadgen.platforms.base import Driver
-from loadgen.target import OptionSpec, Target
+from loadgen.target import OptionSpec, Target, parse_whole
 
 
 @dataclass(frozen=True)
@@ -81,14 +81,14 @@ class Platform:
 
 
 def parse_port(text: str) -> int:
-    value = int(text)
+    value = parse_whole(text)
     if not 0 < value < 65536:
         raise ValueError("must be a port number between 1 and 65535")
     return value
 
 
 def parse_non_negative(text: str) -> int:
-    value = int(text)
+    value = parse_whole(text)
     if value < 0:
         raise ValueError("must be 0 or more")
     return value

@@ -204,6 +204,29 @@ def test_flag_over_the_bounds_is_refused(scratch):
     assert "duration" in refused(scratch, NOWHERE, "--duration", "1e300")
 
 
+def test_non_finite_flag_says_so(scratch):
+    line = refused(scratch, NOWHERE, "--rate", "inf")
+    assert "--rate: expected a finite number, got inf" in line
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("redis:maxlen=abc", "option maxlen='abc' of redis: expected a whole number"),
+    ("redis:maxlen=1.5", "option maxlen='1.5' of redis: expected a whole number"),
+    ("redis:port=http", "option port='http' of redis: expected a whole number"),
+    ("redis:port=70000", "must be a port number between 1 and 65535"),
+    ("pulsar:batch_max_messages=many", "expected a whole number"),
+    ("redis:runtime=docker,cpus=abc", "must be a number of CPUs greater than 0"),
+    ("redis:runtime=docker,cpus=inf", "must be a number of CPUs greater than 0"),
+    ("redis:runtime=docker,cpus=nan", "must be a number of CPUs greater than 0"),
+])
+def test_target_option_of_the_wrong_kind_says_what_it_expects(spec, message):
+    """In the user's words, not int()'s or float()'s ("invalid literal for int() ...")."""
+    with pytest.raises(TargetError) as err:
+        resolve_target(spec)
+    assert message in str(err.value)
+    assert "literal" not in str(err.value) and "could not convert" not in str(err.value)
+
+
 # -- 5. a target option given twice -----------------------------------------------------------
 
 @pytest.mark.parametrize("spec", ["redis:aof=1,aof=0", "redis:aof,aof", "redis:maxlen=5,aof,maxlen=5"])
