@@ -43,7 +43,7 @@ from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
 from loadgen.security import PLAINTEXT, ClientSecurity
 from loadgen.settings import settings_of
-from loadgen.target import Target
+from loadgen.target import Target, split_host_port
 
 # aiokafka logs connection failures at ERROR; without a handler Python prints them on stderr,
 # which would garble the one-line errors and the dashboard. Failures reach the user as errors.
@@ -91,13 +91,11 @@ def parse_bootstrap(address: str) -> list[tuple[str, int]]:
     """`HOST[:PORT][,HOST[:PORT]...]` (port 9092 when left out)."""
     servers = []
     for item in filter(None, (a.strip() for a in address.split(","))):
-        host, sep, port_text = item.rpartition(":")
-        if not sep:
-            host, port_text = item, str(DEFAULT_PORT)
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise StackError(f"bad address {item!r}: expected HOST:PORT[,HOST:PORT…], "
-                             "e.g. 127.0.0.1:9092")
-        servers.append((host.strip("[]") or "127.0.0.1", int(port_text)))
+        try:
+            servers.append(split_host_port(item, DEFAULT_PORT))
+        except ValueError as exc:
+            raise StackError(f"bad address {item!r}: {exc}; expected HOST:PORT[,HOST:PORT…], "
+                             "e.g. 127.0.0.1:9092") from None
     if not servers:
         raise StackError(f"bad address {address!r}: expected HOST:PORT[,HOST:PORT…]")
     return servers

@@ -37,7 +37,7 @@ from compose.process import (
 from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
 from loadgen.settings import settings_of
-from loadgen.target import Target
+from loadgen.target import Target, split_host_port
 
 DATA_PREFIX = "streambench-nats-"
 CONTAINER_CONF = "/etc/nats/streambench.conf"  # the docker runtime's mounted settings
@@ -68,13 +68,11 @@ def parse_address(address: str, default_port: int = DEFAULT_PORT) -> tuple[str, 
     text = address.strip()
     if text.startswith("nats://"):
         text = text[len("nats://"):]
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host, port_text = text, str(default_port)
-    host = host.strip("[]")
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536 or any(c in host for c in "/,@ "):
-        raise StackError(f"bad address {address!r}: expected HOST:PORT, e.g. 127.0.0.1:4222")
-    return host or "127.0.0.1", int(port_text)
+    try:
+        return split_host_port(text, default_port)
+    except ValueError as exc:
+        raise StackError(f"bad address {address!r}: {exc}; expected HOST:PORT, "
+                         "e.g. 127.0.0.1:4222") from None
 
 
 def endpoint_of(host: str, port: int) -> str:

@@ -38,7 +38,7 @@ from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
 from loadgen.security import read_secret
 from loadgen.settings import settings_of, text
-from loadgen.target import Target
+from loadgen.target import Target, join_host_port, split_host_port
 
 DATA_PREFIX = "streambench-rabbitmq-"
 MIN_VERSION = (3, 9)  # streams and the stream protocol arrived in RabbitMQ 3.9
@@ -52,13 +52,11 @@ CLI_TIMEOUT_S = 60.0
 
 
 def parse_address(address: str, default_port: int = STREAM_PORT) -> tuple[str, int]:
-    host, sep, port_text = address.rpartition(":")
-    if not sep:
-        return address, default_port
-    host = host.strip("[]")
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise StackError(f"bad address {address!r}: expected HOST:PORT, e.g. 127.0.0.1:{STREAM_PORT}")
-    return host or "127.0.0.1", int(port_text)
+    try:
+        return split_host_port(address, default_port)
+    except ValueError as exc:
+        raise StackError(f"bad address {address!r}: {exc}; expected HOST:PORT, "
+                         f"e.g. 127.0.0.1:{STREAM_PORT}") from None
 
 
 def script(name: str) -> str | None:
@@ -497,6 +495,7 @@ class RabbitExternalStack(Stack):
         assert target.address is not None
         self._label = label
         self._host, self._port = parse_address(target.address)
+        self._where = join_host_port(self._host, self._port)
         opts = target.options
         secret = read_secret(target, "password")
         self._user = str(opts.get("user") or "guest")
@@ -505,22 +504,22 @@ class RabbitExternalStack(Stack):
         self._version = ""
 
     async def up(self, progress: Progress) -> None:
-        progress(f"{self._label}: using the existing server at {self._host}:{self._port}")
+        progress(f"{self._label}: using the existing server at {self._where}")
 
     async def ready(self, timeout_s: float, progress: Progress) -> None:
         try:
             self._version = await hello(self._host, self._port, self._user, self._password,
                                         min(timeout_s, 10.0))
         except Exception as exc:
-            raise StackError(f"{self._label}: cannot reach rabbitmq at {self._host}:{self._port}: "
+            raise StackError(f"{self._label}: cannot reach rabbitmq at {self._where}: "
                              f"{connect_failure(exc)}") from None
-        check_version(self._version, f"{self._host}:{self._port}")
+        check_version(self._version, self._where)
 
     async def down(self) -> None:
         return None
 
     def describe(self) -> StackDescription:
-        endpoints = {"stream": f"{self._host}:{self._port}"}
+        endpoints = {"stream": self._where}
         if self._management_port:
             host = f"[{self._host}]" if ":" in self._host else self._host
             endpoints["management"] = f"http://{host}:{self._management_port}"

@@ -28,20 +28,18 @@ from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
 from loadgen.security import PLAINTEXT, ClientSecurity
 from loadgen.settings import settings_of
-from loadgen.target import Target
+from loadgen.target import Target, join_host_port, split_host_port
 
 DATA_PREFIX = "streambench-redis-"
 MIN_VERSION = (7, 0)  # XINFO GROUPS reports `lag` from 7.0 on
 
 
 def parse_address(address: str, default_port: int = 6379) -> tuple[str, int]:
-    host, sep, port_text = address.rpartition(":")
-    if not sep:
-        return address, default_port
-    host = host.strip("[]")
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise StackError(f"bad address {address!r}: expected HOST:PORT, e.g. 127.0.0.1:6379")
-    return host or "127.0.0.1", int(port_text)
+    try:
+        return split_host_port(address, default_port)
+    except ValueError as exc:
+        raise StackError(f"bad address {address!r}: {exc}; expected HOST:PORT, "
+                         "e.g. 127.0.0.1:6379") from None
 
 
 async def ping(host: str, port: int, timeout_s: float,
@@ -198,11 +196,12 @@ class RedisExternalStack(Stack):
         assert target.address is not None
         self._label = label
         self._host, self._port = parse_address(target.address)
+        self._where = join_host_port(self._host, self._port)
         self._security = ClientSecurity.of(target)
         self._version = ""
 
     async def up(self, progress: Progress) -> None:
-        progress(f"{self._label}: using the existing server at {self._host}:{self._port}")
+        progress(f"{self._label}: using the existing server at {self._where}")
 
     async def ready(self, timeout_s: float, progress: Progress) -> None:
         try:
@@ -210,14 +209,14 @@ class RedisExternalStack(Stack):
                                                    timeout_s)
         except (OSError, RedisError, TimeoutError) as exc:
             reason = connect_failure(exc, tls=self._security.tls is not None)
-            raise StackError(f"{self._label}: cannot reach redis at {self._host}:{self._port}: "
+            raise StackError(f"{self._label}: cannot reach redis at {self._where}: "
                              f"{reason}") from None
-        check_version(self._version, f"{self._host}:{self._port}")
+        check_version(self._version, self._where)
 
     async def down(self) -> None:
         return None
 
     def describe(self) -> StackDescription:
         return StackDescription(runtime="external",
-                                endpoints={"redis": f"{self._host}:{self._port}"},
+                                endpoints={"redis": self._where},
                                 version=self._version)

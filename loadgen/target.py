@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,45 @@ def parse_whole(text: str) -> int:
         return int(text)
     except ValueError:
         raise ValueError("expected a whole number") from None
+
+
+def split_host_port(text: str, default_port: int) -> tuple[str, int]:
+    """`HOST:PORT`, `HOST` (the default port), `:PORT` (127.0.0.1), `[IPV6]:PORT`, `[IPV6]` or an
+    IPv6 address alone -> (host, port); a ValueError that says what is wrong otherwise."""
+    text = text.strip()
+    if text.startswith("["):
+        host, closed, rest = text[1:].partition("]")
+        if not closed:
+            raise ValueError("a [ with no ] after the IPv6 address")
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"{rest[:20]!r} after the ]")
+        port_text = rest[1:] if rest else None
+        if not host:
+            raise ValueError("nothing between [ and ]")
+    elif text.count(":") > 1:
+        try:
+            ipaddress.IPv6Address(text)
+        except ValueError:
+            raise ValueError("more than one ':' (an IPv6 address with a port goes in brackets, "
+                             "e.g. [::1]:PORT)") from None
+        host, port_text = text, None
+    else:
+        host, colon, port_text_ = text.partition(":")
+        port_text = port_text_ if colon else None
+    if any(c in host for c in "/,@[] \t"):
+        raise ValueError(f"{host[:40]!r} is not a host name")
+    if port_text is None:
+        port = default_port
+    elif not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
+        raise ValueError(f"port {port_text[:20]!r} is not a number from 1 to 65535")
+    else:
+        port = int(port_text)
+    return host or "127.0.0.1", port
+
+
+def join_host_port(host: str, port: int) -> str:
+    """`HOST:PORT`, an IPv6 host in brackets: what split_host_port() reads back."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def parse_positive_int(text: str) -> int:

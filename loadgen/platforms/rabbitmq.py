@@ -79,7 +79,7 @@ from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.spec import OptionalClient, Platform, parse_non_negative, parse_port
 from loadgen.security import REDIS_SECURITY_OPTIONS, read_secret
 from loadgen.settings import SettingsRecord, config_option, kwargs_check, namespace, settings_of
-from loadgen.target import OptionSpec, Target
+from loadgen.target import OptionSpec, Target, join_host_port
 
 if TYPE_CHECKING:
     import rbfly.streams as rbs
@@ -364,7 +364,7 @@ class RabbitStreamsDriver(Driver):
         self._consumers = 1
 
     def _where(self) -> str:
-        return f"{self._host}:{self._port}"
+        return join_host_port(self._host, self._port)
 
     async def connect(self) -> None:
         self._pool = ClientPool(self._host, self._port, vhost="/", username=self._opts.user,

@@ -45,7 +45,7 @@ from loadgen.settings import (
     namespace,
     profile_option,
 )
-from loadgen.target import OptionSpec, Target, parse_bool
+from loadgen.target import OptionSpec, Target, join_host_port, parse_bool
 
 READ_COUNT = 1000
 BLOCK_MS = 100
@@ -332,7 +332,7 @@ class RedisStreamsDriver(Driver):
             await self._admin.ping()
             info = await self._admin.info("server")
         except (OSError, RedisError) as exc:
-            raise DriverError(f"cannot reach redis at {self._host}:{self._port}: "
+            raise DriverError(f"cannot reach redis at {join_host_port(self._host, self._port)}: "
                               f"{connect_failure(exc, self._security.tls is not None)}") from None
         self._version = str(info.get("redis_version", b""))
 
@@ -386,7 +386,7 @@ class RedisStreamsDriver(Driver):
                                              auth=self._security.redis_auth())
             await conn.call("PING")
         except (OSError, RespError, TimeoutError) as exc:
-            raise DriverError(f"cannot reach redis at {self._host}:{self._port}: "
+            raise DriverError(f"cannot reach redis at {join_host_port(self._host, self._port)}: "
                               f"{connect_failure(exc, self._security.tls is not None)}") from None
         return conn
 

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -265,14 +267,24 @@ def test_unwritable_output_dir(tmp_path, no_leftover_redis):
     _one_error_line(res.stderr, "run")
 
 
-def test_external_runtime_starts_nothing(tmp_path, no_leftover_redis):
+@contextmanager
+def _server(bind: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A redis-server of the test's own on a free port (the external server of a run)."""
     from compose.process import free_port
 
     port = free_port()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", bind,
                                "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
+        yield server, port
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def test_external_runtime_starts_nothing(tmp_path, no_leftover_redis):
+    with _server("127.0.0.1") as (server, port):
         res = run_cli(["run", f"redis@127.0.0.1:{port}", "--rate", "500", "--duration", "3",
                        "--warmup", "0", "--headless", "--out", str(tmp_path / "run")])
         assert res.returncode == 0, res.stderr
@@ -289,9 +301,21 @@ def test_external_runtime_starts_nothing(tmp_path, no_leftover_redis):
         keys = subprocess.run(["redis-cli", "-p", str(port), "--scan"], capture_output=True,
                               text=True).stdout.split()
         assert keys == []
-    finally:
-        server.terminate()
-        server.wait()
+
+
+def test_external_server_on_ipv6_loopback(tmp_path, no_leftover_redis):
+    """`redis@[::1]:PORT`: the IPv6 address is parsed, connected to and recorded in brackets
+    (the endpoint the collectors and the drivers read back)."""
+    with _server("::1") as (_, port):
+        res = run_cli(["run", f"redis@[::1]:{port}", "--rate", "500", "--duration", "2",
+                       "--warmup", "0", "--headless", "--out", str(tmp_path / "run")])
+        assert res.returncode == 0, res.stderr
+        meta = run_json(tmp_path / "run")
+        assert meta["targets"][0]["endpoints"] == {"redis": f"[::1]:{port}"}
+        assert meta["totals"][0]["consumed"] == meta["totals"][0]["produced"] == 1000
+        stats = subprocess.run(["redis-cli", "-h", "::1", "-p", str(port), "INFO", "commandstats"],
+                               capture_output=True, text=True).stdout
+        assert re.search(r"cmdstat_xadd:calls=1000,", stats), stats
 
 
 def test_cli_help_runs():
