@@ -70,6 +70,8 @@ def parse_seconds(text: str, what: str) -> float:
 def parse_rate(text: str, what: str) -> float:
     if text.strip().lower() in ("max", "0"):
         return 0.0
+    if not text.strip():
+        raise WorkloadError(f"{what}: no rate given: a number of msg/s (e.g. 5000) or max")
     try:
         rate = float(text)
     except ValueError:
@@ -82,9 +84,9 @@ def parse_rate(text: str, what: str) -> float:
 
 def parse_action(text: str, what: str, at_s: float | None = None) -> Intervention:
     """`ACTION=VALUE[@TARGET]`: rate=5000, rate=max@redis:aof, consumers=stop, kill=kafka-2."""
-    action, eq, rest = text.partition("=")
+    action, _, rest = text.partition("=")
     action = action.strip().lower()
-    if not eq or action not in ACTIONS:
+    if action not in ACTIONS:  # a known action without =VALUE is told what value it takes below
         raise WorkloadError(f"{what}: {text[:60]!r}: expected ACTION=VALUE with ACTION one of "
                             f"{', '.join(ACTIONS)}")
     if action in FAULT_ACTIONS:

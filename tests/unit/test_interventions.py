@@ -50,6 +50,12 @@ def test_at_flags(text: str, expected: Intervention) -> None:
     ("30s:rate=fast", "not a number"),
     ("30s:kill=", "needs a broker"),
     ("30s:consumers=halt", "stop or start"),
+    # a known action without its value is told which value it takes
+    ("30s:kill", "kill= needs a broker (e.g. kill=kafka-2)"),
+    ("30s:pause", "pause= needs a broker"),
+    ("30s:rate", "no rate given: a number of msg/s (e.g. 5000) or max"),
+    ("30s:rate=", "no rate given"),
+    ("30s:producers", "producers= takes stop or start"),
 ])
 def test_bad_at_flags(text: str, fragment: str) -> None:
     with pytest.raises(WorkloadError) as exc:
