@@ -43,7 +43,7 @@ from compose.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.errors import StackError
 from loadgen.security import PLAINTEXT, ClientSecurity
 from loadgen.settings import settings_of
-from loadgen.target import Target, split_host_port
+from loadgen.target import Target, join_host_port, split_host_port
 
 # aiokafka logs connection failures at ERROR; without a handler Python prints them on stderr,
 # which would garble the one-line errors and the dashboard. Failures reach the user as errors.
@@ -102,7 +102,9 @@ def parse_bootstrap(address: str) -> list[tuple[str, int]]:
 
 
 def bootstrap_text(servers: Sequence[tuple[str, int]]) -> str:
-    return ",".join(f"{h}:{p}" for h, p in servers)
+    """`HOST:PORT,…` as the clients take it: an IPv6 host in brackets (aiokafka, librdkafka
+    and Kafka's own tools read `::1:9092` as an address without a port)."""
+    return ",".join(join_host_port(h, p) for h, p in servers)
 
 
 def _major(version: str) -> int:

@@ -3,9 +3,12 @@ for every platform that takes them, IPv6 included, and a reason in the error."""
 
 from __future__ import annotations
 
-import pytest
+import socket
 
-from compose.kafka import parse_bootstrap
+import pytest
+from aiokafka.conn import collect_hosts
+
+from compose.kafka import bootstrap_text, parse_bootstrap
 from compose.nats import parse_address as nats_address
 from compose.rabbitmq import parse_address as rabbitmq_address
 from compose.redis import parse_address as redis_address
@@ -62,6 +65,12 @@ def test_each_platform_names_the_address_the_reason_and_an_example(parse, exampl
 
 
 def test_kafka_bootstrap_list():
-    assert parse_bootstrap("[::1]:9093, ::1,b") == [("::1", 9093), ("::1", 9092), ("b", 9092)]
+    servers = parse_bootstrap("[::1]:9093, ::1,b")
+    assert servers == [("::1", 9093), ("::1", 9092), ("b", 9092)]
+    # handed to the clients in brackets, as aiokafka's own parser reads them back
+    text = bootstrap_text(servers)
+    assert text == "[::1]:9093,[::1]:9092,b:9092"
+    assert collect_hosts(text, randomize=False) == [
+        ("::1", 9093, socket.AF_INET6), ("::1", 9092, socket.AF_INET6), ("b", 9092, socket.AF_UNSPEC)]
     with pytest.raises(StackError, match=r"bad address 'b:x': port 'x' is not a number"):
         parse_bootstrap("a:1,b:x")
