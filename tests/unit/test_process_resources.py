@@ -113,8 +113,10 @@ async def test_children_are_listed_again_only_when_due_or_when_one_ended(
     assert set(collector._procs) == {supervisor, first}
     assert listings == 1  # once, not once per sample
 
-    psutil.Process(first).kill()
-    psutil.Process(first).wait(5)
+    # one handle: the shell reaps its child at once, after which a new handle cannot be made
+    ended = psutil.Process(first)
+    ended.kill()
+    ended.wait(5)
     second = await _one_child(supervisor)
     assert second != first
     await collector.sample()  # a child ended: listed again, its successor counted at once
