@@ -21,7 +21,12 @@ def read_run_meta(path: Path, error: type[StreambenchError]) -> dict[str, Any]:
         meta = json.loads(run_json.read_text(encoding="utf-8"))
     except RecursionError:
         raise error(f"{run_json} cannot be read: JSON nested too deeply") from None
-    except (OSError, ValueError) as exc:  # ValueError: bad JSON or UTF-8, a 5,000-digit number
+    except json.JSONDecodeError as exc:
+        raise error(f"{run_json} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                    f"{exc.msg.lower()}): the file was cut short or edited") from None
+    except UnicodeDecodeError:
+        raise error(f"{run_json} is not UTF-8 text: not a run.json streambench wrote") from None
+    except (OSError, ValueError) as exc:  # ValueError: a 5,000-digit number
         raise error(f"{run_json} cannot be read: {str(exc)[:200]}") from None
     if not isinstance(meta, dict):
         raise error(f"{run_json} is not a run description (expected a JSON object)")

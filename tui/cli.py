@@ -115,6 +115,21 @@ _non_negative_float = _number(float, 0, exclusive=False)
 _positive_int = _number(int, 1, exclusive=False)
 
 
+REPLAY_SPEEDS = (1.0, 10.0, 60.0)
+
+
+def _replay_speed(text: str) -> float:
+    """An argparse type: one of the replay's speeds, as the keys 1, 2, 3 choose them."""
+    try:
+        value = float(text.removesuffix("x"))
+    except ValueError:
+        value = math.nan
+    if value not in REPLAY_SPEEDS:
+        raise argparse.ArgumentTypeError(
+            f"expected 1, 10 or 60 (times real time), got {text!r}")
+    return value
+
+
 def _memory_floor(text: str) -> int:
     from loadgen.memguard import parse_size
 
@@ -228,7 +243,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                             description=REPLAY_HELP,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     replay.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory")
-    replay.add_argument("--speed", type=float, choices=(1.0, 10.0, 60.0), default=1.0,
+    replay.add_argument("--speed", type=_replay_speed, default=1.0,
                         metavar="1|10|60", help="playback speed (keys 1, 2, 3 change it)")
     replay.add_argument("--paused", action="store_true", help="start paused at the beginning")
     replay.add_argument("--baseline", metavar="RUN_DIR[:TARGET]",

@@ -305,7 +305,8 @@ def test_bad_run_json(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text("{not json")
     with pytest.raises(ReportError) as exc:
         build_report([tmp_path], tmp_path / "out")
-    assert "run.json cannot be read" in _one_line(exc)
+    assert "run.json is not valid JSON (line 1, column 2: expecting property name" \
+        in _one_line(exc)
     (tmp_path / "run.json").write_text(json.dumps({"schema_version": 99, "run_id": "x"}))
     with pytest.raises(ReportError) as exc:
         build_report([tmp_path], tmp_path / "out")

@@ -231,7 +231,9 @@ async def test_a_killed_run_replays_and_says_so(recorded_dir: Path, tmp_path: Pa
 @pytest.mark.parametrize("make, message", [
     (lambda d: None, "no such directory"),
     (lambda d: d.mkdir(), "no run.json"),
-    (lambda d: (d.mkdir(), (d / "run.json").write_text("{")), "cannot be read"),
+    (lambda d: (d.mkdir(), (d / "run.json").write_text("{")),
+     "is not valid JSON (line 1, column 2"),
+    (lambda d: (d.mkdir(), (d / "run.json").write_bytes(b"\xff{")), "is not UTF-8 text"),
     (lambda d: (d.mkdir(), (d / "run.json").write_text(
         '{"schema_version": 9, "min_reader_version": 9}')), "upgrade streambench"),
     (lambda d: (d.mkdir(), (d / "run.json").write_text('{"schema_version": 2}')), "has no ticks"),

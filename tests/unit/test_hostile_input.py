@@ -301,3 +301,19 @@ def test_long_target_label_gives_a_bounded_log_dir(tmp_path) -> None:
 
     path = log_dir(tmp_path, 0, "redis:maxlen=" + "0" * 1000 + "1")
     assert len(path.name) <= 110 and path.parent == tmp_path / "logs"
+
+
+@pytest.mark.parametrize("text", ["abc", "5", "nan", "-1", ""])
+def test_replay_speed_other_than_the_three_says_which_it_takes(tmp_path, text) -> None:
+    res = run_cli(["replay", str(tmp_path), "--speed", text], timeout_s=60)
+    assert res.returncode == 2
+    (line,) = res.stderr.strip().splitlines()
+    assert f"--speed: expected 1, 10 or 60 (times real time), got {text!r}" in line, line
+
+
+def test_replay_speeds_are_the_keys_speeds() -> None:
+    from tui.cli import REPLAY_SPEEDS, _replay_speed
+    from tui.replay import SPEEDS
+
+    assert REPLAY_SPEEDS == SPEEDS
+    assert [_replay_speed(t) for t in ("1", "10x", "60.0")] == [1.0, 10.0, 60.0]
