@@ -54,6 +54,10 @@ TICK_SLACK_S = 0.1
 # a drain whose broker shows nothing left to read while messages are unread, and that reads
 # nothing for this long, ends for that target: the broker no longer has them (lost)
 LOSS_AFTER_S = 3.0
+# the drain's first look: this long after the producers finished (their last messages answered)
+# a tick is cut at once rather than at the next second, so a run whose consumers have already
+# read everything ends then; otherwise the drain goes on at the tick boundaries
+DRAIN_FIRST_LOOK_S = 0.1
 
 
 class Recorder(Protocol):
@@ -408,6 +412,7 @@ class Run:
         seq = 0  # ticks cut so far
         done_k = 0  # the last boundary a tick was cut at
         drain_deadline: float | None = None
+        looked = False  # the drain's first look was taken
         while True:
             boundary = t0_mono + (done_k + 1) * tick_ns
             if self._stop_requests and measure_end > done_k + 1:
@@ -416,14 +421,23 @@ class Run:
                 warm_end = min(warm_end, measure_end)
                 for r in self.runners:
                     r.stop_producing_at(boundary)
+            first_look = (not looked and drain_deadline is not None and done_k == measure_end
+                          and self._stopping is not None)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wait_stop_change(),
-                                       max(0.0, (boundary - time.monotonic_ns()) / 1e9))
+                await asyncio.wait_for(
+                    self._load_end_or_stop_change() if first_look else self._wait_stop_change(),
+                    max(0.0, (boundary - time.monotonic_ns()) / 1e9))
             if time.monotonic_ns() < boundary:
-                continue  # woken by a stop request: re-plan this tick's end
+                if not (first_look and self._stopping is not None and self._stopping.done()):
+                    continue  # woken by a stop request: re-plan this tick's end
+                looked = True
+                await asyncio.sleep(max(0.0, min(DRAIN_FIRST_LOOK_S,
+                                                 (boundary - time.monotonic_ns()) / 1e9)))
             mono, wall = now_ns()
             first_k = done_k + 1
-            k = max(first_k, (mono - t0_mono) // tick_ns)
+            # a first look cut before its boundary crosses none: the next tick ends there
+            early = first_look and mono < boundary
+            k = done_k if early else max(first_k, (mono - t0_mono) // tick_ns)
             phase = (Phase.WARMUP if first_k <= warm_end else
                      Phase.MEASURING if first_k <= measure_end else Phase.DRAINING)
             if k > first_k:
@@ -458,7 +472,7 @@ class Run:
                 # paused one) must not stop the run's clock
                 self._stopping = asyncio.create_task(self._stop_load())
                 drain_deadline = loop.time() + self.workload.drain_timeout_s
-            if drain_deadline is not None and k > measure_end:
+            if drain_deadline is not None and (k > measure_end or early):
                 stopped = self._stopping is not None and self._stopping.done()
                 if stopped and self._stopping is not None:
                     self._stopping.result()  # its failure is the run's
@@ -703,6 +717,15 @@ class Run:
     def _unrecovered(self) -> None:
         for rec in self._recovery.pending():
             self.publish(RunEvent(time.time_ns(), rec.target, "not-recovered", rec.detail()))
+
+    async def _load_end_or_stop_change(self) -> None:
+        """Returns when the load's end is complete (see _stop_load) or a stop request comes."""
+        assert self._stopping is not None
+        change = asyncio.ensure_future(self._wait_stop_change())
+        try:
+            await asyncio.wait((change, self._stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            change.cancel()
 
     async def _wait_stop_change(self) -> None:
         seen = self._stop_requests

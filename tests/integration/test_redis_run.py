@@ -20,7 +20,7 @@ import pytest
 from analysis.sink import ParquetSink
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
-from loadgen.run import Run, RunSummary
+from loadgen.run import DRAIN_FIRST_LOOK_S, Run, RunSummary
 from loadgen.target import unique_labels
 from loadgen.workload import Workload
 from tests.integration.conftest import CliRun, port_listening, run_cli, run_json
@@ -120,6 +120,16 @@ def test_every_message_consumed_once_and_lag_drains(fixed_rate_run):
     last_seq = max(lag["seq"])
     assert {p: v for s, p, v in zip(lag["seq"], lag["partition"], lag["lag"], strict=True)
             if s == last_seq} == {0: 0, 1: 0}
+
+
+def test_the_drain_takes_its_first_look_as_soon_as_the_producers_finish(fixed_rate_run):
+    """The drain's first tick is cut about DRAIN_FIRST_LOOK_S after the last messages are
+    answered, not at the next second: the consumers had read everything by then, so it is the
+    drain's only tick, and its true interval is the one recorded."""
+    run_dir, _ = fixed_rate_run
+    ticks = _table(run_dir, "ticks").to_pydict()
+    drain = [ticks["interval_s"][i] for i, p in enumerate(ticks["phase"]) if p == "draining"]
+    assert len(drain) == 1 and DRAIN_FIRST_LOOK_S <= drain[0] < 0.9, drain
 
 
 def test_raw_samples_cover_every_message(fixed_rate_run):
