@@ -276,10 +276,12 @@ def test_writer_settings_in_force(standalone):
     """`producer.max_inflight_events=0` (the client's own default) makes the writer wait for
     each event's acknowledgement before it writes the next: a batch of 300 events then takes
     a round trip per event instead of one flush for all, timed against streambench's 10,000 in
-    flight on the same standalone."""
+    flight on the same standalone. The pipelined batch is timed three times and the fastest
+    kept: a pause of the machine can only lengthen a timing, and it must not lengthen the
+    one the other is compared with."""
     topic = f"inflight-{time.time_ns()}"
 
-    async def timed(options: str) -> float:
+    async def timed(options: str, tries: int = 1) -> float:
         driver = PravegaDriver(standalone.controller, SCOPE, target=resolve_target(
             standalone.target(options)))
         await driver.connect()
@@ -288,17 +290,20 @@ def test_writer_settings_in_force(standalone):
             producer = await driver.producer(topic, 0)
             try:
                 await producer.send_batch([OutMessage(b"w", None, time.time_ns())])  # warmed up
-                start = time.perf_counter()
-                await producer.send_batch([OutMessage(b"z" * 100, None, time.time_ns())
-                                           for _ in range(300)])
-                return time.perf_counter() - start
+                took = []
+                for _ in range(tries):
+                    start = time.perf_counter()
+                    await producer.send_batch([OutMessage(b"z" * 100, None, time.time_ns())
+                                               for _ in range(300)])
+                    took.append(time.perf_counter() - start)
+                return min(took)
             finally:
                 await producer.close()
         finally:
             await driver.close()
 
     async def scenario() -> tuple[float, float]:
-        pipelined = await timed("")
+        pipelined = await timed("", tries=3)
         one_by_one = await timed("producer.max_inflight_events=0")
         driver = PravegaDriver(standalone.controller, SCOPE)
         await driver.connect()
