@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from concurrent import futures
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.schema import LATENCY_KINDS, SCHEMA_VERSION, SCHEMAS
-from analysis.sink import ParquetSink, write_run_json
+from analysis.sink import ParquetSink, _repeated, write_run_json
 from loadgen.errors import OutputError
 from loadgen.histogram import HistogramSnapshot, bucket_value, percentiles
 from loadgen.tick import Phase, PhaseChange, Resources, RunEvent, Tick
@@ -313,3 +315,47 @@ def test_write_failure_is_reported(tmp_path: Path, background: bool) -> None:
     # another table's file of the same rotation is written all the same
     assert [p.name for p in _visible(tmp_path / "run" / "events")] == ["part-00000.parquet"]
     sink.close()  # closed: nothing more to report
+
+
+@pytest.mark.parametrize("type_", [pa.string(), pa.int64(), pa.timestamp("us", tz="UTC"),
+                                   pa.int32(), pa.float64()])
+def test_shared_values_are_repeated_row_for_row(type_: pa.DataType) -> None:
+    """A group's shared values (run, target, seq, time...) repeated over its rows: built from
+    buffers for strings, by numpy for 64-bit integers and timestamps, by pyarrow otherwise;
+    each equals the plain list of values, including empty groups and non-ASCII text."""
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        k = int(rng.integers(1, 12))
+        lengths = rng.integers(0, 40, size=k)
+        if pa.types.is_string(type_):
+            values: list = ["é" * int(rng.integers(0, 3)) + str(v)
+                            for v in rng.integers(0, 10**6, size=k)]
+        elif pa.types.is_floating(type_):
+            values = [float(v) for v in rng.normal(size=k)]
+        else:
+            values = [int(v) for v in rng.integers(-2**31, 2**31 - 1, size=k)]
+        got = _repeated(values, lengths, type_)
+        got.validate(full=True)
+        assert got.type == type_
+        want = pa.array([v for v, n in zip(values, lengths, strict=True) for _ in range(n)],
+                        type=type_)
+        assert got.equals(want)
+
+
+def test_writing_files_does_not_import_pyarrow_compute(tmp_path: Path) -> None:
+    """The writer thread builds its files without pyarrow.compute: its import costs about
+    70 ms of CPU, which a run would pay during its measuring phase (a child process, so that
+    this test's own imports do not count)."""
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from tests.analysis.synthetic_runs import write_synthetic_run, TargetModel\n"
+        f"write_synthetic_run(Path({str(tmp_path / 'run')!r}), 'r1', "
+        "{'alpha': TargetModel(mb_s=lambda m: 10.0)}, measuring_s=6)\n"
+        "print('pyarrow.compute' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
+    assert ds.dataset(tmp_path / "run" / "latency").count_rows() > 0
