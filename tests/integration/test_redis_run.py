@@ -124,12 +124,17 @@ def test_every_message_consumed_once_and_lag_drains(fixed_rate_run):
 
 def test_the_drain_takes_its_first_look_as_soon_as_the_producers_finish(fixed_rate_run):
     """The drain's first tick is cut about DRAIN_FIRST_LOOK_S after the last messages are
-    answered, not at the next second: the consumers had read everything by then, so it is the
-    drain's only tick, and its true interval is the one recorded."""
+    answered, not at the next second, and its true interval is the one recorded. The
+    consumers had read everything by then on an idle machine, so it is the drain's only tick;
+    a second one is there only if the first found messages still unread (a busy machine)."""
     run_dir, _ = fixed_rate_run
     ticks = _table(run_dir, "ticks").to_pydict()
-    drain = [ticks["interval_s"][i] for i, p in enumerate(ticks["phase"]) if p == "draining"]
-    assert len(drain) == 1 and DRAIN_FIRST_LOOK_S <= drain[0] < 0.9, drain
+    drain = [i for i, p in enumerate(ticks["phase"]) if p == "draining"]
+    first = ticks["interval_s"][drain[0]]
+    assert DRAIN_FIRST_LOOK_S <= first < 0.9, first
+    if len(drain) > 1:
+        produced, consumed = ticks["produced_total"][drain[0]], ticks["consumed_total"][drain[0]]
+        assert consumed < produced, (len(drain), produced, consumed)
 
 
 def test_raw_samples_cover_every_message(fixed_rate_run):
