@@ -22,7 +22,6 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 
-from analysis.configuration import non_default_rows
 from loadgen.run import Run, log_dir
 from tui.widgets import RichLines
 
@@ -149,6 +148,10 @@ def target_body(target: Mapping[str, Any], run: RunDescription, index: int) -> R
     settings = target.get("settings")
     if not isinstance(settings, dict):
         return Group(grid, Text("no settings recorded", style="dim"))
+    # the report's module, imported when a run's settings are first shown: it imports pyspark
+    # (about 0.3 s of CPU), which a run without --report does not need
+    from analysis.configuration import non_default_rows
+
     rows = non_default_rows({k: v for k, v in settings.items() if isinstance(v, dict)})
     table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     table.add_column("setting", no_wrap=True)
