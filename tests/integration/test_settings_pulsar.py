@@ -1,9 +1,14 @@
 """Settings on a real local Pulsar standalone: a run with the stock waits and settings of each
 namespace, and one with `profile=latency`, one standalone at a time, 1,000 msg/s × 1 KiB; what
 each run records as in force, read back from the broker's runtime configuration where it tells
-it, and the profile's effect as a ratio of the runs' end-to-end medians (the median of the
-per-second p50s from the latency histograms, through numpy: a few seconds of a busy machine do
-not sway it). tests/bench/pulsar_latency_profile.py prints the figures of longer runs."""
+it, and the profile's effect as the milliseconds it takes off the runs' end-to-end medians (the
+median of the per-second p50s from the latency histograms, through numpy: a few seconds of a busy
+machine do not sway it). The stock 10 ms new-entries check delay alone keeps a caught-up consumer
+waiting about 5 ms on average, so the profile must take at least MIN_GAIN_MS off. A difference,
+not a ratio: a busy machine adds about the same milliseconds to both runs, which leaves the
+difference standing but can halve the ratio (on an idle machine 9.8 ms against 2.4 ms; on a busy
+one 10.7 ms against 5.4 ms). tests/bench/pulsar_latency_profile.py prints the figures of longer
+runs."""
 
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ DEFAULT = (f"pulsar:{COMMON},broker.brokerDeleteInactiveTopicsFrequencySeconds=1
 LATENCY = f"pulsar:{COMMON},profile=latency"
 
 
-MIN_RATIO = 3.0
+MIN_GAIN_MS = 3.0
 
 
 def e2e_p50_ms(run_dir: Path) -> float:
@@ -90,5 +95,6 @@ def test_settings_read_back_from_the_standalone(runs):
 
 def test_latency_profile_cuts_the_end_to_end_median(runs):
     (_, slow), (_, fast) = runs["default"], runs["latency"]
-    print(f"e2e p50: default {slow:.2f} ms, profile=latency {fast:.2f} ms, ratio {slow / fast:.1f}")
-    assert slow / fast >= MIN_RATIO, (slow, fast)
+    print(f"e2e p50: default {slow:.2f} ms, profile=latency {fast:.2f} ms, "
+          f"{slow - fast:.2f} ms less, ratio {slow / fast:.1f}")
+    assert slow - fast >= MIN_GAIN_MS, (slow, fast)
