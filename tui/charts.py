@@ -21,12 +21,18 @@ def _heights(values: Sequence[float], top: float, levels: int, n: int) -> npt.ND
     value 0): none for zero, negative or non-finite values, at least 1 for any value above
     zero so a small non-zero figure stays visible."""
     out = np.zeros(n, dtype=np.int64)
-    points = np.asarray(list(values)[-n:] if n else [], dtype=np.float64)
-    if top <= 0 or not len(points):
+    if not n or top <= 0:
         return out
-    with np.errstate(all="ignore"):
-        high = np.clip(np.nan_to_num(np.rint(points / top * levels), posinf=levels), 1, levels)
-    out[n - len(points):] = np.where(np.isfinite(points) & (points > 0), high, 0)
+    points = np.array(values[-n:], dtype=np.float64)
+    if not len(points):
+        return out
+    # a dozen numpy calls on a few hundred points, for each chart at every tick: the fewer the
+    # calls, the cheaper (values above the top are cut to it before scaling, so nothing
+    # overflows; NaN stays NaN and is dropped with the other values that draw nothing)
+    drawn = (points > 0) & (points < math.inf)
+    high = np.rint(np.minimum(points, top) / top * levels)
+    np.maximum(high, 1, out=high)
+    out[n - len(points):] = np.where(drawn, high, 0)
     return out
 
 

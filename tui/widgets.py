@@ -74,7 +74,7 @@ class StatusBar(Widget):
         if self._says() != self._drawn:
             self.refresh()
 
-    def render(self) -> RenderResult:
+    def render(self) -> Text:
         self._drawn = self._says()
         s = self.status
         style = self.get_component_rich_style
@@ -90,6 +90,16 @@ class StatusBar(Widget):
         if gap >= 2:
             text.append(" " * gap + right + " ", style("status--muted"))
         return text
+
+    def render_line(self, y: int) -> Strip:
+        """The bar drawn as a panel's line is: Textual's general path for a text (laid out
+        as content, wrapped, aligned) costs a couple of milliseconds, and the bar is
+        repainted at every tick."""
+        width = self.content_size.width
+        self._dirty_regions.clear()  # (as Textual's own drawing of the content does)
+        if y:
+            return Strip.blank(width, self.visual_style.rich_style)
+        return line_strip(self, self.render(), width, y)
 
     def _progress(self) -> str:
         s = self.status
@@ -113,6 +123,43 @@ class StatusBar(Widget):
         w = self.status.workload
         rate = f"{fmt.count(w.rate)} msg/s" if w.rate > 0 else "max rate"
         return f"{w.name} · {rate} · {w.message_size:,} B"
+
+
+def _row_segments(row: Text, base: Style) -> list[Segment] | None:
+    """A panel's line as segments, each over the widget's style `base`, the way Rich renders a
+    text whose parts were appended one after the other (no style of its own, spans one after
+    the other, each with a Style): one segment per span and per gap between spans. None for
+    any other text (overlapping spans, styles by name), which takes Rich's general path.
+    Rich's path sorts, stacks and combines the spans' styles: on the lines of a panel that
+    come out the same, it costs several times this."""
+    if row.style:
+        return None
+    text = row.plain
+    out: list[Segment] = []
+    at = 0
+    for start, end, style in row.spans:
+        if start < at or not isinstance(style, Style):
+            return None
+        if start > at:
+            out.append(Segment(text[at:start], base))
+        if end > start:
+            out.append(Segment(text[start:end], base + style if style else base))
+        at = max(at, end)
+    if at < len(text):
+        out.append(Segment(text[at:], base))
+    return out
+
+
+def line_strip(widget: Widget, row: Text, width: int, y: int) -> Strip:
+    """One line of `widget` as Textual draws a text: the widget's style under the line's own,
+    cut at the width with an ellipsis, offsets for text selection; without its general path."""
+    row.truncate(width, overflow="ellipsis")
+    base = widget.visual_style.rich_style
+    segments = _row_segments(row, base)
+    if segments is None:
+        segments = [Segment(part.text, base + part.style if part.style else base)
+                    for part in row.render(widget.app.console) if part.text]
+    return Strip(segments).apply_offsets(0, y)
 
 
 class PanelView(Widget):
@@ -176,11 +223,7 @@ class PanelView(Widget):
     def _strip(self, row: Text, width: int, y: int) -> Strip:
         """One line as Textual draws a text (the widget's style under the line's own, cut at
         the width with an ellipsis, offsets for text selection), without its general path."""
-        row.truncate(width, overflow="ellipsis")
-        base = self.visual_style.rich_style
-        segments = [Segment(part.text, base + part.style if part.style else base)
-                    for part in row.render(self.app.console) if part.text]
-        return Strip(segments).apply_offsets(0, y)
+        return line_strip(self, row, width, y)
 
     @staticmethod
     def _key(row: Text) -> Any:

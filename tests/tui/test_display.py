@@ -4,10 +4,15 @@ and a panel that fails shows its error in place."""
 from __future__ import annotations
 
 import time
+import types
 from typing import Any
 
 import pytest
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
+from textual.geometry import Region
+from textual.widget import Widget
 
 from loadgen.tick import Phase, PhaseChange, Tick
 from tests.tui.recorded import LABELS, TICKS, WORKLOAD, recorded_items
@@ -16,7 +21,7 @@ from tui.app import REPAINT_S, DashboardApp, PhaseChanged, bus_message
 from tui.detail import DetailScreen
 from tui.history import TargetHistory
 from tui.panels import PANELS, RenderContext
-from tui.widgets import LOAD_PHASES, PanelView, RichLines, RunStatus, StatusBar
+from tui.widgets import LOAD_PHASES, PanelView, RichLines, RunStatus, StatusBar, _row_segments
 
 
 def post_all(app: DashboardApp, items: list) -> None:
@@ -127,6 +132,82 @@ async def test_line_repaints_leave_the_screen_a_full_repaint_would_draw() -> Non
         await pilot.pause(REPAINT_S)
         assert screen_lines(app)[1:] == before
         assert partial_lines > 20
+
+
+async def test_panel_lines_take_the_short_path_and_come_out_as_rich_draws_them() -> None:
+    """Every line of every panel over a recorded run is cut into segments without Rich's
+    general rendering, and the segments (text and style over the widget's) are the ones
+    Rich's path gives; a text the short path does not take (overlapping spans, a style by
+    name, a style of its own) goes the general way."""
+    items = recorded_items()
+    app = DashboardApp(None, LABELS, WORKLOAD)
+
+    def general(row: Text, base: Style) -> list[Segment]:
+        return [Segment(part.text, base + part.style if part.style else base)
+                for part in row.render(app.console) if part.text]
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        post_all(app, items)
+        await wait_until(pilot, lambda: app.histories["redis"].ticks == TICKS, "all ticks")
+        await pilot.pause(REPAINT_S)
+        checked = 0
+        for view in app.query(PanelView):
+            base = view.visual_style.rich_style
+            for row in view._rows(view.content_size, view._role_styles()):
+                row.truncate(view.content_size.width, overflow="ellipsis")
+                assert _row_segments(row, base) == general(row, base), row.plain
+                checked += 1
+        assert checked > 60
+        base = Style(bgcolor="red")
+        overlapping = Text("abcdef")
+        overlapping.stylize(Style(bold=True), 0, 4)
+        overlapping.stylize(Style(italic=True), 2, 6)
+        named = Text("abc", style="")
+        named.append("def", "bold")
+        own = Text("abc", style=Style(dim=True))
+        own.append("def", Style(bold=True))
+        for text in (overlapping, named, own):
+            assert _row_segments(text, base) is None
+        assert _row_segments(Text(""), base) == general(Text(""), base) == []
+        gaps = Text("ab")
+        gaps.append("cd", Style(bold=True))
+        gaps.append("ef")
+        gaps.append("", Style(italic=True))
+        assert _row_segments(gaps, base) == general(gaps, base)
+
+
+@pytest.mark.parametrize("width", [120, 24])
+async def test_status_bar_draws_what_textuals_general_path_draws(width: int) -> None:
+    """The status bar's line, drawn as a panel's line is, has the cells (characters and
+    styles) that Textual's own drawing of its text gives, running and paused; on a narrow
+    terminal it is cut with an ellipsis, as its text says (Textual's drawing wraps it at a
+    word and shows the first line): the cells before the cut are the same."""
+    def cells(strips: list) -> list[tuple[str, Any]]:
+        return [(ch, segment.style) for strip in strips for segment in strip
+                for ch in segment.text]
+
+    app = DashboardApp(None, LABELS, WORKLOAD)
+    async with app.run_test(size=(width, 30)) as pilot:
+        post_all(app, recorded_items()[:200])
+        await pilot.pause(REPAINT_S)
+        bar = app._status_bar
+        for paused in (False, True):
+            bar.status.paused = paused
+            crop = Region(0, 0, bar.size.width, 1)
+            bar._styles_cache.clear()
+            short = cells(bar._styles_cache.render_widget(bar, crop))
+            bar.render_line = types.MethodType(Widget.render_line, bar)  # Textual's own
+            bar.refresh()  # (its lines are drawn again from the text)
+            bar._styles_cache.clear()
+            general = cells(bar._styles_cache.render_widget(bar, crop))
+            del bar.render_line
+            assert len(short) == len(general) == width
+            if width >= 80:
+                assert short == general
+            else:
+                assert short[-1][0] == "…"
+                shown = min(len("".join(c for c, _ in general).rstrip()), width - 1)
+                assert short[:shown] == general[:shown]
 
 
 async def test_columns_left_undrawn_under_the_detail_screen_catch_up_on_return() -> None:

@@ -10,7 +10,7 @@ import numpy as np
 from loadgen.tick import Phase
 from tests.tui.recorded import latency_values, recorded_tick
 from tui import formatting as fmt
-from tui.charts import area_chart
+from tui.charts import _heights, area_chart
 from tui.history import Series, TargetHistory, downsample, max_of, mean_of
 
 
@@ -55,6 +55,37 @@ def test_area_chart_is_right_aligned_and_scaled() -> None:
     assert rows[1] == "  ⣿"
     assert area_chart([], width=2, height=1, top=0.0) == ["  "]
     assert area_chart([math.nan, 0.0, 0.001], width=2, height=1, top=1.0) == [" ⢀"]
+
+
+def test_dot_heights_follow_a_value_by_value_reference() -> None:
+    """Each value's dot rows against the rule written out one value at a time: nothing for
+    zero, negative, NaN or infinite values, else the nearest level, at least 1 and at most
+    all of them (values above the top, however large, fill the column)."""
+    def reference(values: list[float], top: float, levels: int, n: int) -> list[int]:
+        out = [0] * n
+        kept = values[-n:] if n else []
+        for i, v in enumerate(kept):
+            if top > 0 and math.isfinite(v) and v > 0:
+                level = levels if v >= top else round(v / top * levels)
+                out[n - len(kept) + i] = max(1, level)
+        return out
+
+    rng = np.random.default_rng(7)
+    specials = [math.nan, math.inf, -math.inf, 0.0, -1.0, 1e308, 5e-324, 1e-9]
+    for trial in range(300):
+        count = int(rng.integers(0, 90))
+        values = list(rng.uniform(-10, 120, count))
+        for i in rng.integers(0, max(count, 1), int(rng.integers(0, 6))):
+            if count:
+                values[int(i)] = specials[int(rng.integers(0, len(specials)))]
+        top = [100.0, 1e-300, 0.0, -5.0, 37.5][trial % 5]
+        levels, n = int(rng.integers(1, 40)), int(rng.integers(0, 80))
+        # away from the rounding boundary, where the reference's division order could differ
+        values = [v + 1e-6 if math.isfinite(v) and abs(v / top * levels % 1 - 0.5) < 1e-6
+                  else v for v in values] if top > 0 else values
+        assert list(_heights(values, top, levels, n)) == reference(values, top, levels, n), (
+            values, top, levels, n)
+    assert list(_heights((3.0, 6.0), 6.0, 4, 3)) == [0, 2, 4]  # any sequence, not only lists
 
 
 def test_numbers_are_short_and_missing_figures_are_marked() -> None:
