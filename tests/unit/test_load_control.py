@@ -165,7 +165,9 @@ async def test_paused_producers_finish_at_the_end() -> None:
     load.pause_producers()
     started = time.monotonic()
     await asyncio.wait_for(load.stop_producers(), 2)
-    assert time.monotonic() - started < 0.1  # stopping wakes a paused producer too
+    # stopping wakes a paused producer too (one left paused would hold the stop for the whole
+    # wait_for above): well under the 2 s, with room for a busy machine
+    assert time.monotonic() - started < 1.0
     await load.close()
 
 
