@@ -383,13 +383,23 @@ class ChartView:
     def toggle_own_scale(self, label: str) -> None:
         self.own_scale ^= {label}
 
-    def span(self) -> tuple[float, float]:
-        """(start, end) in s of the window the charts show: it ends at the latest tick."""
+    def span(self, slots: int | None = None) -> tuple[float, float]:
+        """(start, end) in s of the window the charts show: it ends at the latest tick.
+
+        With `slots` (the chart's time slots) and a window of fixed length, the end is the
+        first multiple of the slot's length (window / slots) at or after the latest tick: the
+        slots stay on one grid of time from tick to tick, so a chart moves by a whole slot
+        when time crosses into a new one and, between those ticks, only its newest slot
+        changes (with the end at the tick itself, every slot's share of the ticks, and so
+        every line of the chart, changed at every tick)."""
         lasts = [h.last.time_ns / 1e9 for h in self.histories.values() if h.last is not None]
         if not lasts:
             return 0.0, self.window_s or 60.0
         end = max(lasts)
         if self.window_s is not None:
+            if slots:
+                slot_s = self.window_s / slots
+                end = math.ceil(end / slot_s - 1e-9) * slot_s
             return end - self.window_s, end
         firsts = [f for h in self.histories.values()
                   if (f := h.series["produce_rate"].first_time) is not None]
@@ -415,10 +425,10 @@ class ChartView:
         times, values = baseline.series[metric].between(start - offset, end - offset)
         return [t + offset for t in times], values
 
-    def delta(self, label: str, metric: str) -> float | None:
+    def delta(self, label: str, metric: str, slots: int | None = None) -> float | None:
         """How far this column's mean over the window is from the baseline's mean over the
         same stretch of the run, in % of the baseline; None without a baseline or figures."""
-        start, end = self.span()
+        start, end = self.span(slots)
         ghost = self.ghost(label, metric, start, end)
         if ghost is None:
             return None
@@ -439,8 +449,8 @@ class ChartView:
             high = max(high, history.last.target_rate) if math.isfinite(high) else high
         return high
 
-    def scale(self, label: str, metric: str) -> ChartScale:
-        start, end = self.span()
+    def scale(self, label: str, metric: str, slots: int | None = None) -> ChartScale:
+        start, end = self.span(slots)
         history = self.histories[label]
         low, high = self._range(history, metric, start, end)
         own = label in self.own_scale or len(self.histories) < 2

@@ -199,25 +199,26 @@ class ChartsPanel:
     def render(self, history: TargetHistory, ctx: RenderContext) -> Text:
         view = ctx.view if ctx.view is not None else ChartView({history.label: history})
         width = max(0, ctx.width)
-        start, end = view.span()
+        slots = 2 * width
+        start, end = view.span(slots)
         axis = ctx.height > 2 * len(self.CHARTED)  # else the column's bottom border shows it
         share, spare = divmod(max(0, ctx.height - axis), len(self.CHARTED))
         rows = []
         for i, name in enumerate(self.CHARTED):
             height = max(1, share + (1 if i < spare else 0) - 1)
             metric = METRICS[name]
-            scale = view.scale(history.label, name)
+            scale = view.scale(history.label, name, slots)
             times, values = history.series[name].between(start - 2.0, end)
-            points = time_slots(times, values, start, end, 2 * width, metric.reduce)
+            points = time_slots(times, values, start, end, slots, metric.reduce)
             ghost = view.ghost(history.label, name, start - 2.0, end)
-            ghost_points = (time_slots(*ghost, start, end, 2 * width, metric.reduce)
+            ghost_points = (time_slots(*ghost, start, end, slots, metric.reduce)
                             if ghost is not None else None)
             chart = area_chart(points, width, height, scale.top, ghost_points)
             marks = mark_columns(history.marks, start, end, width)
             if marks and chart:  # a change or fault: a tick mark on the chart's top row
                 chart[0] = "".join("┆" if c in marks else ch for c, ch in enumerate(chart[0]))
             rows.append(self._caption(ctx, metric.title, metric.unit, scale,
-                                      view.delta(history.label, name)))
+                                      view.delta(history.label, name, slots)))
             rows.extend(line(ctx, (row, "chart")) for row in chart)
         if axis:
             rows.append(line(ctx, (axis_text(view, width), "muted")))

@@ -8,10 +8,19 @@ import math
 import numpy as np
 
 from loadgen.tick import Phase
-from tests.tui.recorded import latency_values, recorded_tick
+from tests.tui.recorded import TICKS, latency_values, recorded_tick
 from tui import formatting as fmt
 from tui.charts import _heights, area_chart
-from tui.history import Series, TargetHistory, downsample, max_of, mean_of
+from tui.history import (
+    METRICS,
+    ChartView,
+    Series,
+    TargetHistory,
+    downsample,
+    max_of,
+    mean_of,
+    time_slots,
+)
 
 
 def test_series_keeps_only_the_window() -> None:
@@ -86,6 +95,42 @@ def test_dot_heights_follow_a_value_by_value_reference() -> None:
         assert list(_heights(values, top, levels, n)) == reference(values, top, levels, n), (
             values, top, levels, n)
     assert list(_heights((3.0, 6.0), 6.0, 4, 3)) == [0, 2, 4]  # any sequence, not only lists
+
+
+def test_charts_keep_their_slots_on_one_grid_of_time() -> None:
+    """With a window of fixed length the chart's time slots stay on one grid: from one tick to
+    the next either only the newest slot changes, or the chart moves by one whole slot and
+    every slot it keeps is unchanged; the window ends on the grid, at or after the latest
+    tick, and ends at the tick itself without slots (the axis and the detail screen)."""
+    def same(a: list[float], b: list[float]) -> bool:
+        return len(a) == len(b) and all(x == y or (math.isnan(x) and math.isnan(y))
+                                        for x, y in zip(a, b, strict=True))
+
+    history = TargetHistory("redis")
+    view = ChartView({"redis": history})
+    slots = 76
+    slot_s = view.window_s / slots
+    previous: tuple[float, list[float]] | None = None
+    moves = stays = 0
+    for seq in range(TICKS):
+        history.add(recorded_tick("redis", seq))
+        latest = history.last.time_ns / 1e9
+        assert view.span() == (latest - view.window_s, latest)
+        start, end = view.span(slots)
+        assert latest <= end < latest + slot_s and end - start == view.window_s
+        assert abs(end / slot_s - round(end / slot_s)) < 1e-6
+        times, values = history.series["lag"].between(start - 2.0, end)
+        points = time_slots(times, values, start, end, slots, METRICS["lag"].reduce)
+        if previous is not None:
+            moved = round((end - previous[0]) / slot_s)
+            if moved == 0:
+                stays += 1
+                assert same(points[:-1], previous[1][:-1]), seq
+            else:
+                moves += 1
+                assert moved == 1 and same(points[:-1], previous[1][1:]), seq
+        previous = end, points
+    assert moves >= 5 and stays >= 15, (moves, stays)
 
 
 def test_numbers_are_short_and_missing_figures_are_marked() -> None:
