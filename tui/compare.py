@@ -38,7 +38,7 @@ class CompareCharts(Widget):
     def render(self) -> RenderResult:
         width, height = self.content_size.width, self.content_size.height
         histories = list(self.view.histories.values())
-        start, end = self.view.span()
+        start, end = self.view.span(width)  # one point a cell, on the charts' grid of time
         text = Text(no_wrap=True, overflow="ellipsis")
         legend = "  ".join(f"{glyph(i)} {h.label}" for i, h in enumerate(histories))
         text.append(legend + f"  {OVERLAP} several\n", style="bold")
