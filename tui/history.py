@@ -162,19 +162,41 @@ def time_slots(times: Sequence[float], values: Sequence[float], start_s: float, 
                slots: int, reduce: Reducer, hold_s: float = 2.0) -> list[float]:
     """The points of (start_s, end_s] in `slots` equal slots of time, each slot's points folded
     with `reduce`; a slot without a point of its own repeats the slot before it when that is
-    at most `hold_s` older (ticks sparser than the slots), else it is NaN (nothing known)."""
+    at most `hold_s` older (ticks sparser than the slots), else it is NaN (nothing known).
+
+    (Charts call it for every chart at every repaint, where most slots hold one point or
+    none: only the slots with points are kept, and a slot's one point is its value as the
+    bundled reducers would give it, without a call.)"""
     if slots <= 0 or end_s <= start_s:
         return []
     slot_s = (end_s - start_s) / slots
-    buckets: list[list[float]] = [[] for _ in range(slots)]
+    ceil, last_slot = math.ceil, slots - 1
+    held: dict[int, list[float]] = {}
     for t, v in zip(times, values, strict=True):
-        i = min(slots - 1, max(0, math.ceil((t - start_s) / slot_s) - 1))
-        buckets[i].append(v)
+        i = ceil((t - start_s) / slot_s) - 1
+        if i < 0:
+            i = 0
+        elif i > last_slot:
+            i = last_slot
+        points = held.get(i)
+        if points is None:
+            held[i] = [v]
+        else:
+            points.append(v)
+    mean, most = reduce is mean_of, reduce is max_of
+    folded: dict[int, float] = {}
+    for i, points in held.items():
+        if len(points) == 1 and (mean or most):
+            v = points[0]
+            # mean_of([v]) is sum([v]) / 1 = 0 + v; max_of([v]) is v; both NaN unless finite
+            folded[i] = (0 + v if mean else v) if math.isfinite(v) else math.nan
+        else:
+            folded[i] = reduce(points)
     out: list[float] = []
     last, last_i = math.nan, -slots
-    for i, bucket in enumerate(buckets):
-        if bucket:
-            last, last_i = reduce(bucket), i
+    for i in range(slots):
+        if i in folded:
+            last, last_i = folded[i], i
             out.append(last)
         elif (i - last_i) * slot_s <= hold_s:
             out.append(last)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -14,6 +15,7 @@ from tui.charts import _heights, area_chart
 from tui.history import (
     METRICS,
     ChartView,
+    Reducer,
     Series,
     TargetHistory,
     downsample,
@@ -95,6 +97,61 @@ def test_dot_heights_follow_a_value_by_value_reference() -> None:
         assert list(_heights(values, top, levels, n)) == reference(values, top, levels, n), (
             values, top, levels, n)
     assert list(_heights((3.0, 6.0), 6.0, 4, 3)) == [0, 2, 4]  # any sequence, not only lists
+
+
+def test_time_slots_follow_a_slot_by_slot_reference() -> None:
+    """The slots against the rule written out with a list per slot and a reducer call for
+    every slot with points: points out of order, on slot edges, before the start and after
+    the end (folded into the first and last slot), NaN, infinities and -0.0, slots sparser
+    and denser than the points, the bundled reducers and one of a caller's own."""
+    def reference(times: list[float], values: list[float], start: float, end: float,
+                  slots: int, reduce: Reducer, hold_s: float) -> list[float]:
+        slot_s = (end - start) / slots
+        buckets: list[list[float]] = [[] for _ in range(slots)]
+        for t, v in zip(times, values, strict=True):
+            buckets[min(slots - 1, max(0, math.ceil((t - start) / slot_s) - 1))].append(v)
+        out: list[float] = []
+        last, last_i = math.nan, -slots
+        for i, bucket in enumerate(buckets):
+            if bucket:
+                last, last_i = reduce(bucket), i
+                out.append(last)
+            else:
+                out.append(last if (i - last_i) * slot_s <= hold_s else math.nan)
+        return out
+
+    def same(a: list[float], b: list[float]) -> bool:  # bit for bit, NaN equal to NaN
+        return len(a) == len(b) and all(
+            (math.isnan(x) and math.isnan(y)) or (x == y and math.copysign(1, x) == math.copysign(1, y))
+            for x, y in zip(a, b, strict=True))
+
+    def first(values: Sequence[float]) -> float:
+        return values[0]
+
+    rng = np.random.default_rng(11)
+    specials = [math.nan, math.inf, -math.inf, -0.0, 0.0, 1e308]
+    reducers: list[Reducer] = [mean_of, max_of, first]
+    for trial in range(400):
+        start = float(rng.uniform(-100, 1e6))
+        end = start + float(rng.choice([0.5, 10.0, 60.0, 300.0]))
+        slots = int(rng.integers(1, 200))
+        count = int(rng.integers(0, 3 * slots))
+        times = list(rng.uniform(start - 5, end + 1, count))
+        if count and trial % 3 == 0:  # points exactly on slot edges
+            edges = [start + (end - start) / slots * int(k) for k in rng.integers(0, slots + 1, count)]
+            times = edges
+        if trial % 2:
+            times.sort()
+        values = list(rng.uniform(-5, 5, count))
+        for i in rng.integers(0, max(count, 1), int(rng.integers(0, 8))):
+            if count:
+                values[int(i)] = specials[int(rng.integers(0, len(specials)))]
+        reduce = reducers[trial % 3]
+        hold = float(rng.choice([0.0, 2.0, 30.0]))
+        assert same(time_slots(times, values, start, end, slots, reduce, hold),
+                    reference(times, values, start, end, slots, reduce, hold)), trial
+    assert time_slots([1.0], [2.0], 5.0, 5.0, 10, mean_of) == []
+    assert time_slots([1.0], [2.0], 0.0, 5.0, 0, mean_of) == []
 
 
 def test_charts_keep_their_slots_on_one_grid_of_time() -> None:
