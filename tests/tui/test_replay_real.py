@@ -115,6 +115,7 @@ def test_a_real_run_killed_mid_way_replays_what_it_wrote(tmp_path: Path) -> None
 
     import psutil
 
+    from analysis.sink import ROTATE_S
     from tests.conftest import CliRun
 
     run_dir = tmp_path / "killed"
@@ -122,7 +123,7 @@ def test_a_real_run_killed_mid_way_replays_what_it_wrote(tmp_path: Path) -> None
                   "--duration", "60", "--out", str(run_dir)])
     try:
         cli.wait_for_line("measuring", 60)
-        for _ in range(8):  # past the sink's first rotation (5 s)
+        for _ in range(int(ROTATE_S) + 3):  # past the sink's first rotation
             cli.wait_for_line("measuring", 10)
     finally:
         started: list[psutil.Process] = []
