@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import os
 
-from aiokafka.errors import KafkaError
-from redis.exceptions import RedisError
-
 from compose.docker import ComposeStack, compose_images, memory_bytes
-from compose.kafka import broker_count, random_cluster_id
 from compose.pulsar import STOCK_NAMESPACE, AdminError, PulsarAdmin, create_namespace, ready_check
-from compose.redis import RedisServerOptions, check_version, ping
 from compose.stack import Progress
 from loadgen.errors import StackError
 from loadgen.settings import settings_of, text
@@ -70,6 +65,9 @@ class RedisDockerStack(ComposeStack):
 
     def __init__(self, target: Target, label: str) -> None:
         super().__init__(target, label)
+        # each platform's client is imported by its own stacks alone: a process that runs
+        # another platform's load never loads it
+        from compose.redis import RedisServerOptions
         self._port = 0
         self._opts = RedisServerOptions.of(target)
 
@@ -101,6 +99,9 @@ class RedisDockerStack(ComposeStack):
         return {**self._own(), **self._opts.directives()}
 
     async def probe(self) -> bool:
+        from redis.exceptions import RedisError
+
+        from compose.redis import ping
         try:
             self._version = await ping("127.0.0.1", self._port, PROBE_TIMEOUT_S)
         except (OSError, RedisError, TimeoutError):
@@ -108,6 +109,7 @@ class RedisDockerStack(ComposeStack):
         return True
 
     async def ready(self, timeout_s: float, progress: Progress) -> None:
+        from compose.redis import check_version
         await super().ready(timeout_s, progress)
         check_version(self._version, f"the image {self._images.get('redis')}")
 
@@ -150,6 +152,9 @@ class KafkaApiDockerStack(ComposeStack):
         return ",".join(f"127.0.0.1:{p}" for p in self._ports)
 
     async def probe(self) -> bool:
+        from aiokafka.errors import KafkaError
+
+        from compose.kafka import broker_count
         try:
             found = await broker_count(self._bootstrap(), PROBE_TIMEOUT_S)
         except (KafkaError, OSError, TimeoutError):
@@ -183,6 +188,7 @@ class KafkaDockerStack(KafkaApiDockerStack):
                         "STREAMBENCH_ZOOKEEPER_PEER_PORT": str(self.take_port(0)),
                         "STREAMBENCH_ZOOKEEPER_ELECTION_PORT": str(self.take_port(0))})
         else:
+            from compose.kafka import random_cluster_id
             env["STREAMBENCH_KAFKA_CLUSTER_ID"] = random_cluster_id()
             env.update(_kafka_image(self._target))
             for i in range(self._count):

@@ -865,6 +865,7 @@ def _cmd_stacks(args: argparse.Namespace) -> int:
 def _cmd_platforms() -> int:
     from loadgen.platforms import LOAD_WARNINGS, PLATFORMS
 
+    PLATFORMS.load_all()  # every plugin tried: its warnings known
     for warning in LOAD_WARNINGS:
         sys.stderr.write(f"warning: {warning}\n")
     for p in PLATFORMS.values():

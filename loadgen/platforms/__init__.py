@@ -7,6 +7,7 @@ own: adding a platform edits no module here."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from importlib import metadata
 
@@ -26,12 +27,26 @@ def _origin(ep: metadata.EntryPoint) -> str:
     return f"{where} ({ep.name} = {ep.value})"
 
 
-def _load() -> dict[str, Platform]:
-    found: dict[str, Platform] = {}
-    # streambench's own entry points first, so a plugin cannot shadow a bundled name
-    points = sorted(metadata.entry_points(group=GROUP),
-                    key=lambda ep: (ep.dist is None or ep.dist.name != "streambench", ep.name))
-    for ep in points:
+def _bundled(ep: metadata.EntryPoint) -> bool:
+    return ep.dist is not None and ep.dist.name == "streambench"
+
+
+class Registry(Mapping[str, Platform]):
+    """The platforms by name, their modules imported on first use. Looking up one of
+    streambench's own platforms imports only the module its entry point names (a load worker
+    thus imports its own platform's client and no other); listing them, or looking up any
+    other name, loads every entry point. Either way a name gives the same record: streambench's
+    own entry points come first, so a plugin cannot shadow a bundled name."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, Platform] = {}
+        # the entry points loaded, by (name, value): the names each of them gave
+        self._loaded: dict[tuple[str, str], list[str]] = {}
+        self._complete = False
+
+    def _take(self, ep: metadata.EntryPoint) -> None:
+        taken: list[str] = []
+        self._loaded[(ep.name, ep.value)] = taken
         try:
             declared = ep.load()
             platforms = list(declared)
@@ -40,23 +55,64 @@ def _load() -> dict[str, Platform]:
         except Exception as exc:  # a broken plugin is named, not fatal
             LOAD_WARNINGS.append(f"platform plugin {ep.name} = {ep.value} not loaded: "
                                  f"{type(exc).__name__}: {exc}")
-            continue
+            return
         for platform in platforms:
-            if platform.name in found:
+            if platform.name in self._found:
                 LOAD_WARNINGS.append(f"platform {platform.name!r} of {_origin(ep)} ignored: "
-                                     f"the name is taken by {found[platform.name].origin}")
+                                     f"the name is taken by {self._found[platform.name].origin}")
                 continue
             origin = _origin(ep)
             if platform.optional_client is not None:
                 origin += f"; client: {platform.optional_client.note()}"
-            found[platform.name] = replace(platform, origin=origin)
-    if not found:
-        sys.stderr.write("streambench: no platforms registered; is streambench installed "
-                         "(pip install -e . in its checkout)?\n")
-    return found
+            self._found[platform.name] = replace(platform, origin=origin)
+            taken.append(platform.name)
+
+    def load_all(self) -> None:
+        """Every entry point (once; LOAD_WARNINGS is complete after it)."""
+        if self._complete:
+            return
+        self._complete = True
+        # streambench's own entry points first, so a plugin cannot shadow a bundled name
+        points = sorted(metadata.entry_points(group=GROUP),
+                        key=lambda ep: (not _bundled(ep), ep.name))
+        before, self._found = self._found, {}
+        for ep in points:
+            taken = self._loaded.get((ep.name, ep.value))
+            if taken is None:
+                self._take(ep)
+            else:  # a bundled one looked up by name: its records as already handed out
+                self._found.update((name, before[name]) for name in taken)
+        if not self._found:
+            sys.stderr.write("streambench: no platforms registered; is streambench installed "
+                             "(pip install -e . in its checkout)?\n")
+
+    def _load_named(self, name: str) -> None:
+        """The bundled entry point of this name alone, when there is one."""
+        if self._complete:
+            return
+        for ep in metadata.entry_points(group=GROUP, name=name):
+            if _bundled(ep) and (ep.name, ep.value) not in self._loaded:
+                self._take(ep)
+
+    def __getitem__(self, name: str) -> Platform:
+        found = self._found.get(name)
+        if found is None:
+            self._load_named(name)
+            if name not in self._found:
+                self.load_all()
+            found = self._found[name]
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        self.load_all()
+        return iter(self._found)
+
+    def __len__(self) -> int:
+        self.load_all()
+        return len(self._found)
 
 
-PLATFORMS: dict[str, Platform] = _load()
+PLATFORMS: Registry = Registry()
 
 
 def option_tables() -> dict[str, dict[str, OptionSpec]]:

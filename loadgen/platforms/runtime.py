@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 from compose.docker import engine_answers, image_present, parse_cpus, parse_memory
-from compose.docker_stacks import images_of
 from compose.stack import RUNTIME_NOTE
 from loadgen.errors import TargetError
 from loadgen.security import ClientSecurity
@@ -85,6 +84,11 @@ def _images(names: list[str]) -> str:
     return f"image{'s' if len(names) > 1 else ''} {', '.join(names)}"
 
 
+def _images_of(target: Target) -> list[str]:
+    from compose.docker_stacks import images_of  # the stacks' clients, only when asked
+    return images_of(target)
+
+
 def place(target: Target, runtimes: tuple[str, ...], chosen: str | None = None) -> Target:
     """Fill in the runtime of a parsed target and check the options that depend on it."""
     ClientSecurity.of(target)  # authentication and TLS: external only, files readable
@@ -96,7 +100,7 @@ def place(target: Target, runtimes: tuple[str, ...], chosen: str | None = None) 
     options = dict(target.options)
     if not options["runtime"]:
         options["runtime"], note = default_runtime(target.platform, runtimes, chosen,
-                                                   lambda: images_of(target))
+                                                   lambda: _images_of(target))
         if note:
             options[RUNTIME_NOTE] = note
     placed = dataclasses.replace(target, options=options)
