@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,7 +128,7 @@ class Target:
         return str(self.options.get("runtime") or "local")
 
 
-def parse_target(spec: str, platforms: dict[str, dict[str, OptionSpec]]) -> Target:
+def parse_target(spec: str, platforms: Mapping[str, dict[str, OptionSpec]]) -> Target:
     """Parse one TARGET against the known platforms and their option tables."""
     text = spec.strip()
     if not text:

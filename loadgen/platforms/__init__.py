@@ -115,8 +115,22 @@ class Registry(Mapping[str, Platform]):
 PLATFORMS: Registry = Registry()
 
 
-def option_tables() -> dict[str, dict[str, OptionSpec]]:
-    return {name: p.options for name, p in PLATFORMS.items()}
+class _OptionTables(Mapping[str, dict[str, OptionSpec]]):
+    """Each platform's TARGET options by name, read through the registry: parsing a TARGET of
+    one of streambench's own platforms imports that platform's module alone."""
+
+    def __getitem__(self, name: str) -> dict[str, OptionSpec]:
+        return PLATFORMS[name].options
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(PLATFORMS)
+
+    def __len__(self) -> int:
+        return len(PLATFORMS)
+
+
+def option_tables() -> Mapping[str, dict[str, OptionSpec]]:
+    return _OptionTables()
 
 
 def resolve_target(spec: str, runtime: str | None = None) -> Target:

@@ -59,6 +59,29 @@ def test_a_looked_up_platform_imports_its_own_client_alone(platform: str, client
     assert imported <= {client, "_pulsar"}, imported
 
 
+def test_resolving_a_target_imports_its_platform_alone() -> None:
+    """What `streambench run redis:aof` imports to place its target: Redis's client only (an
+    unknown option still gets its one line from the same table)."""
+    code = ("import json, sys\n"
+            "from loadgen.errors import TargetError\n"
+            "from loadgen.platforms import resolve_target\n"
+            "target = resolve_target('redis:aof,fsync=always', 'local')\n"
+            "try:\n"
+            "    resolve_target('redis:aoff')\n"
+            "except TargetError as exc:\n"
+            "    message = str(exc)\n"
+            "clients = json.loads(sys.stdin.readline())\n"
+            "print(json.dumps([target.options['fsync'], message,\n"
+            "                  sorted({m.partition('.')[0] for m in sys.modules} & set(clients))]))\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, input=json.dumps(CLIENTS) + "\n")
+    assert res.returncode == 0, res.stderr
+    fsync, message, imported = json.loads(res.stdout)
+    assert fsync == "always"
+    assert "unknown option 'aoff' for redis" in message and "did you mean aof?" in message
+    assert imported == ["redis"]
+
+
 def test_the_listing_does_not_depend_on_what_was_looked_up_first() -> None:
     alone = _probe()
     after = _probe("redis", "pulsar")
