@@ -7,6 +7,7 @@ own: adding a platform edits no module here."""
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from importlib import metadata
@@ -43,8 +44,11 @@ class Registry(Mapping[str, Platform]):
         # the entry points loaded, by (name, value): the names each of them gave
         self._loaded: dict[tuple[str, str], list[str]] = {}
         self._complete = False
+        # loading is done by one thread at a time; a lookup of a name already found takes
+        # no lock (the dict it reads is only ever replaced whole, complete)
+        self._lock = threading.RLock()
 
-    def _take(self, ep: metadata.EntryPoint) -> None:
+    def _take(self, ep: metadata.EntryPoint, found: dict[str, Platform]) -> None:
         taken: list[str] = []
         self._loaded[(ep.name, ep.value)] = taken
         try:
@@ -57,51 +61,52 @@ class Registry(Mapping[str, Platform]):
                                  f"{type(exc).__name__}: {exc}")
             return
         for platform in platforms:
-            if platform.name in self._found:
+            if platform.name in found:
                 LOAD_WARNINGS.append(f"platform {platform.name!r} of {_origin(ep)} ignored: "
-                                     f"the name is taken by {self._found[platform.name].origin}")
+                                     f"the name is taken by {found[platform.name].origin}")
                 continue
             origin = _origin(ep)
             if platform.optional_client is not None:
                 origin += f"; client: {platform.optional_client.note()}"
-            self._found[platform.name] = replace(platform, origin=origin)
+            found[platform.name] = replace(platform, origin=origin)
             taken.append(platform.name)
 
     def load_all(self) -> None:
         """Every entry point (once; LOAD_WARNINGS is complete after it)."""
-        if self._complete:
-            return
-        self._complete = True
-        # streambench's own entry points first, so a plugin cannot shadow a bundled name
-        points = sorted(metadata.entry_points(group=GROUP),
-                        key=lambda ep: (not _bundled(ep), ep.name))
-        before, self._found = self._found, {}
-        for ep in points:
-            taken = self._loaded.get((ep.name, ep.value))
-            if taken is None:
-                self._take(ep)
-            else:  # a bundled one looked up by name: its records as already handed out
-                self._found.update((name, before[name]) for name in taken)
-        if not self._found:
-            sys.stderr.write("streambench: no platforms registered; is streambench installed "
-                             "(pip install -e . in its checkout)?\n")
-
-    def _load_named(self, name: str) -> None:
-        """The bundled entry point of this name alone, when there is one."""
-        if self._complete:
-            return
-        for ep in metadata.entry_points(group=GROUP, name=name):
-            if _bundled(ep) and (ep.name, ep.value) not in self._loaded:
-                self._take(ep)
+        with self._lock:
+            if self._complete:
+                return
+            # streambench's own entry points first, so a plugin cannot shadow a bundled name
+            points = sorted(metadata.entry_points(group=GROUP),
+                            key=lambda ep: (not _bundled(ep), ep.name))
+            found: dict[str, Platform] = {}
+            for ep in points:
+                taken = self._loaded.get((ep.name, ep.value))
+                if taken is None:
+                    self._take(ep, found)
+                else:  # a bundled one looked up by name: its records as already handed out
+                    found.update((name, self._found[name]) for name in taken)
+            self._found = found
+            self._complete = True
+            if not found:
+                sys.stderr.write("streambench: no platforms registered; is streambench "
+                                 "installed (pip install -e . in its checkout)?\n")
 
     def __getitem__(self, name: str) -> Platform:
         found = self._found.get(name)
-        if found is None:
-            self._load_named(name)
+        if found is not None:
+            return found
+        with self._lock:
+            if not self._complete and name not in self._found:
+                # the bundled entry point of this name alone, when there is one
+                more = dict(self._found)
+                for ep in metadata.entry_points(group=GROUP, name=name):
+                    if _bundled(ep) and (ep.name, ep.value) not in self._loaded:
+                        self._take(ep, more)
+                self._found = more
             if name not in self._found:
                 self.load_all()
-            found = self._found[name]
-        return found
+            return self._found[name]
 
     def __iter__(self) -> Iterator[str]:
         self.load_all()

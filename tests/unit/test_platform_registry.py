@@ -112,3 +112,23 @@ def test_a_name_of_no_bundled_entry_point_loads_them_all() -> None:
     assert res.returncode == 0, res.stderr
     word, count = res.stdout.split()
     assert word == "KeyError" and int(count) >= 8
+
+
+def test_threads_looking_up_at_once_get_one_record_each_and_no_warning() -> None:
+    code = ("import threading\n"
+            "from loadgen.platforms import LOAD_WARNINGS, PLATFORMS\n"
+            "names = ['redis', 'kafka', 'pulsar', 'nats', 'redpanda', 'rabbitmq'] * 3\n"
+            "got = [None] * len(names)\n"
+            "start = threading.Barrier(len(names))\n"
+            "def look(i):\n"
+            "    start.wait()\n"
+            "    got[i] = PLATFORMS[names[i]]\n"
+            "threads = [threading.Thread(target=look, args=(i,)) for i in range(len(names))]\n"
+            "for t in threads: t.start()\n"
+            "for t in threads: t.join()\n"
+            "assert all(PLATFORMS[n] is g for n, g in zip(names, got)), 'two records for a name'\n"
+            "print(len(set(map(id, got))), len(LOAD_WARNINGS))\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["6", "0"]
