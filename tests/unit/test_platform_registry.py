@@ -31,11 +31,16 @@ print(json.dumps({"before": before, "after": after, "listing": listing, "same": 
 """
 
 
-def _probe(*names: str) -> dict[str, Any]:
-    res = subprocess.run([sys.executable, "-c", PROBE, *names], cwd=ROOT, capture_output=True,
+def _python(code: str, *args: str) -> str:
+    """Runs `code` in a fresh interpreter (the client names on its stdin); its output."""
+    res = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True,
                          text=True, timeout=120, input=json.dumps(CLIENTS) + "\n")
     assert res.returncode == 0, res.stderr
-    out: dict[str, Any] = json.loads(res.stdout)
+    return res.stdout
+
+
+def _probe(*names: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(_python(PROBE, *names))
     return out
 
 
@@ -51,10 +56,8 @@ def test_a_looked_up_platform_imports_its_own_client_alone(platform: str, client
             f"PLATFORMS[{platform!r}].make_driver\n"
             "clients = json.loads(sys.stdin.readline())\n"
             "print(json.dumps(sorted({m.partition('.')[0] for m in sys.modules} & set(clients))))\n")
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120, input=json.dumps(CLIENTS) + "\n")
-    assert res.returncode == 0, res.stderr
-    imported = set(json.loads(res.stdout))
+    out = _python(code)
+    imported = set(json.loads(out))
     assert client in imported
     assert imported <= {client, "_pulsar"}, imported
 
@@ -73,10 +76,8 @@ def test_resolving_a_target_imports_its_platform_alone() -> None:
             "clients = json.loads(sys.stdin.readline())\n"
             "print(json.dumps([target.options['fsync'], message,\n"
             "                  sorted({m.partition('.')[0] for m in sys.modules} & set(clients))]))\n")
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120, input=json.dumps(CLIENTS) + "\n")
-    assert res.returncode == 0, res.stderr
-    fsync, message, imported = json.loads(res.stdout)
+    out = _python(code)
+    fsync, message, imported = json.loads(out)
     assert fsync == "always"
     assert "unknown option 'aoff' for redis" in message and "did you mean aof?" in message
     assert imported == ["redis"]
@@ -107,10 +108,8 @@ def test_a_name_of_no_bundled_entry_point_loads_them_all() -> None:
             "    PLATFORMS['nosuch']\n"
             "except KeyError:\n"
             "    print('KeyError', len(PLATFORMS))\n")
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
-    assert res.returncode == 0, res.stderr
-    word, count = res.stdout.split()
+    out = _python(code)
+    word, count = out.split()
     assert word == "KeyError" and int(count) >= 8
 
 
@@ -128,7 +127,5 @@ def test_threads_looking_up_at_once_get_one_record_each_and_no_warning() -> None
             "for t in threads: t.join()\n"
             "assert all(PLATFORMS[n] is g for n, g in zip(names, got)), 'two records for a name'\n"
             "print(len(set(map(id, got))), len(LOAD_WARNINGS))\n")
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ["6", "0"]
+    out = _python(code)
+    assert out.split() == ["6", "0"]
