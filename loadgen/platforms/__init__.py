@@ -47,6 +47,15 @@ class Registry(Mapping[str, Platform]):
         # loading is done by one thread at a time; a lookup of a name already found takes
         # no lock (the dict it reads is only ever replaced whole, complete)
         self._lock = threading.RLock()
+        self._points: list[metadata.EntryPoint] | None = None
+
+    def _entry_points(self) -> list[metadata.EntryPoint]:
+        """The group's entry points, streambench's own first (read once: reading them goes
+        through every installed distribution's metadata)."""
+        if self._points is None:
+            self._points = sorted(metadata.entry_points(group=GROUP),
+                                  key=lambda ep: (not _bundled(ep), ep.name))
+        return self._points
 
     def _take(self, ep: metadata.EntryPoint, found: dict[str, Platform]) -> None:
         taken: list[str] = []
@@ -77,10 +86,8 @@ class Registry(Mapping[str, Platform]):
             if self._complete:
                 return
             # streambench's own entry points first, so a plugin cannot shadow a bundled name
-            points = sorted(metadata.entry_points(group=GROUP),
-                            key=lambda ep: (not _bundled(ep), ep.name))
             found: dict[str, Platform] = {}
-            for ep in points:
+            for ep in self._entry_points():
                 taken = self._loaded.get((ep.name, ep.value))
                 if taken is None:
                     self._take(ep, found)
@@ -100,8 +107,8 @@ class Registry(Mapping[str, Platform]):
             if not self._complete and name not in self._found:
                 # the bundled entry point of this name alone, when there is one
                 more = dict(self._found)
-                for ep in metadata.entry_points(group=GROUP, name=name):
-                    if _bundled(ep) and (ep.name, ep.value) not in self._loaded:
+                for ep in self._entry_points():
+                    if ep.name == name and _bundled(ep) and (ep.name, ep.value) not in self._loaded:
                         self._take(ep, more)
                 self._found = more
             if name not in self._found:
