@@ -43,8 +43,6 @@ READY_TIMEOUT_ENV = "STREAMBENCH_READY_TIMEOUT"  # seconds; slow machines, or te
 PACED_BATCH_LIMIT = 2000
 MAX_RATE_BATCH = 256
 MAX_RATE_BATCH_BYTES = 1 << 20  # large messages go in smaller batches at maximum rate
-# paced slots due within this long after the next one go out with it, when the last is due
-PACING_WINDOW_NS = 400_000
 # send-error events in one spell of failing sends (each a different error)
 SEND_ERRORS_SAID = 5
 # how a rate change that dropped slots says so (a worker process's answer, summed over them)
@@ -739,8 +737,8 @@ def _rate_text(rate: float) -> str:
 
 class _Pacer:
     """One producer on its schedule, driven by event-loop callbacks instead of a task: a timer
-    for the next slot (or for the last of those due within PACING_WINDOW_NS after it, so that
-    they go out together, each at or after its own time), and the acknowledgements, which
+    for the next slot (or for the last of those due within the workload's pacing window after
+    it, so that they go out together, each at or after its own time), and the acknowledgements, which
     free room for the next batch when max_in_flight batches are out. A batch goes to the
     producer's submit() when it has one, else to a task awaiting send_batch()."""
 
@@ -756,6 +754,8 @@ class _Pacer:
         self._key_of = _key_source(load.workload.key_distributor)
         size = load.workload.message_size
         self._max_batch = max(1, min(MAX_RATE_BATCH, MAX_RATE_BATCH_BYTES // size))
+        # paced slots due within this long after the next one go out with it
+        self._window_ns = round(load.workload.pacing_window_ms * 1e6)
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | TimerHandle | None = None
         self._in_flight = 0
@@ -801,13 +801,22 @@ class _Pacer:
                 self._load._sent(len(due), time.time_ns(), self._lost)
                 continue
             if not due:
-                wake = sched.next_mono_ns(PACING_WINDOW_NS)
+                wake = sched.next_mono_ns(self._window_ns)
                 if wake is None or wake > sched.end_mono_ns:
                     wake = sched.end_mono_ns  # nothing due before the end: finish then
                 self._timer = precise_call_at(self._loop, wake, self._fire)
                 return
             self._hand_over(due)
             now = time.monotonic_ns()
+            if sched.rate > 0:
+                # A slot that fell due while this batch was handed over (a write can take a
+                # slot's interval on a busy machine) waits for the rest of its window instead
+                # of going out alone: one write and one delivery fewer, and it is still sent
+                # within the window of its time. Behind by a whole window: catch up now.
+                wake = sched.next_mono_ns(self._window_ns)
+                if wake is not None and now < wake <= sched.end_mono_ns:
+                    self._timer = precise_call_at(self._loop, wake, self._fire)
+                    return
         # max_in_flight batches are out: the next acknowledgement fires again
 
     def _hand_over(self, due: list[int]) -> None:

@@ -44,6 +44,8 @@ _OMB_FIELDS = {
     # what producerRate 0 means: `search` for the highest sustainable rate (OMB's meaning, the
     # default) or `fast`: as fast as acknowledgements allow
     "maxRate": None,
+    # a producer's paced slots due within this many ms of its next one go out with it
+    "pacingWindowMs": "pacing_window_ms",
 }
 # OMB fields read with their own rules (payloads, rate ramps) or not acted on (a warning each)
 _OMB_ACCEPTED = {
@@ -84,6 +86,8 @@ MAX_PARTITIONS = 100_000
 MAX_RATE = 1e9  # msg/s
 MAX_SECONDS = 30 * 24 * 3600.0  # test, warm-up and drain durations: 30 days
 MAX_CPUS = 1024.0
+MAX_PACING_WINDOW_MS = 1000.0
+DEFAULT_PACING_WINDOW_MS = 0.8
 PAYLOAD_POOL_BYTES = 64 * 1024 * 1024  # default random payloads: up to 64 of them in this much
 _MAX_MAGNITUDE = 1e15  # any number in a workload file
 _MAX_WARNINGS = 10
@@ -132,6 +136,9 @@ class Workload:
     # with rate 0: search for the highest sustainable rate (loadgen.ratesearch) instead of
     # sending as fast as acknowledgements allow
     rate_search: bool = False
+    # paced slots due within this long after a producer's next one go out with it, as one batch
+    # when the last of them is due (loadgen.load._Pacer); 0: every slot alone
+    pacing_window_ms: float = DEFAULT_PACING_WINDOW_MS
 
     def validate(self) -> Workload:
         def need(cond: bool, what: str) -> None:
@@ -202,6 +209,9 @@ class Workload:
         need(self.payload_pool * self.message_size <= MAX_PAYLOAD_POOL_BYTES,
              f"randomizedPayloadPoolSize × messageSize is {self.payload_pool * self.message_size:,} "
              f"bytes: more than the {MAX_PAYLOAD_POOL_BYTES // 2**20} MiB kept in memory")
+        need(math.isfinite(self.pacing_window_ms) and self.pacing_window_ms >= 0,
+             f"pacingWindowMs must be 0 or more (got {shown(self.pacing_window_ms)})")
+        at_most(self.pacing_window_ms, MAX_PACING_WINDOW_MS, "pacingWindowMs")
         need(
             self.key_distributor in KEY_DISTRIBUTORS,
             f"keyDistributor must be one of {', '.join(KEY_DISTRIBUTORS)} "
@@ -233,6 +243,7 @@ class Workload:
             "testDurationSeconds": self.duration_s,
             "warmupDurationSeconds": self.warmup_s,
             "drainTimeoutSeconds": self.drain_timeout_s,
+            "pacingWindowMs": self.pacing_window_ms,
             **({"brokerCpus": self.broker_cpus} if self.broker_cpus is not None else {}),
             **({"brokerMemory": self.broker_memory} if self.broker_memory is not None else {}),
             **({"schedule": [i.to_schedule() for i in self.schedule]} if self.schedule else {}),

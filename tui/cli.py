@@ -166,6 +166,11 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
     run.add_argument("--duration", type=_positive_float, metavar="S",
                      help="measuring phase in seconds (after the warm-up)")
     run.add_argument("--warmup", type=_non_negative_float, metavar="S", help="warm-up in seconds")
+    run.add_argument("--pacing-window", type=_non_negative_float, metavar="MS",
+                     help="a producer's paced slots due within MS after its next one go out with "
+                          "it, as one batch when the last is due (default 0.8: fewer wake-ups "
+                          "and writes above 1,250 msg/s per producer, each slot's wait counted "
+                          "as publish delay); 0: every slot alone, for the lowest latency")
     run.add_argument("--partitions", type=_positive_int, metavar="N", help="partitions per topic")
     run.add_argument("--producers", type=_positive_int, metavar="N", help="producers per topic")
     run.add_argument("--consumers", type=_positive_int, metavar="N",
@@ -292,6 +297,7 @@ def _workload_from(args: argparse.Namespace) -> Any:
         "message_size": args.size,
         "duration_s": args.duration,
         "warmup_s": args.warmup,
+        "pacing_window_ms": args.pacing_window,
         "partitions": args.partitions,
         "producers": args.producers,
         "consumers": args.consumers,

@@ -171,10 +171,10 @@ class Measured:
 
 
 def run_once(port: int, server: psutil.Process, rate: float, size: int, seconds: float,
-             out: Path) -> dict[str, float]:
+             out: Path, window_ms: float) -> dict[str, float]:
     workload = Workload(name="bench-paced-cost", rate=rate, message_size=size, producers=1,
                         consumers=1, subscriptions=1, duration_s=seconds, warmup_s=2,
-                        drain_timeout_s=20)
+                        drain_timeout_s=20, pacing_window_ms=window_ms)
     run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{port}")]), out_dir=out,
               recorder=ParquetSink)
     measured = Measured(server)
@@ -186,14 +186,16 @@ def run_once(port: int, server: psutil.Process, rate: float, size: int, seconds:
     return measured.summary()
 
 
-def profile(port: int, rate: float, size: int, seconds: float, top: int) -> None:
+def profile(port: int, rate: float, size: int, seconds: float, top: int,
+            window_ms: float) -> None:
     """One target's load in this process, under cProfile: where the worker's CPU goes."""
     from loadgen.load import TargetLoad
     from loadgen.pacing import now_ns
 
     async def main() -> None:
         (target,) = unique_labels([resolve_target(f"redis@127.0.0.1:{port}")])
-        workload = Workload(name="bench-paced-profile", rate=rate, message_size=size)
+        workload = Workload(name="bench-paced-profile", rate=rate, message_size=size,
+                            pacing_window_ms=window_ms)
         load = TargetLoad(0, target.label, target, workload, f"prof{os.getpid()}", False, False,
                           lambda item: None)
         await load.start(lambda line: None)
@@ -289,6 +291,8 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rates", type=float, nargs="+", default=[1000.0, 5000.0])
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--pacing-window", type=float, default=Workload.pacing_window_ms,
+                        metavar="MS", help="the producer's pacing window (default: streambench's)")
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--rtt-count", type=int, default=20_000)
@@ -312,7 +316,7 @@ def main() -> int:
         time.sleep(0.5)
         server = psutil.Process(proc.pid)
         if args.profile is not None:
-            profile(port, args.profile, args.size, args.seconds, args.top)
+            profile(port, args.profile, args.size, args.seconds, args.top, args.pacing_window)
             return 0
         c_floor = build_c_floor(work)
         rtt = raw_rtt_ns(port, args.size, args.rtt_count)
@@ -329,12 +333,13 @@ def main() -> int:
             for rate in args.rates:
                 before = load_average()
                 figures = run_once(port, server, rate, args.size, args.seconds,
-                                   work / f"run-{rate:.0f}-{len(results)}")
+                                   work / f"run-{rate:.0f}-{len(results)}", args.pacing_window)
                 figures |= floor_cpu(port, rate, args.seconds)
                 if args.standard_loop:
                     with event_loop("asyncio"):
                         std = run_once(port, server, rate, args.size, args.seconds,
-                                       work / f"run-{rate:.0f}-{len(results)}-asyncio")
+                                       work / f"run-{rate:.0f}-{len(results)}-asyncio",
+                                       args.pacing_window)
                         figures["std_worker_pct"] = std["worker_pct"]
                         figures["std_floor_pct"] = floor_cpu(port, rate, args.seconds)["floor_pct"]
                         figures["std_delay_p50_us"] = std["delay_p50_us"]
@@ -353,7 +358,8 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     print(f"paced produce + consume: 1 producer, 1 consumer, one worker process, {args.size} B "
           f"messages, {args.seconds:.0f} s measured, {os.cpu_count()} CPUs shared with "
-          f"redis-server; event loop: {event_loop_kind()}")
+          f"redis-server; event loop: {event_loop_kind()}; pacing window "
+          f"{args.pacing_window:g} ms")
     print(f"raw XADD round trip (blocking socket, one at a time, {len(rtt):,} calls): "
           f"p50 {rtt_p50:.1f} µs, p99 {sorted(rtt)[int(len(rtt) * 0.99)] / 1e3:.1f} µs "
           f"(load {rtt_load})")

@@ -13,7 +13,7 @@ import pytest
 from collectors.base import Collector, Reading
 from loadgen.interventions import Intervention
 from loadgen.load import TargetLoad
-from loadgen.pacing import now_ns
+from loadgen.pacing import now_ns, run_precise
 from loadgen.platforms import resolve_target
 from loadgen.platforms.base import Acknowledged, Consumer, OutMessage, Producer, ReceivedBatch
 from loadgen.tick import BusItem, RunEvent
@@ -63,10 +63,13 @@ class MemoryConsumer(Consumer):
 
 
 def make_load(rate: float, producers: int = 1, share: tuple[int, int] = (0, 1),
-              submits: bool = True, consumers: int = 0) -> tuple[TargetLoad, list[BusItem]]:
+              submits: bool = True, consumers: int = 0,
+              window_ms: float | None = None) -> tuple[TargetLoad, list[BusItem]]:
     published: list[BusItem] = []
     target = resolve_target("redis:runtime=local")
     workload = Workload(name="control", rate=rate, producers=producers, consumers=max(1, consumers))
+    if window_ms is not None:
+        workload = workload.with_overrides(pacing_window_ms=window_ms)
     load = TargetLoad(0, target.label, target, workload, "test", False, False, published.append,
                       share=share)
     for i in range(producers):
@@ -319,3 +322,64 @@ def test_a_spell_of_ever_different_send_errors_says_a_few() -> None:
     said = events(published)
     assert [d for _, d in said] == [f"RuntimeError: failure {i}" for i in range(4)] + [
         "RuntimeError: failure 4 (no other send error said until sends succeed again)"]
+
+
+class SlowProducer(MemoryProducer):
+    """Each hand-over holds the event loop for `write_s`, as a write to a socket can on a busy
+    machine; keeps each batch's size and hand-over time."""
+
+    def __init__(self, write_s: float) -> None:
+        super().__init__(submits=True)
+        self.write_s = write_s
+        self.batches: list[tuple[int, list[int]]] = []  # (monotonic hand-over, intended walls)
+
+    def _take(self, batch: Sequence[OutMessage]) -> None:
+        handed = time.monotonic_ns()
+        super()._take(batch)
+        self.batches.append((handed, [m.intended_ns for m in batch]))
+        end = handed + int(self.write_s * 1e9)
+        while time.monotonic_ns() < end:
+            pass
+
+
+def paced_batches(rate: float, window_ms: float, write_s: float,
+                  seconds: float = 0.4) -> tuple[list[int], int]:
+    """The sizes of one producer's batches over `seconds` on the load processes' event loop
+    (whose timers fire within microseconds; the first batch and the last left out: slot 0 goes
+    alone, the end cuts the last window short) and how many slots were handed over before
+    their time."""
+    return run_precise(_paced_batches(rate, window_ms, write_s, seconds))
+
+
+async def _paced_batches(rate: float, window_ms: float, write_s: float,
+                         seconds: float) -> tuple[list[int], int]:
+    load, _ = make_load(rate=rate, window_ms=window_ms)
+    producer = SlowProducer(write_s)
+    load.producers[0] = producer
+    offset = await run_for(load, seconds)
+    try:
+        await asyncio.sleep(seconds)
+        await asyncio.wait_for(load.stop_producers(), 5)
+    finally:
+        await load.close()
+    early = sum(t - offset > handed for handed, times in producer.batches for t in times)
+    assert sum(len(times) for _, times in producer.batches) == round(rate * seconds)
+    return [len(times) for _, times in producer.batches[1:-1]], early
+
+
+def test_slots_due_within_the_window_go_out_together_never_early() -> None:
+    # a slot every 0.2 ms: the next one and the four after it (0.8 ms) make one batch
+    sizes, early = paced_batches(5000, 0.8, write_s=0.0)
+    assert early == 0
+    assert len(sizes) >= 40 and sizes.count(5) >= 0.8 * len(sizes), sizes
+    sizes, early = paced_batches(5000, 0.0, write_s=0.0)  # no window: one at a time
+    assert early == 0
+    assert sizes.count(1) >= 0.8 * len(sizes), sizes
+
+
+def test_a_slot_due_during_a_slow_hand_over_waits_for_its_window() -> None:
+    # each hand-over takes 0.3 ms, longer than a slot's 0.2 ms: the slot that falls due meanwhile
+    # goes out with the next window's, not alone right behind the batch (a write of its own)
+    sizes, early = paced_batches(5000, 0.8, write_s=0.0003)
+    assert early == 0
+    assert len(sizes) >= 40 and 1 not in sizes, sizes

@@ -142,3 +142,17 @@ def test_every_field_not_acted_on_is_named_in_a_warning():
 def test_bad_backlog_fields(doc, message):
     with pytest.raises(WorkloadError, match=message):
         parse_workload(doc, "w.yaml")
+
+
+def test_the_pacing_window_is_read_recorded_and_bounded():
+    assert parse_workload({}, "w.yaml").pacing_window_ms == 0.8  # the default
+    w = parse_workload({"pacingWindowMs": 0}, "w.yaml")
+    assert w.pacing_window_ms == 0.0
+    assert w.to_omb()["pacingWindowMs"] == 0.0  # run.json and suites' workload files keep it
+    assert parse_workload(w.to_omb(), "run.json").pacing_window_ms == 0.0
+    assert parse_workload({"pacingWindowMs": 0.4}, "w.yaml").pacing_window_ms == 0.4
+    for bad, message in ((-0.1, "pacingWindowMs must be 0 or more"),
+                         (1001, "pacingWindowMs must be at most 1,000"),
+                         ("soon", "pacingWindowMs")):
+        with pytest.raises(WorkloadError, match=message):
+            parse_workload({"pacingWindowMs": bad}, "w.yaml")
