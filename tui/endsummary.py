@@ -1,5 +1,6 @@
 """The table a run leaves in the terminal's scrollback when it ends, as the brokers' own perf
-tools do: per target the measuring phase's throughput, end-to-end and publish latency, lag,
+tools do: per target the measuring phase's throughput, end-to-end and publish latency, the
+load generator's publish delay (its wait from each slot's time to the send), lag,
 broker CPU and memory, the load generator's own CPU, and whether it drained. It is built from
 the run's bus (the same ticks the dashboard and the run files get), so the dashboard, the
 headless mode and `--report` print the same figures."""
@@ -31,6 +32,9 @@ class TargetFigures:
     produced_bytes: int = 0
     e2e: HistogramSnapshot = field(default_factory=HistogramSnapshot.empty)
     publish: HistogramSnapshot = field(default_factory=HistogramSnapshot.empty)
+    # the generator's own wait: each message's send time minus its slot's (the pacing window,
+    # a late wake-up, a saturated generator); counted in e2e, which starts at the slot
+    delay: HistogramSnapshot = field(default_factory=HistogramSnapshot.empty)
     max_lag: int | None = None
     cpu: list[float] = field(default_factory=list)  # broker CPU per tick, % of a core
     max_memory: int = 0
@@ -45,6 +49,7 @@ class TargetFigures:
         self.produced_bytes += tick.produced_bytes
         self.e2e = HistogramSnapshot.merge([self.e2e, tick.e2e_latency])
         self.publish = HistogramSnapshot.merge([self.publish, tick.publish_latency])
+        self.delay = HistogramSnapshot.merge([self.delay, tick.publish_delay])
         if tick.lag is not None:
             self.max_lag = max(self.max_lag or 0, tick.lag.total)
         if math.isfinite(tick.resources.cpu_percent):
@@ -111,6 +116,8 @@ def rows(figures: TargetFigures, totals: Any) -> list[tuple[str, str]]:
         ("e2e max ms", _ms(f.e2e)),
         ("publish p50 ms", _ms(f.publish, 50.0)),
         ("publish p99 ms", _ms(f.publish, 99.0)),
+        ("publish delay p50 ms", _ms(f.delay, 50.0)),
+        ("publish delay p99 ms", _ms(f.delay, 99.0)),
         ("max lag msgs", "—" if f.max_lag is None else f"{f.max_lag:,}"),
         ("broker CPU % mean/max", _cpu(f.cpu)),
         ("broker memory max", _bytes(f.max_memory)),

@@ -58,6 +58,13 @@ def test_the_end_of_run_table_agrees_with_the_run_files(tmp_path: Path):
             # displayed with 3 significant decimals; the histogram clamps to the observed min/max
             assert shown == pytest.approx(expected, rel=0.01, abs=0.002), (target, p)
         assert table["e2e max ms"][target] != "—"
+        rows = ((latency["target"] == target) & (latency["phase"] == "measuring")
+                & (latency["kind"] == "delay"))
+        delays = np.repeat(latency["value_ns"][rows], latency["count"][rows]) / 1e6
+        assert abs(len(delays) - produced) <= 0.01 * produced  # sent vs acknowledged per tick
+        for p in (50, 99):
+            shown = float(table[f"publish delay p{p:g} ms"][target].replace(",", ""))
+            assert shown == pytest.approx(float(np.percentile(delays, p)), rel=0.01, abs=0.002)
 
 
 def test_a_run_stopped_early_says_so_in_the_table(tmp_path: Path):
