@@ -169,7 +169,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
     run.add_argument("--pacing-window", type=_non_negative_float, metavar="MS",
                      help="a producer's paced slots due within MS after its next one go out with "
                           "it, as one batch when the last is due (default 0.8: fewer wake-ups "
-                          "and writes above 1,250 msg/s per producer, each slot's wait counted "
+                          "and writes from 1,250 msg/s per producer on, each slot's wait counted "
                           "as publish delay); 0: every slot alone, for the lowest latency")
     run.add_argument("--partitions", type=_positive_int, metavar="N", help="partitions per topic")
     run.add_argument("--producers", type=_positive_int, metavar="N", help="producers per topic")

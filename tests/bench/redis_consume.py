@@ -34,6 +34,7 @@ import contextlib
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -248,7 +249,15 @@ def main() -> int:
     parser.add_argument("--readers", nargs="+", choices=READERS, default=list(READERS))
     parser.add_argument("--processes", type=int, default=1,
                         help="load processes (1: producer and consumer share one; 2: one each)")
+    parser.add_argument("--pairs", type=int, default=1, metavar="N",
+                        help="N pairs of runs with the same consumer (streambench's producer, then "
+                             "redis-benchmark's; the order alternates from pair to pair), each "
+                             "pair's ratio and their median printed: one pair's ratio moves with "
+                             "the machine by about a tenth")
     args = parser.parse_args()
+    if args.pairs < 1:
+        print("--pairs must be at least 1")
+        return 2
     if shutil.which("redis-server") is None:
         print("redis-server is needed (apt-get install redis-server)")
         return 2
@@ -273,6 +282,24 @@ def main() -> int:
         beside = alongside(port, args.size, args.seconds, work / "run-alongside",
                            psutil.Process(server.pid))
         subprocess.run(["redis-cli", "-p", str(port), "FLUSHALL"], capture_output=True)
+        pairs: list[tuple[float, float]] = []
+        first = results.get("hiredis")
+        if first:
+            pairs.append((first["produced"], beside["bench_produced"]))
+        for i in range(1, args.pairs if pairs else 0):
+            order = ("theirs", "ours") if i % 2 else ("ours", "theirs")
+            got: dict[str, float] = {}
+            for who in order:
+                if who == "ours":
+                    got[who] = run_once(port, "hiredis", args.size, args.seconds,
+                                        work / f"run-pair{i}", args.processes,
+                                        psutil.Process(server.pid))["produced"]
+                else:
+                    got[who] = alongside(port, args.size, args.seconds,
+                                         work / f"run-alongside{i}",
+                                         psutil.Process(server.pid))["bench_produced"]
+                subprocess.run(["redis-cli", "-p", str(port), "FLUSHALL"], capture_output=True)
+            pairs.append((got["ours"], got["theirs"]))
     finally:
         stop_process(server)
         shutil.rmtree(work, ignore_errors=True)
@@ -307,6 +334,14 @@ def main() -> int:
             print(f"  streambench ({r}) produced with its consumer / redis-benchmark with the same "
                   f"consumer: {f['produced']:,.0f} / {beside['bench_produced']:,.0f} = "
                   f"{f['produced'] / beside['bench_produced']:.2f}")
+    if len(pairs) > 1:
+        pair_ratios = [mine / bench for mine, bench in pairs]
+        print(f"\n{len(pairs)} pairs with the same consumer (streambench hiredis / redis-benchmark "
+              f"-P {MAX_RATE_BATCH}, msg/s produced):")
+        for n, ((mine, bench), ratio) in enumerate(zip(pairs, pair_ratios, strict=True), 1):
+            print(f"  pair {n}: {mine:,.0f} / {bench:,.0f} = {ratio:.2f}")
+        print(f"  median ratio {statistics.median(pair_ratios):.2f} (lowest "
+              f"{min(pair_ratios):.2f}, highest {max(pair_ratios):.2f})")
     return 0
 
 
