@@ -58,6 +58,7 @@ bench: setup-test
 	$(BIN)/python tests/bench/redis_produce.py
 	$(BIN)/python tests/bench/redis_consume.py
 	$(BIN)/python tests/bench/paced_cost.py
+	$(BIN)/python tests/bench/syscall_cost.py
 	$(BIN)/python tests/bench/kafka_produce.py
 	$(BIN)/python tests/bench/pulsar_produce.py
 	$(BIN)/python tests/bench/pulsar_latency_profile.py
