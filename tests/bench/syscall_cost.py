@@ -33,7 +33,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import hiredis
 
@@ -41,6 +43,7 @@ from compose.process import free_port, start_process, stop_process
 from loadgen.pacing import _Itimerspec, tune_process
 
 STREAM, GROUP = b"syscall-cost", b"cost"
+T = TypeVar("T")
 _CLOCK_MONOTONIC, _TFD_TIMER_ABSTIME = 1, 1
 
 
@@ -104,63 +107,54 @@ def measure(port: int, count: int, rate: float) -> tuple[dict[str, list[int]], f
     arm, wait_t, w_xadd, wait_r, r_reply, r_deliv, w_ack = (steps[name] for name in STEPS)
     step_ns = round(1e9 / rate)
     t0 = time.monotonic_ns() + 20_000_000
+
+    def timed(fn: Callable[..., T], *args: object) -> tuple[T, int]:
+        """fn(*args) and the CPU it took (ns)."""
+        a = clock()
+        result = fn(*args)
+        return result, clock() - a - overhead
+
+    def read_from(sock: socket.socket, reader: hiredis.Reader, into: list[int]) -> list[object]:
+        got, cpu = timed(sock.recv_into, buffer)
+        into.append(cpu)
+        reader.feed(bytes(view[:got]))
+        return list(iter(reader.gets, False))
+
     cpu0, wall0 = resource.getrusage(resource.RUSAGE_THREAD), time.monotonic()
     for i in range(count):
         at = t0 + i * step_ns
         spec.it_value.tv_sec, spec.it_value.tv_nsec = divmod(at, 1_000_000_000)
-        a = clock()
-        libc.timerfd_settime(tfd, _TFD_TIMER_ABSTIME, spec_ref, None)
-        b = clock()
-        arm.append(b - a - overhead)
+        arm.append(timed(libc.timerfd_settime, tfd, _TFD_TIMER_ABSTIME, spec_ref, None)[1])
+        waited = 0
         while True:
-            a = clock()
-            ready = ep.poll()
-            b = clock()
+            ready, cpu = timed(ep.poll)
+            waited += cpu
             if any(fd == tfd for fd, _ in ready):
                 break
-        wait_t.append(b - a - overhead)
+        wait_t.append(waited)
         # arming the timer again clears it; this run disarms it instead, outside the figures
         spec.it_value.tv_sec = spec.it_value.tv_nsec = 0
         libc.timerfd_settime(tfd, _TFD_TIMER_ABSTIME, spec_ref, None)
         xadd = command(b"XADD", STREAM, b"MAXLEN", b"~", b"10000", b"*", b"t",
                        b"%d" % time.time_ns(), b"p", payload)
-        a = clock()
-        producer.send(xadd)
-        b = clock()
-        w_xadd.append(b - a - overhead)
+        w_xadd.append(timed(producer.send, xadd)[1])
         replied = delivered = False
         waited = 0
         while not (replied and delivered):
-            a = clock()
-            ready = ep.poll()
-            b = clock()
-            waited += b - a - overhead
+            ready, cpu = timed(ep.poll)
+            waited += cpu
             for fd, _ in ready:
                 if fd == producer.fileno():
-                    a = clock()
-                    got = producer.recv_into(buffer)
-                    b = clock()
-                    r_reply.append(b - a - overhead)
-                    p_reader.feed(bytes(view[:got]))
-                    replied = replied or p_reader.gets() is not False
+                    replied = bool(read_from(producer, p_reader, r_reply)) or replied
                 elif fd == consumer.fileno():
-                    a = clock()
-                    got = consumer.recv_into(buffer)
-                    b = clock()
-                    r_deliv.append(b - a - overhead)
-                    c_reader.feed(bytes(view[:got]))
-                    while (reply := c_reader.gets()) is not False:
+                    for reply in read_from(consumer, c_reader, r_deliv):
                         if isinstance(reply, list):  # else the previous XACK's count
                             ids = [entry[0] for entry in reply[0][1]]
                             delivered = True
         wait_r.append(waited)
         # the next read first, the XACK behind it: the server runs it once the read is
         # answered and sends both replies together, as streambench's consumer does
-        ack = read + command(b"XACK", STREAM, GROUP, *ids)
-        a = clock()
-        consumer.send(ack)
-        b = clock()
-        w_ack.append(b - a - overhead)
+        w_ack.append(timed(consumer.send, read + command(b"XACK", STREAM, GROUP, *ids))[1])
     cpu1, wall1 = resource.getrusage(resource.RUSAGE_THREAD), time.monotonic()
     thread_cpu = cpu1.ru_utime - cpu0.ru_utime + cpu1.ru_stime - cpu0.ru_stime
     ep.close()
