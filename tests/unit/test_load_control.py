@@ -358,7 +358,9 @@ async def _paced_batches(rate: float, window_ms: float, write_s: float,
     load.producers[0] = producer
     offset = await run_for(load, seconds)
     try:
-        await asyncio.sleep(seconds)
+        # the schedule's end, every batch answered (a sleep of `seconds` may end a little
+        # before the last slots on a busy machine, and stopping then would cut them)
+        await asyncio.wait_for(asyncio.gather(*(p.finished for p in load._pacers)), seconds + 5)
         await asyncio.wait_for(load.stop_producers(), 5)
     finally:
         await load.close()
