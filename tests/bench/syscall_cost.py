@@ -4,12 +4,12 @@ CPU that no client of the paced design can avoid, whatever its language.
 A paced Redis producer and consumer (tests/bench/paced_cost.py's design, and that of its C
 client, c_floor.c) need, per message at 1,000 msg/s: a timer armed for the slot and a wake-up
 from it; the XADD written to a redis-server that has gone to sleep since the last one; a
-wake-up for its reply and the delivery to the blocked consumer, both read; the XACK and the
-next XREADGROUP written to the server, asleep again by then (the XACK's reply comes with
-the next delivery). This bench makes exactly those
-calls, one message at a time, from one thread on an epoll loop (as uvloop does), and times
-each with the thread's own CPU clock (the cost of reading that clock taken off). Nothing else
-runs between them: no interpreter work worth counting, no recording.
+wake-up for its reply and the delivery to the blocked consumer, both read; the next
+XREADGROUP and the XACK written to the server, asleep again by then (the XACK's reply comes
+with the next delivery). This bench makes exactly those calls, one message at a time, from
+one thread on an epoll loop (as uvloop does), and times each with the thread's own CPU clock
+(the cost of reading that clock taken off). Nothing else runs between them: no interpreter
+work worth counting, no recording.
 
 It prints each call's CPU per message (median and mean over the run), their sum, and that sum
 as % of a core at 1,000 msg/s beside the whole thread's CPU over the run (which adds the
@@ -70,7 +70,7 @@ def call(s: socket.socket, payload: bytes, replies: int) -> list[object]:
 
 STEPS = ("arm the timer (timerfd_settime)", "wait for the timer (epoll)",
          "write the XADD (server asleep)", "wait for reply + delivery (epoll)",
-         "read the XADD's reply", "read the delivery", "write XACK + XREADGROUP (server asleep)")
+         "read the XADD's reply", "read the delivery", "write XREADGROUP + XACK (server asleep)")
 
 
 def measure(port: int, count: int, rate: float) -> tuple[dict[str, list[int]], float, float]:
