@@ -343,9 +343,14 @@ class DetailScreen(Screen[None]):
               _rate(b.disk_read), _rate(b.disk_write), _rate(b.net_rx), _rate(b.net_tx)]
              for b in broker_rows(history.last)])
 
-        e2e, publish = history.latency.merged(None if self.view.window_s is None else start)
+        e2e, publish, delay = history.latency.merged(None if self.view.window_s is None
+                                                     else start)
         latency = _text_grid(["ms", *(f"p{p:g}" for p in PERCENTILES), "max", "samples"],
-                             [["e2e", *latency_row(e2e)], ["publish", *latency_row(publish)]])
+                             [["e2e", *latency_row(e2e)], ["publish", *latency_row(publish)],
+                              ["delay", *latency_row(delay)]])
+        delay_note = Text(" delay: the generator's own wait from each message's slot to its send "
+                          "(e2e counts it; none at max rate)", style="dim", no_wrap=True,
+                          overflow="ellipsis")
         curve = nines_curve(e2e, publish)
 
         events = _grid("time", "event")
@@ -370,6 +375,7 @@ class DetailScreen(Screen[None]):
             consumers,
             Text(""), Text("brokers", style="bold"), brokers,
             Text(""), Text(f"latency over the window ({window})", style="bold"), latency,
+            delay_note,
             Text(""), Text(f"events ({history.event_count}, newest first)", style="bold"), events,
             Text(""), Text(f"latency percentiles over the window ({window}), nines axis",
                            style="bold"), curve,

@@ -219,10 +219,11 @@ class LatencyPoint:
     time_s: float
     e2e: HistogramSnapshot
     publish: HistogramSnapshot
+    delay: HistogramSnapshot  # the generator's wait from each slot to its send
 
 
 class LatencyHistory:
-    """The e2e and publish histograms of the run, to merge over any window: per tick for the
+    """The e2e, publish and publish-delay histograms of the run, to merge over any window: per tick for the
     last FINE_WINDOW_S seconds, merged per minute before that (memory stays small on long
     runs; a whole-run window is exact, a window reaching back beyond the per-tick stretch
     rounds its start to a minute)."""
@@ -232,8 +233,9 @@ class LatencyHistory:
         self.coarse: list[LatencyPoint] = []
         self._folding: list[LatencyPoint] = []
 
-    def add(self, time_s: float, e2e: HistogramSnapshot, publish: HistogramSnapshot) -> None:
-        self.fine.append(LatencyPoint(time_s, e2e, publish))
+    def add(self, time_s: float, e2e: HistogramSnapshot, publish: HistogramSnapshot,
+            delay: HistogramSnapshot) -> None:
+        self.fine.append(LatencyPoint(time_s, e2e, publish, delay))
         while self.fine and self.fine[0].time_s < time_s - FINE_WINDOW_S:
             old = self.fine.popleft()
             if self._folding and int(old.time_s // 60) != int(self._folding[0].time_s // 60):
@@ -244,7 +246,8 @@ class LatencyHistory:
         part = self._folding
         self.coarse.append(LatencyPoint(part[-1].time_s,
                                         HistogramSnapshot.merge([p.e2e for p in part]),
-                                        HistogramSnapshot.merge([p.publish for p in part])))
+                                        HistogramSnapshot.merge([p.publish for p in part]),
+                                        HistogramSnapshot.merge([p.delay for p in part])))
         self._folding = []
 
     def clear(self) -> None:
@@ -252,12 +255,14 @@ class LatencyHistory:
         self.coarse.clear()
         self._folding = []
 
-    def merged(self, start_s: float | None) -> tuple[HistogramSnapshot, HistogramSnapshot]:
-        """(e2e, publish) merged over the points after start_s (None: all of them)."""
+    def merged(self, start_s: float | None
+               ) -> tuple[HistogramSnapshot, HistogramSnapshot, HistogramSnapshot]:
+        """(e2e, publish, publish delay) merged over the points after start_s (None: all)."""
         points = [p for p in (*self.coarse, *self._folding, *self.fine)
                   if start_s is None or p.time_s > start_s]
         return (HistogramSnapshot.merge([p.e2e for p in points]),
-                HistogramSnapshot.merge([p.publish for p in points]))
+                HistogramSnapshot.merge([p.publish for p in points]),
+                HistogramSnapshot.merge([p.delay for p in points]))
 
 
 class TargetHistory:
@@ -302,7 +307,7 @@ class TargetHistory:
         time_s = tick.time_ns / 1e9
         for series, value in zip(self.series.values(), values or metric_values(tick), strict=True):
             series.add(time_s, value)
-        self.latency.add(time_s, tick.e2e_latency, tick.publish_latency)
+        self.latency.add(time_s, tick.e2e_latency, tick.publish_latency, tick.publish_delay)
         self._recent.append(tick)
         horizon = tick.time_ns - int(self.recent_window_s * 1e9)
         while self._recent and self._recent[0].time_ns <= horizon:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from loadgen.tick import Phase
-from tests.tui.recorded import TICKS, latency_values, recorded_tick
+from tests.tui.recorded import T0_NS, TICKS, histogram, latency_values, recorded_tick
 from tui import formatting as fmt
 from tui.charts import _heights, area_chart
 from tui.history import (
@@ -49,6 +49,34 @@ def test_recent_latency_merges_the_last_ten_seconds_of_histograms() -> None:
     assert history.recent_span_s == 10.0
     last = np.array(latency_values(14, 14)) / 1000
     assert math.isclose(history.e2e.p50, float(np.percentile(last, 50)), rel_tol=2e-3)
+
+
+def test_publish_delay_merges_over_any_window_as_numpy_finds_it_in_the_raw_delays() -> None:
+    """The detail screen's delay row: each tick's publish-delay histogram kept beside e2e and
+    publish, per tick for five minutes and per minute before that, merged over a window."""
+    history = TargetHistory("redis")
+    raw: list[list[int]] = []
+    for seq in range(420):  # seven minutes: the first two are folded per minute
+        delays = [5 + (i * 7 + seq) % 40 + (900 if i == 0 and seq % 60 == 7 else 0)
+                  for i in range(50)]
+        raw.append(delays)
+        history.add(dataclasses.replace(recorded_tick("redis", seq),
+                                        publish_delay=histogram(delays)))
+    assert history.latency.coarse, "the oldest minutes are folded"
+    for start_seq in (None, 380):  # the whole run; the last 40 ticks (per-tick stretch)
+        start = None if start_seq is None else T0_NS / 1e9 + start_seq + 0.5
+        e2e, publish, delay = history.latency.merged(start)
+        kept = np.array([v for seq, d in enumerate(raw)
+                         if start_seq is None or seq >= start_seq for v in d], float)
+        ticks = 420 if start_seq is None else 40
+        assert (e2e.total, publish.total, delay.total) == (200 * ticks, 101 * ticks, kept.size)
+        for p in (50.0, 99.0):
+            assert math.isclose(delay.percentile(p) / 1000, float(np.percentile(kept, p)),
+                                rel_tol=0.02), p
+        assert delay.max / 1000 == kept.max()
+    # a window reaching back into the folded stretch takes the whole minute holding its start
+    # (ticks 0-58 end in the run's first minute of wall clock)
+    assert history.latency.merged(T0_NS / 1e9 + 30.5)[2].total == 50 * 420
 
 
 def test_an_empty_interval_has_no_latency_figures() -> None:
