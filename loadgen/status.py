@@ -21,6 +21,10 @@ def status_line(tick: Tick, width: int = 12) -> str:
     p50, p99, p999 = (e2e.percentile(p) if e2e.total else float("nan") for p in (50, 99, 99.9))
     e2e_max = float(e2e.max) if e2e.total else float("nan")
     pub_p99 = pub.percentile(99) if pub.total else float("nan")
+    # the generator's own lateness behind its schedule (paced runs: at max rate there is none)
+    delay = tick.publish_delay
+    delay_text = (f" delay p99 {_ms(delay.percentile(99))}"
+                  if tick.target_rate > 0 and delay.total else "")
     target = f"{tick.target_rate:,.0f}/s" if tick.target_rate > 0 else "max"
     lag = f"{tick.lag.total:,}" if tick.lag is not None else "-"
     cpu = tick.resources.cpu_percent
@@ -37,5 +41,5 @@ def status_line(tick: Tick, width: int = 12) -> str:
         f"pub {tick.produce_rate:9,.0f}/s {tick.produce_mb_s:7.2f} MB/s (target {target}) | "
         f"cons {tick.consume_rate:9,.0f}/s | lag {lag} | "
         f"e2e ms p50 {_ms(p50)} p99 {_ms(p99)} p99.9 {_ms(p999)} max {_ms(e2e_max)} | "
-        f"pub p99 {_ms(pub_p99)} | cpu {cpu_text} mem {mem_text}{errors}{gen_text}"
+        f"pub p99 {_ms(pub_p99)}{delay_text} | cpu {cpu_text} mem {mem_text}{errors}{gen_text}"
     )

@@ -3,10 +3,14 @@ and a panel that fails shows its error in place."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import re
 import time
 import types
 from typing import Any
 
+import numpy as np
 import pytest
 from rich.segment import Segment
 from rich.style import Style
@@ -14,8 +18,9 @@ from rich.text import Text
 from textual.geometry import Region
 from textual.widget import Widget
 
+from loadgen.status import status_line
 from loadgen.tick import Phase, PhaseChange, Tick
-from tests.tui.recorded import LABELS, TICKS, WORKLOAD, recorded_items
+from tests.tui.recorded import LABELS, TICKS, WORKLOAD, recorded_items, recorded_tick
 from tests.tui.screen import screen_lines, wait_until
 from tui.app import REPAINT_S, DashboardApp, PhaseChanged, bus_message
 from tui.detail import DetailScreen
@@ -90,6 +95,17 @@ async def test_a_failing_panel_shows_its_error_in_place(monkeypatch: pytest.Monk
         assert "ZeroDivisionError: no interval" in text
         assert "p99.9" in text  # the other panels still render
         assert app.is_running
+
+
+def test_headless_line_gives_the_generators_delay_behind_its_schedule_when_paced() -> None:
+    tick = recorded_tick("redis", 12)  # publish delays 5-24 µs, 5,000 msg/s target
+    line = status_line(tick)
+    found = re.search(r"\| pub p99 [0-9.]+ delay p99 ([0-9.]+) \|", line)
+    assert found is not None, line
+    raw_ms = np.array([5 + i % 20 for i in range(100)]) / 1000
+    assert math.isclose(float(found.group(1)), float(np.percentile(raw_ms, 99)), rel_tol=0.05)
+    # at maximum rate there is no schedule to be late for
+    assert "delay" not in status_line(dataclasses.replace(tick, target_rate=0.0))
 
 
 def test_status_line_follows_the_phases_with_a_pinned_clock() -> None:
