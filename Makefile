@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 SHELL := /bin/bash
 
-.PHONY: demo test bench soak lint setup setup-demo setup-test host-deps-demo host-deps-test clean
+.PHONY: demo test docs bench soak lint setup setup-demo setup-test host-deps-demo host-deps-test clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { echo "streambench needs Python 3.11 or later as $(PYTHON) (make PYTHON=python3.11 …)"; exit 1; }
@@ -49,9 +49,13 @@ lint: $(VENV)/.installed-dev
 # The project's modules are byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, every
 # process the tests start (workers, `streambench` commands) would compile them from source again,
 # about 0.3 s of CPU each. Python reads the files even so, and ignores one older than its source.
-test: setup-test lint
+test: setup-test lint docs
 	$(BIN)/python -m compileall -q loadgen collectors compose analysis tui tests
 	$(BIN)/python -m pytest -q -ra --durations=30
+
+# The documentation site, as strict as CI builds it: a broken link or anchor fails (a few seconds).
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: setup-test
 	$(BIN)/python tests/bench/memory_recall.py
