@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # where the parser's builder lives: the command line's module, or the module it was split into
-PARSER_MODULES = ("tui.cli", "tui.parser", "tui.cli.parser")
+PARSER_MODULES = ("tui.bench.parser", "tui.cli", "tui.parser")
 
 
 def build_parser() -> argparse.ArgumentParser:
