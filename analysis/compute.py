@@ -49,7 +49,7 @@ from analysis.runs import RunInfo, read_table
 from analysis.schema import LATENCY_KINDS
 from analysis.session import JobProgress, Progress
 from analysis.stats import Trend, fit_trend, theil_sen_slope
-from loadgen.errors import ReportError
+from loadgen.core.errors import ReportError
 
 MEASURING = "measuring"
 PERIOD_TICKS = 10  # OpenMessaging Benchmark reports its figures every 10 s

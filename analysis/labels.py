@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loadgen.errors import ReportError
+from loadgen.core.errors import ReportError
 
 Key = tuple[str, str]  # (run_id, target)
 

@@ -39,7 +39,7 @@ from analysis.compute import ReportData, compute_report
 from analysis.labels import resolve_baseline, target_labels
 from analysis.runs import RunInfo, expand_run_args, load_runs
 from analysis.session import Progress, first_line, spark_session
-from loadgen.errors import OutputError, ReportError
+from loadgen.core.errors import OutputError, ReportError
 
 FORMATS: tuple[str, ...] = ("md", "html", "json")
 

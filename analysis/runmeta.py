@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.schema import SCHEMA_VERSION
-from loadgen.errors import StreambenchError
+from loadgen.core.errors import StreambenchError
 
 
 def read_run_meta(path: Path, error: type[StreambenchError]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 
 from analysis.runmeta import read_run_meta
 from analysis.schema import SCHEMAS
-from loadgen.errors import ReportError
+from loadgen.core.errors import ReportError
 
 _GLOB_CHARS = frozenset("*?[")
 _FALSE = frozenset({"false", "0", "no", "off"})

@@ -19,7 +19,7 @@ from pyspark.errors import PySparkException
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from loadgen.errors import ReportError
+from loadgen.core.errors import ReportError
 
 Progress = Callable[[str], None]
 

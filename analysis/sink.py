@@ -31,9 +31,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.schema import LATENCY_KINDS, MIN_READER_VERSION, SCHEMA_VERSION, SCHEMAS
-from loadgen.errors import OutputError
-from loadgen.histogram import HistogramSnapshot, bucket_value, percentiles
-from loadgen.tick import Phase, PhaseChange, RawSamples, RunEvent, RunMeta, Tick
+from loadgen.core.errors import OutputError
+from loadgen.core.events import PhaseChange, RunEvent, RunMeta
+from loadgen.core.histogram import HistogramSnapshot, bucket_value, percentiles
+from loadgen.core.ticks import Phase, RawSamples, Tick
 
 _PART_RE = re.compile(r"^part-(\d+)\.parquet$")
 _TMP_SUFFIX = ".inprogress"

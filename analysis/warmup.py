@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 
 from analysis.schema import LATENCY_KINDS, SCHEMAS, SUMMARY_STATS
 from analysis.sink import write_run_json
-from loadgen.tick import Phase, PhaseChange
+from loadgen.core.events import PhaseChange
+from loadgen.core.ticks import Phase
 
 if TYPE_CHECKING:  # Spark is imported by the report thread, not by whoever makes a WarmUp
     from pyspark.sql import SparkSession

@@ -16,7 +16,7 @@ import urllib.request
 from datetime import datetime
 from typing import Any
 
-from collectors.base import Collector, CounterDeltas, Reading
+from loadgen.core.collector import Collector, CounterDeltas, Reading
 
 REQUEST_TIMEOUT_S = 0.8
 

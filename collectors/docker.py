@@ -21,7 +21,7 @@ import math
 import threading
 from typing import Any
 
-from collectors.base import Collector, CounterDeltas, Reading
+from loadgen.core.collector import Collector, CounterDeltas, Reading
 
 Frame = dict[str, Any]
 

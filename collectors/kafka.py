@@ -16,9 +16,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from collectors.base import Collector, Reading
-from loadgen.security import PLAINTEXT, ClientSecurity
-from loadgen.tick import LagSnapshot
+from loadgen.core.collector import Collector, Reading
+from loadgen.core.security import PLAINTEXT, ClientSecurity
+from loadgen.core.ticks import LagSnapshot
 
 LIVE_SOURCE = "consumer highwater − position"
 COMMITTED_SOURCE = "log-end offset − committed offset"

@@ -17,8 +17,8 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 
-from collectors.base import Collector, CounterDeltas, Reading
-from loadgen.tick import LagSnapshot
+from loadgen.core.collector import Collector, CounterDeltas, Reading
+from loadgen.core.ticks import LagSnapshot
 
 LAG_SOURCE = "JetStream consumer info num_pending+num_ack_pending"
 INFO_TIMEOUT_S = 0.8

@@ -23,9 +23,9 @@ import contextlib
 import re
 import time
 
-from collectors.base import Collector, CounterDeltas, Reading
 from collectors.pravega_host import ClientHost
-from loadgen.tick import LagSnapshot
+from loadgen.core.collector import Collector, CounterDeltas, Reading
+from loadgen.core.ticks import LagSnapshot
 
 SAMPLE_TIMEOUT_S = 0.8
 STALE_S = 5.0  # an answer older than this is no reading

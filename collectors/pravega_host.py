@@ -41,8 +41,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from loadgen.errors import DriverError
-from loadgen.fdwatch import watch_readable
+from loadgen.core.errors import DriverError
+from loadgen.core.fdwatch import watch_readable
 
 # event header: intended send time (ns), partition, producer id, producer sequence number
 HEADER = struct.Struct("<qHQQ")

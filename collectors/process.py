@@ -16,7 +16,7 @@ import time
 
 import psutil
 
-from collectors.base import Collector, CounterDeltas, Reading
+from loadgen.core.collector import Collector, CounterDeltas, Reading
 
 # seconds between two listings of the roots' children while none of them ends
 RESCAN_S = 10.0

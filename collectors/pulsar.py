@@ -16,8 +16,8 @@ import json
 import urllib.request
 from typing import Any, Protocol
 
-from collectors.base import Collector, CounterDeltas, Reading
-from loadgen.tick import LagSnapshot
+from loadgen.core.collector import Collector, CounterDeltas, Reading
+from loadgen.core.ticks import LagSnapshot
 
 REQUEST_TIMEOUT_S = 2.0
 

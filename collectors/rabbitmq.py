@@ -22,8 +22,8 @@ from rstream import constants, schema
 from rstream.client import Client, ClientPool
 from rstream.exceptions import OffsetNotFound
 
-from collectors.base import Collector, CounterDeltas, Reading
-from loadgen.tick import LagSnapshot
+from loadgen.core.collector import Collector, CounterDeltas, Reading
+from loadgen.core.ticks import LagSnapshot
 
 logging.getLogger("rstream").setLevel(logging.CRITICAL)
 

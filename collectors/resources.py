@@ -4,12 +4,12 @@ local brokers, nothing for an existing cluster)."""
 
 from __future__ import annotations
 
-from collectors.base import Collector
 from collectors.cadvisor import CadvisorResources
 from collectors.docker import DockerStats
 from collectors.process import ProcessResources
-from loadgen.stackinfo import StackDescription
-from loadgen.target import Target
+from loadgen.core.collector import Collector
+from loadgen.core.stackinfo import StackDescription
+from loadgen.core.target import Target
 
 
 def resource_collectors(target: Target, desc: StackDescription) -> list[Collector]:

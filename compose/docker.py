@@ -33,10 +33,10 @@ import yaml
 
 from compose.net import classify
 from compose.process import LOG_LIMIT_BYTES, free_port, port_in_use, remove_stale_dirs
-from compose.stack import FAULT_ALIASES, Progress, Stack, StackDescription, announce_runtime
-from compose.stack import FAULTS as STACK_FAULTS
-from loadgen.errors import StackError
-from loadgen.target import Target
+from loadgen.core.errors import StackError
+from loadgen.core.stack import FAULT_ALIASES, Progress, Stack, StackDescription, announce_runtime
+from loadgen.core.stack import FAULTS as STACK_FAULTS
+from loadgen.core.target import Target
 
 COMPOSE_DIR = Path(__file__).parent
 RUN_LABEL = "streambench.run"
@@ -52,7 +52,7 @@ STOP_GRACE_S = 10
 PROGRESS_EVERY_S = 5.0
 ENGINE_TIMEOUT_S = 10
 INSTALL_HINT = "Debian/Ubuntu: apt-get install docker.io docker-compose"
-# the fault hooks every Stack has as methods (compose.stack.FAULTS and their aliases)
+# the fault hooks every Stack has as methods (loadgen.core.stack.FAULTS and their aliases)
 FAULTS = (*STACK_FAULTS, *FAULT_ALIASES)
 IMAGE_CHECK_TIMEOUT_S = 5
 FAULT_READY_TIMEOUT_S = 120.0  # a broker started again by a fault hook answers within this

@@ -7,10 +7,10 @@ import os
 
 from compose.docker import ComposeStack, compose_images, memory_bytes
 from compose.pulsar import STOCK_NAMESPACE, AdminError, PulsarAdmin, create_namespace, ready_check
-from compose.stack import Progress
-from loadgen.errors import StackError
-from loadgen.settings import settings_of, text
-from loadgen.target import Target
+from loadgen.core.errors import StackError
+from loadgen.core.settings import settings_of, text
+from loadgen.core.stack import Progress
+from loadgen.core.target import Target
 
 PROBE_TIMEOUT_S = 2.0
 SHAPES = (1, 3)  # the compose files hold 1- and 3-broker clusters

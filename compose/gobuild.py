@@ -15,8 +15,8 @@ from pathlib import Path
 
 from compose.maven import CacheLock, cache_dir
 from compose.process import start_process, stop_process
-from compose.stack import Progress
-from loadgen.errors import StackError
+from loadgen.core.errors import StackError
+from loadgen.core.stack import Progress
 
 _MARKER = ".streambench-complete"
 _PROGRESS_EVERY_S = 10.0

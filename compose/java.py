@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from loadgen.errors import StackError
+from loadgen.core.errors import StackError
 
 
 def find_java() -> str:

@@ -39,11 +39,11 @@ from compose.process import (
     stop_process,
     tail,
 )
-from compose.stack import Progress, Stack, StackDescription, announce_runtime
-from loadgen.errors import StackError
-from loadgen.security import PLAINTEXT, ClientSecurity
-from loadgen.settings import settings_of
-from loadgen.target import Target, join_host_port, split_host_port
+from loadgen.core.errors import StackError
+from loadgen.core.security import PLAINTEXT, ClientSecurity
+from loadgen.core.settings import settings_of
+from loadgen.core.stack import Progress, Stack, StackDescription, announce_runtime
+from loadgen.core.target import Target, join_host_port, split_host_port
 
 # aiokafka logs connection failures at ERROR; without a handler Python prints them on stderr,
 # which would garble the one-line errors and the dashboard. Failures reach the user as errors.

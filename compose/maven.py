@@ -20,8 +20,8 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from compose.process import start_process, stop_process
-from compose.stack import Progress
-from loadgen.errors import StackError
+from loadgen.core.errors import StackError
+from loadgen.core.stack import Progress
 
 CACHE_ENV = "STREAMBENCH_CACHE"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"

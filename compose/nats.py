@@ -34,10 +34,10 @@ from compose.process import (
     remove_stale_dirs,
     tail,
 )
-from compose.stack import Progress, Stack, StackDescription, announce_runtime
-from loadgen.errors import StackError
-from loadgen.settings import settings_of
-from loadgen.target import Target, split_host_port
+from loadgen.core.errors import StackError
+from loadgen.core.settings import settings_of
+from loadgen.core.stack import Progress, Stack, StackDescription, announce_runtime
+from loadgen.core.target import Target, split_host_port
 
 DATA_PREFIX = "streambench-nats-"
 CONTAINER_CONF = "/etc/nats/streambench.conf"  # the docker runtime's mounted settings

@@ -10,7 +10,7 @@ import socket
 from collections.abc import Iterator
 from enum import Enum
 
-from loadgen.security import auth_failure, tls_failure
+from loadgen.core.security import auth_failure, tls_failure
 
 _MAX_LINKS = 32  # exceptions looked at per failure (chains are short; cycles are possible)
 

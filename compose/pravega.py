@@ -34,10 +34,10 @@ from compose.process import (
     tail,
 )
 from compose.pulsar import probe_tcp
-from compose.stack import Progress, Stack, StackDescription, announce_runtime
-from loadgen.errors import StackError, TargetError
-from loadgen.settings import settings_of, text
-from loadgen.target import Target
+from loadgen.core.errors import StackError, TargetError
+from loadgen.core.settings import settings_of, text
+from loadgen.core.stack import Progress, Stack, StackDescription, announce_runtime
+from loadgen.core.target import Target
 
 PRAVEGA_VERSION = "0.13.0"
 # Maven's nearest-wins mediation picks Hadoop's protobuf-java 2.5 for the standalone's

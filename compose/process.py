@@ -19,8 +19,8 @@ from pathlib import Path
 
 import psutil
 
-from compose.stack import Stack
-from loadgen.errors import StackError
+from loadgen.core.errors import StackError
+from loadgen.core.stack import Stack
 
 _PR_SET_PDEATHSIG = 1
 PAUSE_WAIT_S = 2.0  # a pause waits at most this long for every thread of the broker to stop
@@ -201,7 +201,7 @@ FAULT_READY_TIMEOUT_S = 120.0
 async def node_fault(label: str, node: LocalNode, action: str, ready: ReadyProbe,
                      grace_s: float = RESTART_GRACE_S,
                      ready_timeout_s: float = FAULT_READY_TIMEOUT_S) -> str:
-    """One fault (a name of compose.stack.FAULTS) on one local broker; `ready` waits until a
+    """One fault (a name of loadgen.core.stack.FAULTS) on one local broker; `ready` waits until a
     (re)started node answers, or raises StackError. Returns the event's detail."""
     if action in ("pause", "resume", "kill") and node.proc is None:
         raise StackError(f"{label}: {node.name} was never started")

@@ -42,11 +42,11 @@ from compose.process import (
     stop_and_remove,
     tail,
 )
-from compose.stack import Progress, Stack, StackDescription, announce_runtime
-from loadgen.errors import StackError, TargetError
-from loadgen.security import PLAINTEXT, ClientSecurity
-from loadgen.settings import settings_of, text
-from loadgen.target import Target
+from loadgen.core.errors import StackError, TargetError
+from loadgen.core.security import PLAINTEXT, ClientSecurity
+from loadgen.core.settings import settings_of, text
+from loadgen.core.stack import Progress, Stack, StackDescription, announce_runtime
+from loadgen.core.target import Target
 
 PULSAR_VERSION = "4.0.8"
 DISTRIBUTION = Coordinate("org.apache.pulsar", "pulsar-server-distribution", PULSAR_VERSION,

@@ -34,11 +34,11 @@ from compose.process import (
     stop_process,
     tail,
 )
-from compose.stack import Progress, Stack, StackDescription, announce_runtime
-from loadgen.errors import StackError
-from loadgen.security import read_secret
-from loadgen.settings import settings_of, text
-from loadgen.target import Target, join_host_port, split_host_port
+from loadgen.core.errors import StackError
+from loadgen.core.security import read_secret
+from loadgen.core.settings import settings_of, text
+from loadgen.core.stack import Progress, Stack, StackDescription, announce_runtime
+from loadgen.core.target import Target, join_host_port, split_host_port
 
 DATA_PREFIX = "streambench-rabbitmq-"
 MIN_VERSION = (3, 9)  # streams and the stream protocol arrived in RabbitMQ 3.9

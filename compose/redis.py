@@ -24,11 +24,11 @@ from compose.process import (
     remove_stale_dirs,
     tail,
 )
-from compose.stack import Progress, Stack, StackDescription, announce_runtime
-from loadgen.errors import StackError
-from loadgen.security import PLAINTEXT, ClientSecurity
-from loadgen.settings import settings_of
-from loadgen.target import Target, join_host_port, split_host_port
+from loadgen.core.errors import StackError
+from loadgen.core.security import PLAINTEXT, ClientSecurity
+from loadgen.core.settings import settings_of
+from loadgen.core.stack import Progress, Stack, StackDescription, announce_runtime
+from loadgen.core.target import Target, join_host_port, split_host_port
 
 DATA_PREFIX = "streambench-redis-"
 MIN_VERSION = (7, 0)  # XINFO GROUPS reports `lag` from 7.0 on

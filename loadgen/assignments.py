@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from loadgen.tick import ConsumerStat, partition_list
+from loadgen.core.ticks import ConsumerStat, partition_list
 
 # the consumers listed in a start-up event before "… N more" (the consumers table has them all)
 LIST_CHARS = 160

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loadgen.histogram import HistogramSnapshot
-from loadgen.tick import Phase, Tick
+from loadgen.core.histogram import HistogramSnapshot
+from loadgen.core.ticks import Phase, Tick
 
 GIB = 1 << 30
 DRAIN_FLOOR_MSGS = 1000  # OMB's: the drain ends at this backlog at the latest

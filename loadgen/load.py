@@ -16,27 +16,21 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from collectors.base import Collector, Reading
-from compose.stack import Stack, StackContext, StackDescription
-from loadgen.errors import StackError
-from loadgen.histogram import Histogram
-from loadgen.interventions import Intervention
+from loadgen.core.bus import BusItem
+from loadgen.core.collector import Collector, Reading
+from loadgen.core.driver import Consumer, Driver, OutMessage, Producer, ReceivedBatch
+from loadgen.core.errors import StackError
+from loadgen.core.events import RunEvent
+from loadgen.core.histogram import Histogram
+from loadgen.core.interventions import Intervention
+from loadgen.core.stack import Stack, StackContext, StackDescription
+from loadgen.core.target import Target
+from loadgen.core.ticks import ConsumerStat, Phase, RawSamples, Resources, Tick
+from loadgen.core.workload import Workload
 from loadgen.pacing import Schedule, TimerHandle, precise_call_at
 from loadgen.placement import place
 from loadgen.platforms import PLATFORMS
-from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
 from loadgen.selfwatch import SelfWatch
-from loadgen.target import Target
-from loadgen.tick import (
-    BusItem,
-    ConsumerStat,
-    Phase,
-    RawSamples,
-    Resources,
-    RunEvent,
-    Tick,
-)
-from loadgen.workload import Workload
 
 READY_TIMEOUT_S = 60.0
 READY_TIMEOUT_ENV = "STREAMBENCH_READY_TIMEOUT"  # seconds; slow machines, or tests of the time-out
@@ -183,7 +177,7 @@ class TargetLoad:
         self._reset_interval()
         self.totals = TargetTotals(label)
         self._receive_errors_said: set[str] = set()
-        self.settings: dict[str, dict[str, Any]] = {}  # in force (loadgen.settings)
+        self.settings: dict[str, dict[str, Any]] = {}  # in force (loadgen.core.settings)
 
     def _reset_interval(self) -> None:
         self.produced = 0
@@ -275,7 +269,7 @@ class TargetLoad:
         }
 
     async def fault(self, action: str, broker: str) -> None:
-        """One fault (compose.stack.FAULTS) on one of the stack's brokers; the stack records
+        """One fault (loadgen.core.stack.FAULTS) on one of the stack's brokers; the stack records
         it as an event."""
         if self.stack is None:
             raise StackError(f"{self.label}: no stack to {action} a broker of (not started here)")

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from loadgen.target import OptionSpec
+from loadgen.core.target import OptionSpec
 
 Check = Callable[[str, str], tuple[str, Any]]
 # fields that name the driver, not a setting

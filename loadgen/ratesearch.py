@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loadgen.tick import Phase, Tick
+from loadgen.core.ticks import Phase, Tick
 
 START_RATE = 10_000.0
 PERIOD_TICKS = 3

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from loadgen.tick import Tick
+from loadgen.core.ticks import Tick
 
 HEALTHY_RATIO = 0.10  # rates within 10 % of their expected value …
 HEALTHY_SECONDS = 5.0  # … for this long, lag back to the pre-fault level

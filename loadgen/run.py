@@ -26,8 +26,10 @@ from typing import Any, Protocol
 
 from compose.docker import memory_bytes
 from loadgen.backlog import BacklogWatch
-from loadgen.errors import OutputError, StackError, StreambenchError, WorkloadError
-from loadgen.interventions import (
+from loadgen.core.bus import BusItem
+from loadgen.core.errors import OutputError, StackError, StreambenchError, WorkloadError
+from loadgen.core.events import PhaseChange, RunEvent, RunMeta
+from loadgen.core.interventions import (
     FAULT_ACTIONS,
     Intervention,
     broker_names,
@@ -35,6 +37,9 @@ from loadgen.interventions import (
     check_schedule,
     find_broker,
 )
+from loadgen.core.target import Target
+from loadgen.core.ticks import LagSnapshot, Phase, Tick
+from loadgen.core.workload import Workload, shown
 from loadgen.load import DROPPED_SLOTS, TargetTotals
 from loadgen.memguard import ContainerLimit, ContainerMemoryWatch, MemoryGuard
 from loadgen.pacing import now_ns
@@ -42,10 +47,7 @@ from loadgen.placement import place
 from loadgen.platforms import PLATFORMS
 from loadgen.ratesearch import START_RATE, RateSearch
 from loadgen.recovery import DrainWatch, RecoveryWatch
-from loadgen.target import Target
-from loadgen.tick import BusItem, LagSnapshot, Phase, PhaseChange, RunEvent, RunMeta, Tick
 from loadgen.worker import TargetWorker
-from loadgen.workload import Workload, shown
 
 Subscriber = Callable[[BusItem], None]
 

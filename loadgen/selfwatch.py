@@ -12,7 +12,7 @@ import contextlib
 import os
 import time
 
-from loadgen.tick import LoadgenHealth
+from loadgen.core.ticks import LoadgenHealth
 
 CPU_SATURATED_PERCENT = 90.0  # of one core: a Python worker runs its event loop on one
 LOOP_LAG_SATURATED_MS = 50.0  # an event loop this late delays sends and receive timestamps

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from loadgen.tick import Tick
+from loadgen.core.ticks import Tick
 
 
 def _ms(ns: float) -> str:

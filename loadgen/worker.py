@@ -25,17 +25,18 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compose.stack import StackDescription
 from loadgen.assignments import AssignmentWatch
-from loadgen.errors import StackError, StreambenchError
-from loadgen.fdwatch import watch_readable
-from loadgen.histogram import HistogramSnapshot
-from loadgen.interventions import Intervention
+from loadgen.core.errors import StackError, StreambenchError
+from loadgen.core.events import RunEvent
+from loadgen.core.fdwatch import watch_readable
+from loadgen.core.histogram import HistogramSnapshot
+from loadgen.core.interventions import Intervention
+from loadgen.core.stack import StackDescription
+from loadgen.core.target import Target
+from loadgen.core.ticks import LoadgenHealth, Phase, Tick
+from loadgen.core.workload import Workload
 from loadgen.load import DROPPED_SLOTS, LoadHandle, Publish, TargetLoad, TargetTotals
 from loadgen.pacing import run_precise
-from loadgen.target import Target
-from loadgen.tick import LoadgenHealth, Phase, RunEvent, Tick
-from loadgen.workload import Workload
 
 _CLOSE_TIMEOUT_S = 120.0
 

@@ -26,11 +26,12 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.widgets import Footer
 
-from loadgen.errors import StreambenchError
-from loadgen.interventions import Intervention, first_names
+from loadgen.core.errors import StreambenchError
+from loadgen.core.events import PhaseChange, RunEvent
+from loadgen.core.interventions import Intervention, first_names
+from loadgen.core.ticks import Phase, Tick
+from loadgen.core.workload import Workload
 from loadgen.run import BusItem, Run, RunSummary
-from loadgen.tick import Phase, PhaseChange, RunEvent, Tick
-from loadgen.workload import Workload
 from tui.compare import CompareScreen
 from tui.control import EventStrip, FaultScreen, RateScreen
 from tui.detail import DetailScreen

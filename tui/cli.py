@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from loadgen.errors import StreambenchError, WorkloadError
-from loadgen.fdwatch import watch_readable
+from loadgen.core.errors import StreambenchError, WorkloadError
+from loadgen.core.fdwatch import watch_readable
 from tui.doctor import REPORT_INSTALL, REPORT_MODULES, doctor, missing_report_modules, quick_shadows
 from tui.endsummary import EndSummary, render
 
@@ -284,8 +284,8 @@ def _warn(message: str) -> None:
 
 
 def _workload_from(args: argparse.Namespace) -> Any:
-    from loadgen.interventions import parse_at
-    from loadgen.workload import Workload, load_workload
+    from loadgen.core.interventions import parse_at
+    from loadgen.core.workload import Workload, load_workload
 
     base = load_workload(args.workload) if args.workload else Workload(warmup_s=10.0)
     for w in base.warnings:
@@ -317,8 +317,8 @@ def _with_driver(specs: Sequence[str], driver: str | None) -> list[str]:
     """--driver FILE: the option driver=FILE added to every target (each must take it)."""
     if driver is None:
         return list(specs)
+    from loadgen.core.workload import shown
     from loadgen.platforms import PLATFORMS
-    from loadgen.workload import shown
 
     if any(c in driver for c in ",@=") or not driver:
         raise WorkloadError(f"--driver {shown(driver, 100)}: a driver file's path cannot contain "
@@ -499,8 +499,9 @@ def _detach_terminal() -> None:
 
 
 async def _headless(run: Any) -> tuple[Any, int | None]:
+    from loadgen.core.events import PhaseChange, RunEvent
+    from loadgen.core.ticks import Tick
     from loadgen.status import status_line
-    from loadgen.tick import PhaseChange, RunEvent, Tick
 
     received: list[int] = []
 
@@ -537,7 +538,7 @@ def _read_commands(run: Any) -> Callable[[], None]:
     Only from a terminal or a pipe; returns the function that stops reading."""
     import stat as stat_mod
 
-    from loadgen.interventions import parse_action
+    from loadgen.core.interventions import parse_action
 
     loop = asyncio.get_running_loop()
     try:
@@ -630,9 +631,9 @@ def build_run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[Any, Any]:
     """The Run `streambench run` would start for these arguments (nothing started yet), and
     the baselines its dashboard draws; raises the error the command line prints."""
     from analysis.sink import ParquetSink
+    from loadgen.core.target import unique_labels
     from loadgen.placement import auto_processes
     from loadgen.run import Run
-    from loadgen.target import unique_labels
 
     if args.processes != "auto" and args.processes > MAX_PROCESSES:
         raise WorkloadError(f"--processes {args.processes}: at most {MAX_PROCESSES} load processes "
@@ -889,7 +890,7 @@ def _cmd_platforms() -> int:
 
 
 def _cmd_workloads() -> int:
-    from loadgen.workload import bundled_workloads, load_workload
+    from loadgen.core.workload import bundled_workloads, load_workload
 
     for name in bundled_workloads():
         print(f"{name}: {describe_workload(load_workload(name))}")

@@ -17,9 +17,9 @@ from textual.widget import Widget
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
-from loadgen.errors import WorkloadError
-from loadgen.interventions import FAULT_ACTIONS, Intervention, parse_rate
-from loadgen.tick import RunEvent
+from loadgen.core.errors import WorkloadError
+from loadgen.core.events import RunEvent
+from loadgen.core.interventions import FAULT_ACTIONS, Intervention, parse_rate
 
 
 class RateScreen(ModalScreen[float | None]):

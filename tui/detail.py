@@ -27,8 +27,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 
-from loadgen.histogram import HistogramSnapshot, percentiles
-from loadgen.tick import ConsumerStat, Tick, partition_list
+from loadgen.core.histogram import HistogramSnapshot, percentiles
+from loadgen.core.ticks import ConsumerStat, Tick, partition_list
 from tui import formatting as fmt
 from tui.history import NS_PER_MS, ChartView, TargetHistory
 from tui.widgets import RichLines

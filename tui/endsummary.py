@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from loadgen.histogram import HistogramSnapshot
-from loadgen.tick import Phase, RunEvent, Tick
+from loadgen.core.events import RunEvent
+from loadgen.core.histogram import HistogramSnapshot
+from loadgen.core.ticks import Phase, Tick
 
 NS_PER_MS = 1e6
 E2E_PERCENTILES = (50.0, 99.0, 99.9, 99.99)

@@ -12,8 +12,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from loadgen.histogram import HistogramSnapshot, percentiles
-from loadgen.tick import Tick
+from loadgen.core.histogram import HistogramSnapshot, percentiles
+from loadgen.core.ticks import Tick
 
 HISTORY_WINDOW_S = 300.0  # the charts' default window: the last five minutes
 # the windows the window key cycles through; None is the whole run

@@ -23,7 +23,7 @@ from textual.suggester import SuggestFromList
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from loadgen.errors import StreambenchError
+from loadgen.core.errors import StreambenchError
 from tui.keys import LAUNCHER_KEY_TABLE, Key
 from tui.widgets import HelpScreen, KeyLine
 
@@ -169,7 +169,7 @@ class LaunchSettings:
         return None
 
     def workload_error(self) -> str | None:
-        from loadgen.workload import load_workload
+        from loadgen.core.workload import load_workload
 
         if not self.workload.strip():
             return None
@@ -284,7 +284,7 @@ class LauncherScreen(Screen[None]):
     # ---- layout -------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        from loadgen.workload import bundled_workloads
+        from loadgen.core.workload import bundled_workloads
 
         yield Static(Text(" NEW RUN ", style="bold reverse") + Text(
             "  type targets and settings as on the command line · f1 help"), id="title")
@@ -387,7 +387,7 @@ class LauncherScreen(Screen[None]):
                         exclusive=True)
 
     def _show_workload_hint(self) -> None:
-        from loadgen.workload import load_workload
+        from loadgen.core.workload import load_workload
         from tui.cli import describe_workload
 
         hint = self.query_one("#workload-hint", Static)
@@ -458,7 +458,7 @@ class LauncherScreen(Screen[None]):
                                                      for p in PLATFORMS.values()]), picked)
 
     def action_pick_workload(self) -> None:
-        from loadgen.workload import bundled_workloads, load_workload
+        from loadgen.core.workload import bundled_workloads, load_workload
         from tui.cli import describe_workload
 
         def picked(name: str | None) -> None:

@@ -24,7 +24,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, Log, Static
 
-from loadgen.errors import StackError
+from loadgen.core.errors import StackError
 from tui.metadata import RunDescription, kept_logs, targets
 
 LOG_LINES = 200  # the pane's last lines, shared out between the sources of a target

@@ -16,7 +16,7 @@ from typing import Protocol
 from rich.style import Style
 from rich.text import Text
 
-from loadgen.tick import Phase
+from loadgen.core.ticks import Phase
 from tui import formatting as fmt
 from tui.charts import area_chart
 from tui.history import (

@@ -20,19 +20,11 @@ import pyarrow.dataset as ds
 
 from analysis.runmeta import read_run_meta
 from analysis.schema import SCHEMA_VERSION, SCHEMAS
-from loadgen.errors import StreambenchError, WorkloadError
-from loadgen.histogram import HistogramSnapshot
-from loadgen.tick import (
-    ConsumerStat,
-    LagSnapshot,
-    LoadgenHealth,
-    Phase,
-    PhaseChange,
-    Resources,
-    RunEvent,
-    Tick,
-)
-from loadgen.workload import Workload, parse_workload
+from loadgen.core.errors import StreambenchError, WorkloadError
+from loadgen.core.events import PhaseChange, RunEvent
+from loadgen.core.histogram import HistogramSnapshot
+from loadgen.core.ticks import ConsumerStat, LagSnapshot, LoadgenHealth, Phase, Resources, Tick
+from loadgen.core.workload import Workload, parse_workload
 from tui.history import Baseline
 
 ReplayItem = Tick | PhaseChange | RunEvent

@@ -17,7 +17,8 @@ from typing import ClassVar
 from textual.binding import BindingType
 
 from analysis.schema import SCHEMA_VERSION
-from loadgen.tick import Phase, PhaseChange, RunEvent, Tick
+from loadgen.core.events import PhaseChange, RunEvent
+from loadgen.core.ticks import Phase, Tick
 from tui import formatting as fmt
 from tui.app import DashboardApp
 from tui.history import Baseline, metric_values

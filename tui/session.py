@@ -28,9 +28,9 @@ from textual.screen import Screen
 from textual.widgets import Markdown, Static
 
 from analysis.warmup import WarmUp
-from loadgen.errors import StreambenchError
+from loadgen.core.errors import StreambenchError
+from loadgen.core.workload import Workload
 from loadgen.run import RunSummary
-from loadgen.workload import Workload
 from tui.app import DashboardApp
 from tui.endsummary import EndSummary, rows
 from tui.keys import END_KEY_TABLE, REPORT_KEY_TABLE, Key

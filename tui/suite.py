@@ -43,8 +43,8 @@ from typing import Any, BinaryIO
 
 import yaml
 
-from loadgen.errors import WorkloadError
-from loadgen.workload import Workload, load_workload, parse_workload, shown
+from loadgen.core.errors import WorkloadError
+from loadgen.core.workload import Workload, load_workload, parse_workload, shown
 
 SUITE_FORMAT = 1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

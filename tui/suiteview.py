@@ -29,7 +29,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Static
 
-from loadgen.errors import StreambenchError
+from loadgen.core.errors import StreambenchError
 from tui import formatting as fmt
 from tui.driver import quiet_driver_class
 from tui.keys import SUITE_KEY_TABLE, Key

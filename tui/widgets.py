@@ -21,8 +21,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
-from loadgen.tick import Phase
-from loadgen.workload import Workload
+from loadgen.core.ticks import Phase
+from loadgen.core.workload import Workload
 from tui import formatting as fmt
 from tui.history import ChartView, TargetHistory
 from tui.keys import KEY_TABLE, Key

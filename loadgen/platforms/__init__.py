@@ -12,10 +12,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from importlib import metadata
 
-from loadgen.errors import TargetError
+from loadgen.core.errors import TargetError
+from loadgen.core.platform import Platform
+from loadgen.core.target import OptionSpec, Target, parse_target
 from loadgen.platforms.runtime import place
-from loadgen.platforms.spec import Platform
-from loadgen.target import OptionSpec, Target, parse_target
 
 GROUP = "streambench.platforms"
 # warnings met while loading: a plugin that fails to import or declares a taken name
@@ -64,7 +64,7 @@ class Registry(Mapping[str, Platform]):
             declared = ep.load()
             platforms = list(declared)
             if not all(isinstance(p, Platform) for p in platforms):
-                raise TypeError("it is not a list of loadgen.platforms.spec.Platform")
+                raise TypeError("it is not a list of loadgen.core.platform.Platform")
         except Exception as exc:  # a broken plugin is named, not fatal
             LOAD_WARNINGS.append(f"platform plugin {ep.name} = {ep.value} not loaded: "
                                  f"{type(exc).__name__}: {exc}")

@@ -22,7 +22,6 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.partitioner import DefaultPartitioner
 
-from collectors.base import Collector
 from collectors.kafka import KafkaLag, TopicActivity, topic_activity
 from collectors.resources import resource_collectors
 from compose.docker_stacks import KafkaDockerStack, RedpandaDockerStack
@@ -35,16 +34,12 @@ from compose.kafka import (
     parse_zookeeper_version,
 )
 from compose.net import connect_failure
-from compose.stack import Stack, StackDescription
-from loadgen.errors import DriverError, StackError
-from loadgen.omb_driver import driver_option, kafka_driver
-from loadgen.platforms import kafka_rdkafka
-from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
-from loadgen.platforms.config_names import KAFKA_BROKER, KAFKA_TOPIC
-from loadgen.platforms.runtime import runtime_options
-from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
-from loadgen.security import KAFKA_SECURITY_OPTIONS, ClientSecurity
-from loadgen.settings import (
+from loadgen.core.collector import Collector
+from loadgen.core.driver import Consumer, Driver, OutMessage, Producer, ReceivedBatch
+from loadgen.core.errors import DriverError, StackError
+from loadgen.core.platform import Platform, parse_non_negative, parse_port
+from loadgen.core.security import KAFKA_SECURITY_OPTIONS, ClientSecurity
+from loadgen.core.settings import (
     SettingsRecord,
     config_option,
     kwargs_check,
@@ -54,7 +49,12 @@ from loadgen.settings import (
     settings_of,
     signature_defaults,
 )
-from loadgen.target import OptionSpec, Target, parse_bool, parse_positive_int
+from loadgen.core.stack import Stack, StackDescription
+from loadgen.core.target import OptionSpec, Target, parse_bool, parse_positive_int
+from loadgen.omb_driver import driver_option, kafka_driver
+from loadgen.platforms import kafka_rdkafka
+from loadgen.platforms.config_names import KAFKA_BROKER, KAFKA_TOPIC
+from loadgen.platforms.runtime import runtime_options
 
 INTENDED_HEADER = "t"
 RECEIVE_TIMEOUT_MS = 100

@@ -30,10 +30,10 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from collectors.kafka import TopicActivity
-from loadgen.errors import DriverError, StackError
-from loadgen.platforms.base import Acknowledged, Consumer, OutMessage, Producer, ReceivedBatch
-from loadgen.security import ClientSecurity
-from loadgen.target import Target
+from loadgen.core.driver import Acknowledged, Consumer, OutMessage, Producer, ReceivedBatch
+from loadgen.core.errors import DriverError, StackError
+from loadgen.core.security import ClientSecurity
+from loadgen.core.target import Target
 
 INTENDED_HEADER = "t"
 # messages one consume() returns at most (a maximum-rate consumer reads this many per wake-up)

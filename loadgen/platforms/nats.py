@@ -38,7 +38,6 @@ from nats.js.api import (
 )
 from nats.js.errors import APIError, NotFoundError
 
-from collectors.base import Collector
 from collectors.nats import NatsTelemetry, monitor_get
 from collectors.resources import resource_collectors
 from compose.nats import (
@@ -51,17 +50,11 @@ from compose.nats import (
     version_text,
 )
 from compose.nats import open_connection as _open_connection
-from compose.stack import Stack, StackDescription
-from loadgen.errors import DriverError, StackError
-from loadgen.platforms.base import Consumer, Driver, OutMessage, Producer, ReceivedBatch
-from loadgen.platforms.config_names import (
-    NATS_JETSTREAM,
-    NATS_SERVER,
-    NATS_SERVER_BLOCKS,
-)
-from loadgen.platforms.runtime import runtime_options
-from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
-from loadgen.settings import (
+from loadgen.core.collector import Collector
+from loadgen.core.driver import Consumer, Driver, OutMessage, Producer, ReceivedBatch
+from loadgen.core.errors import DriverError, StackError
+from loadgen.core.platform import Platform, parse_non_negative, parse_port
+from loadgen.core.settings import (
     SettingsRecord,
     config_option,
     hint,
@@ -71,7 +64,14 @@ from loadgen.settings import (
     settings_of,
     signature_defaults,
 )
-from loadgen.target import OptionSpec, Target, parse_positive_int
+from loadgen.core.stack import Stack, StackDescription
+from loadgen.core.target import OptionSpec, Target, parse_positive_int
+from loadgen.platforms.config_names import (
+    NATS_JETSTREAM,
+    NATS_SERVER,
+    NATS_SERVER_BLOCKS,
+)
+from loadgen.platforms.runtime import runtime_options
 
 INTENDED_HEADER = "t"
 ACK_TIMEOUT_S = 30.0  # a batch with publish acknowledgements missing this long has failed

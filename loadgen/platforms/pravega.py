@@ -61,7 +61,6 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from collectors.base import Collector
 from collectors.pravega import PravegaTelemetry, reader_group_name
 from collectors.pravega_host import HEADER, WRITER_INFLIGHT, ClientHost
 from collectors.resources import resource_collectors
@@ -74,9 +73,8 @@ from compose.pravega import (
     controller_answers,
 )
 from compose.pulsar import parse_heap
-from compose.stack import Stack, StackDescription
-from loadgen.errors import DriverError, TargetError
-from loadgen.platforms.base import (
+from loadgen.core.collector import Collector
+from loadgen.core.driver import (
     Acknowledged,
     Consumer,
     Driver,
@@ -84,11 +82,13 @@ from loadgen.platforms.base import (
     Producer,
     ReceivedBatch,
 )
+from loadgen.core.errors import DriverError, TargetError
+from loadgen.core.platform import OptionalClient, Platform, parse_port
+from loadgen.core.settings import SettingsRecord, config_option, kwargs_check, namespace, settings_of
+from loadgen.core.stack import Stack, StackDescription
+from loadgen.core.target import OptionSpec, Target
 from loadgen.platforms.pravega_property_names import PRAVEGA_COMPONENTS
 from loadgen.platforms.runtime import runtime_options
-from loadgen.platforms.spec import OptionalClient, Platform, parse_port
-from loadgen.settings import SettingsRecord, config_option, kwargs_check, namespace, settings_of
-from loadgen.target import OptionSpec, Target
 
 RECEIVE_WAIT_S = 0.1
 CALL_TIMEOUT_S = 30.0

@@ -44,7 +44,6 @@ import _pulsar
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
-from collectors.base import Collector
 from collectors.pulsar import PulsarTelemetry
 from collectors.resources import resource_collectors
 from compose.docker_stacks import PulsarDockerStack
@@ -64,10 +63,8 @@ from compose.pulsar import (
     topic_path,
     unreachable,
 )
-from compose.stack import Stack, StackDescription
-from loadgen.errors import DriverError, TargetError
-from loadgen.omb_driver import driver_option, pulsar_driver
-from loadgen.platforms.base import (
+from loadgen.core.collector import Collector
+from loadgen.core.driver import (
     Acknowledged,
     Consumer,
     Driver,
@@ -75,11 +72,10 @@ from loadgen.platforms.base import (
     Producer,
     ReceivedBatch,
 )
-from loadgen.platforms.config_names import PULSAR_BROKER
-from loadgen.platforms.runtime import runtime_options
-from loadgen.platforms.spec import Platform, parse_port
-from loadgen.security import PLAINTEXT, PULSAR_SECURITY_OPTIONS, ClientSecurity
-from loadgen.settings import (
+from loadgen.core.errors import DriverError, TargetError
+from loadgen.core.platform import Platform, parse_port
+from loadgen.core.security import PLAINTEXT, PULSAR_SECURITY_OPTIONS, ClientSecurity
+from loadgen.core.settings import (
     SettingsRecord,
     config_option,
     kwargs_check,
@@ -88,7 +84,11 @@ from loadgen.settings import (
     profile_option,
     signature_defaults,
 )
-from loadgen.target import OptionSpec, Target, parse_bool, parse_positive_int
+from loadgen.core.stack import Stack, StackDescription
+from loadgen.core.target import OptionSpec, Target, parse_bool, parse_positive_int
+from loadgen.omb_driver import driver_option, pulsar_driver
+from loadgen.platforms.config_names import PULSAR_BROKER
+from loadgen.platforms.runtime import runtime_options
 
 SEND_TIME = "t"
 # non-persistent topics give every message of a batch the same ledger and entry id: there the

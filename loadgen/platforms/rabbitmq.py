@@ -59,7 +59,6 @@ from typing import TYPE_CHECKING, Any
 from rstream.client import Client, ClientPool
 from rstream.exceptions import StreamAlreadyExists
 
-from collectors.base import Collector
 from collectors.rabbitmq import RabbitTelemetry, management_get
 from collectors.resources import resource_collectors
 from compose.net import connect_failure
@@ -70,16 +69,17 @@ from compose.rabbitmq import (
     parse_address,
     read_node_settings,
 )
-from compose.stack import Stack, StackDescription
-from loadgen.errors import DriverError, StackError, TargetError
+from loadgen.core.collector import Collector
+from loadgen.core.driver import Consumer, Driver, Producer
+from loadgen.core.errors import DriverError, StackError, TargetError
+from loadgen.core.platform import OptionalClient, Platform, parse_non_negative, parse_port
+from loadgen.core.security import REDIS_SECURITY_OPTIONS, read_secret
+from loadgen.core.settings import SettingsRecord, config_option, kwargs_check, namespace, settings_of
+from loadgen.core.stack import Stack, StackDescription
+from loadgen.core.target import OptionSpec, Target, join_host_port
 from loadgen.omb_driver import RABBITMQ_FIELDS, driver_option, named_driver
-from loadgen.platforms.base import Consumer, Driver, Producer
 from loadgen.platforms.rabbitmq_conf_names import RABBITMQ_CONF, RABBITMQ_OTHER_PLUGINS
 from loadgen.platforms.runtime import runtime_options
-from loadgen.platforms.spec import OptionalClient, Platform, parse_non_negative, parse_port
-from loadgen.security import REDIS_SECURITY_OPTIONS, read_secret
-from loadgen.settings import SettingsRecord, config_option, kwargs_check, namespace, settings_of
-from loadgen.target import OptionSpec, Target, join_host_port
 
 if TYPE_CHECKING:
     import rbfly.streams as rbs

@@ -21,8 +21,8 @@ from rbfly.streams.error import ProtocolError
 from rbfly.util import Option
 
 from compose.net import connect_failure
-from loadgen.errors import DriverError
-from loadgen.platforms.base import Consumer, OutMessage, Producer, ReceivedBatch
+from loadgen.core.driver import Consumer, OutMessage, Producer, ReceivedBatch
+from loadgen.core.errors import DriverError
 from loadgen.platforms.rabbitmq import CONNECT_TIMEOUT_S, RECONNECT_PAUSE_S
 
 INTENDED_PROPERTY = "t"

@@ -16,15 +16,11 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
-from collectors.base import Collector
-from collectors.redis import RedisTelemetry
 from collectors.resources import resource_collectors
 from compose.docker_stacks import RedisDockerStack
 from compose.redis import RedisExternalStack, RedisLocalStack, connect_failure, parse_address
-from compose.stack import Stack, StackDescription
-from loadgen.errors import DriverError
-from loadgen.omb_driver import REDIS_FIELDS, driver_option, named_driver
-from loadgen.platforms.base import (
+from loadgen.core.collector import Collector
+from loadgen.core.driver import (
     Acknowledged,
     Consumer,
     Delivered,
@@ -33,19 +29,23 @@ from loadgen.platforms.base import (
     Producer,
     ReceivedBatch,
 )
-from loadgen.platforms.config_names import REDIS_DIRECTIVES
-from loadgen.platforms.runtime import runtime_options
-from loadgen.platforms.spec import Platform, parse_non_negative, parse_port
-from loadgen.resp import RespConnection, RespError, encode
-from loadgen.security import PLAINTEXT, REDIS_SECURITY_OPTIONS, ClientSecurity
-from loadgen.settings import (
+from loadgen.core.errors import DriverError
+from loadgen.core.platform import Platform, parse_non_negative, parse_port
+from loadgen.core.security import PLAINTEXT, REDIS_SECURITY_OPTIONS, ClientSecurity
+from loadgen.core.settings import (
     SettingsRecord,
     config_option,
     names_check,
     namespace,
     profile_option,
 )
-from loadgen.target import OptionSpec, Target, join_host_port, parse_bool
+from loadgen.core.stack import Stack, StackDescription
+from loadgen.core.target import OptionSpec, Target, join_host_port, parse_bool
+from loadgen.omb_driver import REDIS_FIELDS, driver_option, named_driver
+from loadgen.platforms.config_names import REDIS_DIRECTIVES
+from loadgen.platforms.redis_resp import RespConnection, RespError, encode
+from loadgen.platforms.redis_telemetry import RedisTelemetry
+from loadgen.platforms.runtime import runtime_options
 
 READ_COUNT = 1000
 BLOCK_MS = 100

@@ -6,7 +6,7 @@ The runtime of a target is, first match wins: its own `runtime=` option; `--runt
 run; $STREAMBENCH_RUNTIME where the platform has that runtime; docker when the platform has no
 other; docker when a Docker engine (and a compose CLI) answers and every image the platform's
 compose file runs is present locally (nothing to pull); else the platform's last runtime
-(local). When the rule decides, its reason goes with the target (compose.stack.RUNTIME_NOTE)
+(local). When the rule decides, its reason goes with the target (loadgen.core.stack.RUNTIME_NOTE)
 and the stack says it as its first progress line. `PLATFORM@ADDRESS` is always the external
 runtime. Limits follow the same order: the
 target's `cpus=`/`memory=`, then the run's `--cpus`/`--memory` (or the workload's
@@ -20,10 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 from compose.docker import engine_answers, image_present, parse_cpus, parse_memory
-from compose.stack import RUNTIME_NOTE
-from loadgen.errors import TargetError
-from loadgen.security import ClientSecurity
-from loadgen.target import OptionSpec, Target, parse_bool
+from loadgen.core.errors import TargetError
+from loadgen.core.security import ClientSecurity
+from loadgen.core.stack import RUNTIME_NOTE
+from loadgen.core.target import OptionSpec, Target, parse_bool
 
 RUNTIME_ENV = "STREAMBENCH_RUNTIME"
 RESOURCE_SOURCES = ("docker", "cadvisor", "process")

@@ -17,8 +17,9 @@ import numpy.typing as npt
 
 from analysis.schema import LATENCY_KINDS
 from analysis.sink import ParquetSink, RawSamples, write_run_json
-from loadgen.histogram import Histogram
-from loadgen.tick import LagSnapshot, Phase, PhaseChange, Resources, RunEvent, Tick
+from loadgen.core.events import PhaseChange, RunEvent
+from loadgen.core.histogram import Histogram
+from loadgen.core.ticks import LagSnapshot, Phase, Resources, Tick
 
 T0_NS = 1_767_225_600_123_456_789  # 2026-01-01T00:00:00.123456789Z
 MESSAGE_SIZE = 1000

@@ -24,8 +24,8 @@ from analysis.labels import resolve_baseline, run_marks, target_labels
 from analysis.report import build_report, check_baseline
 from analysis.runs import load_runs
 from loadgen.assignments import AssignmentWatch
-from loadgen.errors import ReportError
-from loadgen.tick import ConsumerStat
+from loadgen.core.errors import ReportError
+from loadgen.core.ticks import ConsumerStat
 from tests.analysis.synthetic_runs import SyntheticRun
 
 S = 1_000_000  # µs

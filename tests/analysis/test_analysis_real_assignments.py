@@ -18,12 +18,14 @@ from aiokafka import AIOKafkaConsumer
 from analysis.report import build_report
 from analysis.sink import ParquetSink
 from compose.kafka import KafkaRuntime
+from loadgen.core.bus import BusItem
+from loadgen.core.events import PhaseChange, RunEvent
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Phase, Tick
+from loadgen.core.workload import Workload
 from loadgen.platforms import resolve_target
 from loadgen.platforms.kafka import group_id
 from loadgen.run import Run, RunSummary
-from loadgen.target import unique_labels
-from loadgen.tick import BusItem, Phase, PhaseChange, RunEvent, Tick
-from loadgen.workload import Workload
 from tests.integration.kafka_support import kafka_39  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

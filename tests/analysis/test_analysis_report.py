@@ -29,9 +29,9 @@ from analysis.schema import LATENCY_KINDS
 from analysis.sections import fmt
 from analysis.sink import ParquetSink, write_run_json
 from analysis.stats import t_quantile
-from loadgen.errors import OutputError, ReportError
-from loadgen.histogram import bucket_bounds, bucket_index
-from loadgen.tick import Tick
+from loadgen.core.errors import OutputError, ReportError
+from loadgen.core.histogram import bucket_bounds, bucket_index
+from loadgen.core.ticks import Tick
 from tests.analysis.conftest import (
     LAG_GROWTH,
     MEMORY_GROWTH,

@@ -18,9 +18,10 @@ import pytest
 import analysis.sink as sink_module
 from analysis.schema import LATENCY_KINDS, SCHEMA_VERSION, SCHEMAS
 from analysis.sink import SMALL_FILE_ROWS, ParquetSink, _repeated, write_run_json
-from loadgen.errors import OutputError
-from loadgen.histogram import HistogramSnapshot, bucket_value, percentiles
-from loadgen.tick import Phase, PhaseChange, Resources, RunEvent, Tick
+from loadgen.core.errors import OutputError
+from loadgen.core.events import PhaseChange, RunEvent
+from loadgen.core.histogram import HistogramSnapshot, bucket_value, percentiles
+from loadgen.core.ticks import Phase, Resources, Tick
 from tests.analysis.synthetic_runs import T0_NS, FakeClock, TargetModel, write_synthetic_run
 
 TABLES = ("ticks", "latency", "lag", "broker", "events", "raw")

@@ -16,8 +16,8 @@ from analysis.markdown import render_markdown
 from analysis.schema import LATENCY_KINDS
 from analysis.sections import TOO_SHORT, Document, Table, build_document, fmt
 from analysis.summary import summary_table
-from loadgen.histogram import bucket_bounds, bucket_index
-from loadgen.tick import Tick
+from loadgen.core.histogram import bucket_bounds, bucket_index
+from loadgen.core.ticks import Tick
 from tests.analysis.conftest import (
     DELTA_SEGMENTS,
     GAMMA_SEGMENTS,

@@ -21,7 +21,7 @@ import pytest
 from analysis.compute import compute_report
 from analysis.runs import load_runs, read_table
 from analysis.schema import MIN_READER_VERSION, SCHEMA_VERSION, SCHEMAS
-from loadgen.errors import ReportError
+from loadgen.core.errors import ReportError
 from tests.analysis.synthetic_runs import SyntheticRun
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,8 @@ from pathlib import Path
 from analysis.compute import compute_report
 from analysis.runs import load_runs
 from analysis.warmup import MEASURING_TICKS, RATE, STOP_LEAD_S, WarmUp, write_tiny_run
-from loadgen.tick import Phase, PhaseChange
+from loadgen.core.events import PhaseChange
+from loadgen.core.ticks import Phase
 
 
 def _leftovers() -> set[str]:

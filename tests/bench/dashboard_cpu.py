@@ -44,12 +44,14 @@ import psutil
 from memory_recall import recall_us  # the bench next to this one (scripts run from here)
 
 from analysis.sink import ParquetSink
+from loadgen.core.bus import BusItem
+from loadgen.core.events import PhaseChange
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Phase
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
-from loadgen.target import unique_labels
-from loadgen.tick import BusItem, Phase, PhaseChange
-from loadgen.workload import Workload
 from tui import widgets
 from tui.app import DashboardApp
 from tui.detail import DetailScreen

@@ -43,13 +43,14 @@ from redis_consume import measuring_rates, worker_cpu_s  # the bench next to thi
 
 from analysis.sink import ParquetSink
 from compose.kafka import KAFKA_3, KafkaLocalStack, KafkaRuntime, kafka_runtime
-from loadgen.histogram import HistogramSnapshot, percentiles
+from loadgen.core.events import PhaseChange
+from loadgen.core.histogram import HistogramSnapshot, percentiles
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Phase, Tick
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
-from loadgen.target import unique_labels
-from loadgen.tick import Phase, PhaseChange, Tick
-from loadgen.workload import Workload
 
 PERCENTILES = [50.0, 99.0, 99.9]
 

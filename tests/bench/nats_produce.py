@@ -27,11 +27,11 @@ import pyarrow.dataset as ds
 from analysis.sink import ParquetSink
 from compose.nats import find_server
 from compose.process import free_port, port_in_use, start_process, stop_process
+from loadgen.core.target import unique_labels
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
-from loadgen.target import unique_labels
-from loadgen.workload import Workload
 
 API_REQUESTS_MAX = 20  # JetStream API requests of one run (account info, stream create/delete …)
 

@@ -58,13 +58,14 @@ from redis_consume import worker_cpu_s
 
 from analysis.sink import ParquetSink
 from compose.process import free_port, start_process, stop_process
-from loadgen.histogram import HistogramSnapshot
+from loadgen.core.bus import BusItem
+from loadgen.core.histogram import HistogramSnapshot
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Phase, Tick
+from loadgen.core.workload import Workload
 from loadgen.pacing import EVENT_LOOP_ENV, event_loop_kind, run_precise, tune_process
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
-from loadgen.target import unique_labels
-from loadgen.tick import BusItem, Phase, Tick
-from loadgen.workload import Workload
 
 GOAL_CPU = {1000: 8.0, 5000: 25.0}  # % of one core
 GOAL_RATIO = 2.0  # e2e p50 / raw round trip p50, at 1,000 msg/s
@@ -109,7 +110,7 @@ def raw_rtt_ns(port: int, size: int, count: int, every_s: float = 0.0) -> list[i
 def client_rtt_ns(port: int, size: int, count: int) -> list[int]:
     """Round trips of XADD one at a time through streambench's own client (RespConnection on
     the precise event loop): the floor for the same client stack the load uses."""
-    from loadgen.resp import RespConnection
+    from loadgen.platforms.redis_resp import RespConnection
 
     async def loop() -> list[int]:
         conn = await RespConnection.open("127.0.0.1", port)

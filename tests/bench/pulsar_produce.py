@@ -44,12 +44,13 @@ from redis_consume import measuring_rates, worker_cpu_s  # the bench next to thi
 
 from analysis.sink import ParquetSink
 from compose.pulsar import ADMIN_ENDPOINT, PULSAR_VERSION, PulsarLocalStack, distribution, topic_path
+from loadgen.core.events import PhaseChange
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Phase
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
-from loadgen.target import unique_labels
-from loadgen.tick import Phase, PhaseChange
-from loadgen.workload import Workload
 
 # pulsar-perf always paces with a rate limiter (it refuses 0): a rate no broker here reaches
 UNLIMITED_RATE = 100_000_000

@@ -47,14 +47,15 @@ import pyarrow.dataset as ds
 
 from analysis.sink import ParquetSink
 from compose.process import free_port, start_process, stop_process
-from loadgen.histogram import HistogramSnapshot
+from loadgen.core.bus import BusItem
+from loadgen.core.histogram import HistogramSnapshot
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Phase, Tick
+from loadgen.core.workload import Workload
 from loadgen.load import MAX_RATE_BATCH
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
-from loadgen.target import unique_labels
-from loadgen.tick import BusItem, Phase, Tick
-from loadgen.workload import Workload
 
 READERS = ("hiredis", "python")
 

@@ -20,12 +20,12 @@ import pyarrow.dataset as ds
 
 from analysis.sink import ParquetSink
 from compose.process import free_port, start_process, stop_process
+from loadgen.core.target import unique_labels
+from loadgen.core.workload import Workload
 from loadgen.load import MAX_RATE_BATCH
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
-from loadgen.target import unique_labels
-from loadgen.workload import Workload
 
 
 def xadd_calls(port: int) -> int:

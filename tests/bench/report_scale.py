@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from analysis.schema import LATENCY_KINDS, SCHEMAS, SUMMARY_STATS  # noqa: E402
 from analysis.sink import ROTATE_S, SMALL_FILE_ROWS, write_run_json  # noqa: E402
-from loadgen.histogram import bucket_index, bucket_value  # noqa: E402
+from loadgen.core.histogram import bucket_index, bucket_value  # noqa: E402
 
 T0_US = 1_767_225_600_000_000
 ROTATE_TICKS = int(ROTATE_S)

@@ -21,13 +21,14 @@ import pytest
 
 from analysis.sink import ParquetSink
 from compose.docker import COMPOSE_DIR
+from loadgen.core.events import RunEvent
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Phase, Tick
+from loadgen.core.workload import Workload
 from loadgen.load import TargetLoad
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
-from loadgen.target import unique_labels
-from loadgen.tick import Phase, RunEvent, Tick
-from loadgen.workload import Workload
 from tests.containers import images
 from tests.containers.conftest import labelled, nothing_labelled, run_id_of
 from tests.integration.conftest import CLI, CliRun

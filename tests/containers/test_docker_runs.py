@@ -19,12 +19,12 @@ import pytest
 
 from analysis.sink import ParquetSink
 from compose.docker import RUN_LABEL
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Tick
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, RunSummary
-from loadgen.target import unique_labels
-from loadgen.tick import Tick
-from loadgen.workload import Workload
 from tests.containers.conftest import nothing_labelled
 from tests.integration.conftest import run_json
 

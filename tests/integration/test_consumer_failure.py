@@ -10,11 +10,13 @@ from collections.abc import Callable
 
 import pytest
 
+from loadgen.core.bus import BusItem
+from loadgen.core.events import RunEvent
+from loadgen.core.ticks import Phase
+from loadgen.core.workload import Workload
 from loadgen.load import TargetLoad
 from loadgen.pacing import now_ns
 from loadgen.platforms import resolve_target
-from loadgen.tick import BusItem, Phase, RunEvent
-from loadgen.workload import Workload
 
 pytestmark = pytest.mark.integration
 

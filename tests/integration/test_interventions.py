@@ -293,8 +293,8 @@ def test_redis_lag_counts_a_stream_whose_group_is_gone(tmp_path: Path) -> None:
     stream, not 0; with the group made again from the first entry, the group's own lag."""
     import asyncio
 
-    from collectors.redis import RedisTelemetry
     from compose.process import free_port
+    from loadgen.platforms.redis_telemetry import RedisTelemetry
 
     port = free_port()
     server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",

@@ -14,8 +14,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.partitioner import DefaultPartitioner
 
 from collectors.kafka import COMMITTED_SOURCE, KafkaLag
+from loadgen.core.driver import OutMessage
 from loadgen.platforms import resolve_target
-from loadgen.platforms.base import OutMessage
 from loadgen.platforms.kafka import KafkaDriver, group_id
 from tests.integration.backlog_support import WORKLOAD_FIELDS, assert_backlog_phase
 from tests.integration.conftest import run_cli, run_json

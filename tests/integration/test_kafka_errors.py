@@ -12,10 +12,10 @@ import pytest
 
 from compose.kafka import parse_bootstrap, parse_version
 from compose.process import free_port, port_in_use
-from loadgen.errors import StackError
+from loadgen.core.errors import StackError
+from loadgen.core.workload import load_workload
 from loadgen.platforms import resolve_target
 from loadgen.platforms.kafka import topic_name
-from loadgen.workload import load_workload
 from tests.integration.conftest import CLI
 from tests.integration.kafka_support import kafka_39, nothing_left_running  # noqa: F401
 from tests.integration.test_redis_run import _one_error_line

@@ -15,12 +15,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import murmur2
 
 from analysis.sink import ParquetSink
-from loadgen.interventions import parse_at
+from loadgen.core.interventions import parse_at
+from loadgen.core.target import unique_labels
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, RunSummary
-from loadgen.target import unique_labels
-from loadgen.workload import Workload
 from tests.conftest import run_cli
 from tests.integration.conftest import run_json
 from tests.integration.kafka_support import Cluster, kafka_39, kafka_cluster  # noqa: F401

@@ -12,11 +12,11 @@ import pyarrow.dataset as ds
 import pytest
 
 from analysis.sink import ParquetSink
+from loadgen.core.target import unique_labels
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, RunSummary
-from loadgen.target import unique_labels
-from loadgen.workload import Workload
 from tests.integration.conftest import CliRun, port_listening, run_json
 from tests.integration.kafka_support import kafka_39, nothing_left_running  # noqa: F401  (fixtures)
 

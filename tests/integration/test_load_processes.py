@@ -12,12 +12,12 @@ import pyarrow.dataset as ds
 import pytest
 
 from analysis.sink import ParquetSink
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Phase, Tick
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, RunSummary
-from loadgen.target import unique_labels
-from loadgen.tick import Phase, Tick
-from loadgen.workload import Workload
 from tests.integration.conftest import run_json
 
 pytestmark = pytest.mark.integration

@@ -81,8 +81,8 @@ def test_a_redis_container_whose_limit_will_not_hold_the_stream_is_warned(capsys
     """A docker Redis target with memory= under what its stream will take gets its own warning
     line before the start (the kernel would kill redis-server inside its container long before
     the machine runs low); with maxlen=, or a limit that holds the stream, none."""
+    from loadgen.core.workload import Workload
     from loadgen.platforms import resolve_target
-    from loadgen.workload import Workload
     from tui.cli import _check_memory_room
 
     workload = Workload(rate=10_000, duration_s=60, warmup_s=0, message_size=1024)

@@ -25,14 +25,14 @@ from analysis.sink import ParquetSink
 from collectors.nats import NatsTelemetry
 from compose.nats import MONITOR_ENDPOINT, ConnectFailed, NatsLocalStack, find_server, server_version
 from compose.process import free_port, port_in_use, start_process, stop_process
-from compose.stack import StackContext
+from loadgen.core.driver import OutMessage
+from loadgen.core.stack import StackContext
+from loadgen.core.target import unique_labels
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
-from loadgen.platforms.base import OutMessage
 from loadgen.platforms.nats import NatsConsumer, NatsDriver, stream_name
 from loadgen.run import Run, RunSummary
-from loadgen.target import unique_labels
-from loadgen.workload import Workload
 from tests.conftest import none_left
 from tests.integration.conftest import run_cli, run_json
 from tests.integration.test_redis_run import _one_error_line, _wait_gone

@@ -20,18 +20,18 @@ import pytest
 
 from analysis.report import build_report
 from analysis.sink import ParquetSink
-from collectors.base import Reading
 from collectors.pravega import PravegaTelemetry, reader_group_name
 from collectors.pravega_host import EVENT_FRAME_BYTES, HEADER
 from compose.pravega import CONTROLLER_ENDPOINT, MAIN_CLASS, PravegaLocalStack
 from compose.process import port_in_use
+from loadgen.core.collector import Reading
+from loadgen.core.driver import OutMessage
+from loadgen.core.target import unique_labels
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
-from loadgen.platforms.base import OutMessage
 from loadgen.platforms.pravega import PravegaDriver, partition_keys, segment_of
 from loadgen.run import Run, RunSummary
-from loadgen.target import unique_labels
-from loadgen.workload import Workload
 from tests.integration.conftest import run_cli, run_json
 from tests.integration.test_redis_run import _one_error_line, _wait_gone
 

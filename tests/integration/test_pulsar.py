@@ -23,13 +23,13 @@ from analysis.sink import ParquetSink
 from collectors.pulsar import PulsarTelemetry
 from compose.process import port_in_use
 from compose.pulsar import ADMIN_ENDPOINT, PulsarLocalStack, PulsarTargetConfig, topic_path
+from loadgen.core.driver import OutMessage
+from loadgen.core.target import unique_labels
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
-from loadgen.platforms.base import OutMessage
 from loadgen.platforms.pulsar import PulsarDriver
 from loadgen.run import Run, RunSummary
-from loadgen.target import unique_labels
-from loadgen.workload import Workload
 from tests.integration.backlog_support import WORKLOAD_FIELDS, assert_backlog_phase
 from tests.integration.conftest import CLI, run_cli, run_json
 from tests.integration.test_redis_run import _one_error_line

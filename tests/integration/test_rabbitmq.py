@@ -19,12 +19,12 @@ from rbfly.streams.protocol import RabbitMQStreamsProtocol
 
 from analysis.sink import ParquetSink
 from compose.rabbitmq import RabbitLocalStack, epmd_binary, hello, script
+from loadgen.core.driver import OutMessage
+from loadgen.core.target import unique_labels
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import PLATFORMS, resolve_target
-from loadgen.platforms.base import OutMessage
 from loadgen.run import Run
-from loadgen.target import unique_labels
-from loadgen.workload import Workload
 from tests.integration.conftest import run_cli, run_json
 
 pytestmark = pytest.mark.integration

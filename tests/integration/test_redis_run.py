@@ -19,11 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.sink import ROTATE_S, ParquetSink
+from loadgen.core.target import unique_labels
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import DRAIN_FIRST_LOOK_S, Run, RunSummary
-from loadgen.target import unique_labels
-from loadgen.workload import Workload
 from tests.integration.conftest import CliRun, port_listening, run_cli, run_json
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from collectors.redis import RedisTelemetry
 from compose.process import free_port
+from loadgen.platforms.redis_telemetry import RedisTelemetry
 
 pytestmark = pytest.mark.integration
 

@@ -20,9 +20,9 @@ import pytest
 import compose.pulsar
 from compose.process import free_port
 from compose.pulsar import PulsarAdmin, PulsarLocalStack, standalone_conf
+from loadgen.core.security import ClientSecurity, Secret
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
-from loadgen.security import ClientSecurity, Secret
 from tests.conftest import run_json
 from tests.integration.tls_support import Pki, assert_failed, assert_nowhere, make_pki, run
 

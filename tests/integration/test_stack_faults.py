@@ -25,8 +25,8 @@ from compose.kafka import KafkaLocalStack, broker_count
 from compose.net import Failure, classify
 from compose.pulsar import AdminError, PulsarAdmin, PulsarLocalStack
 from compose.redis import RedisExternalStack, RedisLocalStack
-from compose.stack import FAULTS, Stack, StackContext
-from loadgen.errors import StackError
+from loadgen.core.errors import StackError
+from loadgen.core.stack import FAULTS, Stack, StackContext
 from loadgen.platforms import resolve_target
 
 pytestmark = pytest.mark.integration

@@ -6,19 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.sink import ParquetSink
-from loadgen.histogram import Histogram, HistogramSnapshot
-from loadgen.tick import (
-    ConsumerStat,
-    LagSnapshot,
-    LoadgenHealth,
-    Phase,
-    PhaseChange,
-    Resources,
-    RunEvent,
-    RunMeta,
-    Tick,
-)
-from loadgen.workload import Workload
+from loadgen.core.events import PhaseChange, RunEvent, RunMeta
+from loadgen.core.histogram import Histogram, HistogramSnapshot
+from loadgen.core.ticks import ConsumerStat, LagSnapshot, LoadgenHealth, Phase, Resources, Tick
+from loadgen.core.workload import Workload
 
 T0_NS = 1_800_000_000_000_000_000  # fixed wall clock of the first tick
 LABELS = ["redis", "redis:aof"]

@@ -17,12 +17,12 @@ from textual.message import Message
 
 from analysis.sink import ParquetSink
 from compose.kafka import KafkaRuntime
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Tick
+from loadgen.core.workload import Workload
 from loadgen.platforms import resolve_target
 from loadgen.platforms.kafka import group_id
 from loadgen.run import Run, RunSummary
-from loadgen.target import unique_labels
-from loadgen.tick import Tick
-from loadgen.workload import Workload
 from tests.integration.kafka_support import kafka_39  # noqa: F401  (fixture)
 from tests.tui.screen import screen_lines, wait_until
 from tui.app import DashboardApp, EventReceived, TickReceived

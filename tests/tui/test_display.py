@@ -18,8 +18,9 @@ from rich.text import Text
 from textual.geometry import Region
 from textual.widget import Widget
 
+from loadgen.core.events import PhaseChange
+from loadgen.core.ticks import Phase, Tick
 from loadgen.status import status_line
-from loadgen.tick import Phase, PhaseChange, Tick
 from tests.tui.recorded import LABELS, TICKS, WORKLOAD, recorded_items, recorded_tick
 from tests.tui.screen import screen_lines, wait_until
 from tui.app import REPAINT_S, DashboardApp, PhaseChanged, bus_message

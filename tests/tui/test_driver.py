@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.workload import Workload
+from loadgen.core.workload import Workload
 from tui.app import DashboardApp
 from tui.driver import QuietLinuxDriver
 from tui.suiteview import SuiteApp

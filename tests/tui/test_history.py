@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from loadgen.tick import Phase
+from loadgen.core.ticks import Phase
 from tests.tui.recorded import T0_NS, TICKS, histogram, latency_values, recorded_tick
 from tui import formatting as fmt
 from tui.charts import _heights, area_chart

@@ -12,12 +12,12 @@ import pytest
 from textual.message import Message
 
 from analysis.sink import ParquetSink
-from loadgen.errors import OutputError
+from loadgen.core.errors import OutputError
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Phase
+from loadgen.core.workload import Workload
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, RunSummary
-from loadgen.target import unique_labels
-from loadgen.tick import Phase
-from loadgen.workload import Workload
 from tests.tui.screen import screen_lines, wait_until
 from tui.app import DashboardApp, PhaseChanged, TickReceived
 

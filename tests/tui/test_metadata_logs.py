@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from analysis.sink import ParquetSink
+from loadgen.core.target import unique_labels
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
-from loadgen.target import unique_labels
-from loadgen.workload import Workload
 from tests.tui.screen import screen_lines, wait_until
 from tui.app import DashboardApp
 from tui.logs import LogScreen

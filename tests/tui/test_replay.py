@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from textual.containers import VerticalScroll
 
-from loadgen.histogram import Histogram
-from loadgen.tick import ConsumerStat, LagSnapshot, Tick, partition_list
+from loadgen.core.histogram import Histogram
+from loadgen.core.ticks import ConsumerStat, LagSnapshot, Tick, partition_list
 from tests.conftest import run_cli
 from tests.tui.recorded import LABELS, T0_NS, TICKS, recorded_tick, write_recorded_run
 from tests.tui.screen import screen_lines, wait_until

@@ -16,13 +16,14 @@ import pytest
 from textual.containers import VerticalScroll
 
 from analysis.sink import ParquetSink
-from loadgen.interventions import parse_at
+from loadgen.core.events import RunEvent
+from loadgen.core.interventions import parse_at
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Tick
+from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
-from loadgen.target import unique_labels
-from loadgen.tick import RunEvent, Tick
-from loadgen.workload import Workload
 from tests.tui.screen import screen_lines, wait_until
 from tui.detail import DetailScreen, partition_rows
 from tui.recording import load_recording

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
+from loadgen.core.ticks import Tick
 from loadgen.load import TargetTotals
 from loadgen.run import RunSummary
-from loadgen.tick import Tick
 from tests.tui.recorded import LABELS, TICKS, WARMUP_TICKS, recorded_items
 from tests.tui.screen import screen_lines, wait_until
 from tui.endsummary import EndSummary

@@ -12,11 +12,11 @@ import pytest
 from textual.widgets import Input, OptionList
 
 from analysis.sink import ParquetSink
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Phase
+from loadgen.core.workload import Workload
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, RunSummary
-from loadgen.target import unique_labels
-from loadgen.tick import Phase
-from loadgen.workload import Workload
 from tests.tui.screen import screen_lines, wait_until
 from tui.app import DashboardApp
 from tui.control import FaultScreen, RateScreen

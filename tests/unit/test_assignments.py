@@ -4,7 +4,7 @@ each later change in one event per consumer, long start-up lists cut short."""
 from __future__ import annotations
 
 from loadgen.assignments import LIST_CHARS, AssignmentWatch
-from loadgen.tick import ConsumerStat
+from loadgen.core.ticks import ConsumerStat
 
 SUB = "streambench-sub-0"
 

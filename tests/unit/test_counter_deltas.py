@@ -1,5 +1,5 @@
 """Counter deltas: a counter's growth per sample, and no growth lost to a sample that failed
-half-way (collectors/base.py)."""
+half-way (loadgen/core/collector.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from collectors.base import CounterDeltas
+from loadgen.core.collector import CounterDeltas
 
 
 def test_growth_per_reading_and_a_reset():

@@ -21,10 +21,10 @@ from compose.docker_stacks import (
 from compose.nats import CONTAINER_CONF, NatsDockerStack
 from compose.pravega import PravegaDockerStack
 from compose.rabbitmq import RabbitDockerStack
-from loadgen.errors import StackError, TargetError, WorkloadError
+from loadgen.core.errors import StackError, TargetError, WorkloadError
+from loadgen.core.workload import parse_workload
 from loadgen.platforms import resolve_target
 from loadgen.platforms.runtime import with_run_settings
-from loadgen.workload import parse_workload
 
 
 def _frame(total: int, system: int, pre_total: int, pre_system: int, cpus: int = 2) -> dict:

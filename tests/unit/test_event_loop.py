@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from loadgen.fdwatch import watch_readable
+from loadgen.core.fdwatch import watch_readable
 from loadgen.pacing import (
     EVENT_LOOP_ENV,
     PreciseTimers,

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from loadgen.histogram import (
+from loadgen.core.histogram import (
     EXACT_LIMIT,
     MAX_VALUE,
     N_BUCKETS,

@@ -12,8 +12,8 @@ from compose.kafka import bootstrap_text, parse_bootstrap
 from compose.nats import parse_address as nats_address
 from compose.rabbitmq import parse_address as rabbitmq_address
 from compose.redis import parse_address as redis_address
-from loadgen.errors import StackError
-from loadgen.target import split_host_port
+from loadgen.core.errors import StackError
+from loadgen.core.target import split_host_port
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.errors import OutputError, ReportError, TargetError, WorkloadError
+from loadgen.core.errors import OutputError, ReportError, TargetError, WorkloadError
+from loadgen.core.workload import Workload, load_workload, parse_workload
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, check_run_dir, default_run_dir
-from loadgen.workload import Workload, load_workload, parse_workload
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,9 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from loadgen.errors import WorkloadError
-from loadgen.histogram import Histogram
-from loadgen.interventions import (
+from loadgen.core.errors import WorkloadError
+from loadgen.core.histogram import Histogram
+from loadgen.core.interventions import (
     Intervention,
     broker_names,
     check_schedule,
@@ -18,9 +18,9 @@ from loadgen.interventions import (
     parse_schedule,
     parse_seconds,
 )
+from loadgen.core.ticks import LagSnapshot, Phase, Resources, Tick
+from loadgen.core.workload import parse_workload
 from loadgen.recovery import DrainWatch, RecoveryWatch
-from loadgen.tick import LagSnapshot, Phase, Resources, Tick
-from loadgen.workload import parse_workload
 
 
 @pytest.mark.parametrize("text, seconds", [("30s", 30), ("90", 90), ("1m30s", 90), ("2m", 120),

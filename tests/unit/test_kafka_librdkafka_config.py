@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.errors import StackError
+from loadgen.core.errors import StackError
 from loadgen.platforms import PLATFORMS, resolve_target
 from loadgen.platforms.kafka import KafkaDriver
 

@@ -10,14 +10,15 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from collectors.base import Collector, Reading
-from loadgen.interventions import Intervention
+from loadgen.core.bus import BusItem
+from loadgen.core.collector import Collector, Reading
+from loadgen.core.driver import Acknowledged, Consumer, OutMessage, Producer, ReceivedBatch
+from loadgen.core.events import RunEvent
+from loadgen.core.interventions import Intervention
+from loadgen.core.workload import Workload
 from loadgen.load import TargetLoad
 from loadgen.pacing import now_ns, run_precise
 from loadgen.platforms import resolve_target
-from loadgen.platforms.base import Acknowledged, Consumer, OutMessage, Producer, ReceivedBatch
-from loadgen.tick import BusItem, RunEvent
-from loadgen.workload import Workload
 
 MS = 1_000_000
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from compose.nats import check_version, endpoint_of, parse_address
-from loadgen.errors import StackError, StreambenchError
+from loadgen.core.errors import StackError, StreambenchError
 from loadgen.platforms import PLATFORMS, resolve_target
 from loadgen.platforms.nats import _parse_size, _stream_sequence, stream_name, subjects
 

@@ -66,7 +66,7 @@ def test_resolving_a_target_imports_its_platform_alone() -> None:
     """What `streambench run redis:aof` imports to place its target: Redis's client only (an
     unknown option still gets its one line from the same table)."""
     code = ("import json, sys\n"
-            "from loadgen.errors import TargetError\n"
+            "from loadgen.core.errors import TargetError\n"
             "from loadgen.platforms import resolve_target\n"
             "target = resolve_target('redis:aof,fsync=always', 'local')\n"
             "try:\n"

@@ -7,7 +7,7 @@ import pytest
 
 from collectors.pulsar import backlog, partition_index
 from compose.pulsar import PulsarTargetConfig, parse_address, standalone_conf
-from loadgen.errors import TargetError
+from loadgen.core.errors import TargetError
 from loadgen.platforms import resolve_target
 
 

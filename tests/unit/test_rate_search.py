@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from loadgen.histogram import Histogram
+from loadgen.core.histogram import Histogram
+from loadgen.core.ticks import LagSnapshot, Phase, Resources, Tick
 from loadgen.ratesearch import BACKLOG_LIMIT, BACKLOG_S, PERIOD_TICKS, START_RATE, RateSearch
-from loadgen.tick import LagSnapshot, Phase, Resources, Tick
 
 
 def _tick(seq: int, rate: float, produced: int, consumed: int, produced_total: int,

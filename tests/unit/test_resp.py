@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from loadgen import resp
-from loadgen.platforms.base import OutMessage, ReceivedBatch
-from loadgen.platforms.redis_streams import ATOMIC_BATCH, RedisConsumer, RedisProducer
-from loadgen.resp import (
+from loadgen.core.driver import OutMessage, ReceivedBatch
+from loadgen.platforms import redis_resp as resp
+from loadgen.platforms.redis_resp import (
     INCOMPLETE,
     PythonReader,
     RespConnection,
@@ -25,6 +24,7 @@ from loadgen.resp import (
     encode,
     make_reader,
 )
+from loadgen.platforms.redis_streams import ATOMIC_BATCH, RedisConsumer, RedisProducer
 
 HAVE_HIREDIS = resp._HIREDIS is not None
 KINDS = [pytest.param("hiredis", marks=pytest.mark.skipif(not HAVE_HIREDIS,

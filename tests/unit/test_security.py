@@ -7,10 +7,10 @@ import pickle
 
 import pytest
 
-from loadgen.errors import TargetError
+from loadgen.core.errors import TargetError
+from loadgen.core.security import ClientSecurity, Secret
 from loadgen.platforms import resolve_target
 from loadgen.platforms.kafka import KafkaClientOptions
-from loadgen.security import ClientSecurity, Secret
 
 SECRET = "Unit-9b1e-secret"
 
@@ -90,7 +90,7 @@ def test_the_password_is_read_for_the_client_and_hidden_elsewhere(password_file,
 
 
 def test_a_refusal_is_the_refusing_platforms_own():
-    from loadgen.target import OptionSpec, parse_target
+    from loadgen.core.target import OptionSpec, parse_target
 
     tables = {"own": {"password": OptionSpec("a platform's own password option")},
               "careful": {"password": OptionSpec("", refuse="use password_file=PATH")}}

@@ -6,8 +6,8 @@ import asyncio
 import math
 import time
 
+from loadgen.core.ticks import LoadgenHealth
 from loadgen.selfwatch import LOOP_LAG_SATURATED_MS, SelfWatch
-from loadgen.tick import LoadgenHealth
 
 
 def _block(seconds: float) -> None:

@@ -12,10 +12,10 @@ import pytest
 
 from compose.pulsar import PulsarTargetConfig
 from compose.redis import RedisServerOptions
-from loadgen.errors import TargetError
+from loadgen.core.errors import TargetError
+from loadgen.core.settings import read_config_file, settings_of
 from loadgen.platforms import resolve_target
 from loadgen.platforms.kafka import KafkaClientOptions
-from loadgen.settings import read_config_file, settings_of
 from tests.conftest import CLI
 
 
@@ -203,7 +203,7 @@ def test_omb_driver_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_secrets_read_back_are_hidden() -> None:
-    from loadgen.settings import HIDDEN, SettingsRecord
+    from loadgen.core.settings import HIDDEN, SettingsRecord
 
     record = SettingsRecord(resolve_target("redis:runtime=local,conf.masteruser=hunter2"))
     record.add("conf", {"requirepass": "s3cret", "masterauth": "hunter2", "hz": "10"},

@@ -10,10 +10,10 @@ import pytest
 
 from compose.pravega import standalone_properties
 from compose.rabbitmq import broker_settings, node_config
-from loadgen.errors import TargetError
+from loadgen.core.errors import TargetError
+from loadgen.core.settings import settings_of
 from loadgen.platforms import resolve_target
 from loadgen.platforms.rabbitmq import RabbitOptions
-from loadgen.settings import settings_of
 
 PORTS = {"amqp": 1, "stream": 2, "management": 3, "dist": 4, "epmd": 5}
 
@@ -69,8 +69,8 @@ def test_client_parameters_are_the_libraries_own() -> None:
     import pravega_client
     import rbfly.streams as rbs
 
+    from loadgen.core.settings import signature_defaults
     from loadgen.platforms import pravega, rabbitmq
-    from loadgen.settings import signature_defaults
 
     assert list(signature_defaults(rbs.StreamsClient.publisher)) == list(
         rabbitmq.PUBLISHER_PARAMETERS)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.errors import WorkloadError
-from loadgen.workload import load_workload, parse_workload
+from loadgen.core.errors import WorkloadError
+from loadgen.core.workload import load_workload, parse_workload
 
 
 def write(path: Path, text: str) -> str:

@@ -1,9 +1,9 @@
 import pytest
 
-from loadgen.errors import TargetError, WorkloadError
+from loadgen.core.errors import TargetError, WorkloadError
+from loadgen.core.target import unique_labels
+from loadgen.core.workload import Workload, bundled_workloads, load_workload, parse_workload
 from loadgen.platforms import resolve_target
-from loadgen.target import unique_labels
-from loadgen.workload import Workload, bundled_workloads, load_workload, parse_workload
 
 
 def test_omb_fields_and_minutes(tmp_path):

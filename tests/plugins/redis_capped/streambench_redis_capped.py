@@ -4,9 +4,9 @@ records only."""
 
 from dataclasses import replace
 
+from loadgen.core.platform import parse_non_negative
+from loadgen.core.target import OptionSpec
 from loadgen.platforms.redis_streams import PLATFORMS as REDIS
-from loadgen.platforms.spec import parse_non_negative
-from loadgen.target import OptionSpec
 
 _base = REDIS[0]
 _options = {k: v for k, v in _base.options.items() if k != "maxlen"}

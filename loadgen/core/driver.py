@@ -155,6 +155,6 @@ class Driver(ABC):
 
     async def settings_in_force(self) -> dict[str, dict[str, Any]]:
         """The target's settings in force, `NAMESPACE.NAME` -> {"value", "source",
-        "read_back"} (loadgen.settings.SettingsRecord), read back from the broker where it
+        "read_back"} (loadgen.core.settings.SettingsRecord), read back from the broker where it
         tells them. Default: none known."""
         return {}

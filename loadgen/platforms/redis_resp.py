@@ -1,7 +1,7 @@
 """A minimal RESP2 client for the Redis hot path: commands are encoded with one bytes join and
 replies parsed from a buffer, which costs a fraction of a general-purpose client's per-command
 overhead. Used for XADD batches, XREADGROUP + XACK and the telemetry sampled every tick
-(collectors.redis); everything else goes through redis-py.
+(loadgen.platforms.redis_telemetry); everything else goes through redis-py.
 
 Replies are parsed by hiredis's C reader when the `hiredis` package is importable, else by
 `PythonReader`, a resumable pure-Python reader. Both give the same values: bytes for bulk and

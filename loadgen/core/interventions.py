@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.errors import WorkloadError
+from loadgen.core.errors import WorkloadError
 
 FAULT_ACTIONS = ("pause", "resume", "kill", "start", "restart")
 SWITCH_ACTIONS = ("producers", "consumers")  # = stop | start

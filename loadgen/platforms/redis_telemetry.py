@@ -1,9 +1,10 @@
 """Redis Streams telemetry: consumer-group lag from XINFO GROUPS, entries added and read per
 stream (partition) from XINFO STREAM and XINFO GROUPS, byte counters from INFO.
 
-Sampled every tick in the load process, beside the load: on streambench's own RESP client
-(loadgen.resp, replies parsed by hiredis), one pipelined write for INFO and one for every
-stream's XINFO: a third to a half of the CPU redis-py's general client took (a sample of one
+Sampled every tick in the load process, beside the load: on the Redis platform's own RESP
+client (loadgen.platforms.redis_resp, replies parsed by hiredis; which is why this collector
+lives with the platform rather than in collectors/), one pipelined write for INFO and one for
+every stream's XINFO: a third to a half of the CPU redis-py's general client took (a sample of one
 stream 1.4-1.8 -> 0.5-0.9 ms, of 100 streams 6.1-7.3 -> 1.5-2.8 ms), and less memory to reach
 again every second."""
 
@@ -11,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from collectors.base import Collector, CounterDeltas, Reading
-from loadgen.resp import RespConnection, RespError, encode
-from loadgen.security import PLAINTEXT, ClientSecurity
-from loadgen.tick import LagSnapshot
+from loadgen.core.collector import Collector, CounterDeltas, Reading
+from loadgen.core.security import PLAINTEXT, ClientSecurity
+from loadgen.core.ticks import LagSnapshot
+from loadgen.platforms.redis_resp import RespConnection, RespError, encode
 
 _LAG_SOURCE = "XINFO GROUPS lag+pending"
 _CONNECT_TIMEOUT_S = 2.0

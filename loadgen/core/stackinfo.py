@@ -1,5 +1,5 @@
 """What a running stack tells the drivers and collectors about itself (a vocabulary module: it
-imports nothing of streambench's but loadgen.errors, so every layer may use it)."""
+imports nothing of streambench's but loadgen.core.errors, so every layer may use it)."""
 
 from __future__ import annotations
 

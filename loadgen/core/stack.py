@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.errors import StackError
-from loadgen.stackinfo import Progress, StackDescription, StackEvents
+from loadgen.core.errors import StackError
+from loadgen.core.stackinfo import Progress, StackDescription, StackEvents
 
 __all__ = ["FAULTS", "FAULT_ALIASES", "RUNTIME_NOTE", "Progress", "Stack", "StackContext",
            "StackDescription", "StackEvents", "announce_runtime"]

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from loadgen.tick import LagSnapshot
+from loadgen.core.ticks import LagSnapshot
 
 
 @dataclass

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.errors import TargetError
+from loadgen.core.errors import TargetError
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class OptionSpec:
     # non-empty: the option is refused with this line, which never repeats the TARGET (e.g. a
     # password on the command line)
     refuse: str = ""
-    # a namespace of settings (`broker.NAME=VALUE`, loadgen.settings): the option's key is the
+    # a namespace of settings (`broker.NAME=VALUE`, loadgen.core.settings): the option's key is the
     # namespace, this checks one NAME and VALUE and returns (NAME as recorded, typed value)
     setting: SettingKind | None = None
     # an option that stands for settings (profile=NAME, config=FILE): its parsed value gives

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.errors import TargetError
-from loadgen.target import OptionSpec, Target, parse_bool
+from loadgen.core.errors import TargetError
+from loadgen.core.target import OptionSpec, Target, parse_bool
 
 SASL_MECHANISMS = {"plain": "PLAIN", "scram-sha-256": "SCRAM-SHA-256",
                    "scram-sha-512": "SCRAM-SHA-512"}

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from loadgen.target import OptionSpec, SettingKind, Target, parse_bool
+from loadgen.core.target import OptionSpec, SettingKind, Target, parse_bool
 
 PLATFORM_DEFAULT = "platform default"
 STREAMBENCH_DEFAULT = "streambench default"

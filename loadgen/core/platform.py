@@ -6,10 +6,10 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from collectors.base import Collector
-from compose.stack import FAULTS, Stack, StackDescription
-from loadgen.platforms.base import Driver
-from loadgen.target import OptionSpec, Target, parse_whole
+from loadgen.core.collector import Collector
+from loadgen.core.driver import Driver
+from loadgen.core.stack import FAULTS, Stack, StackDescription
+from loadgen.core.target import OptionSpec, Target, parse_whole
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Platform:
     make_collectors: Callable[[Target, StackDescription, str, int, list[str]], list[Collector]]
     # how the external runtime's @ADDRESS looks for this platform
     address_example: str = "HOST:PORT"
-    # the faults (compose.stack.FAULTS) its brokers take, per runtime; None: every fault on every
+    # the faults (loadgen.core.stack.FAULTS) its brokers take, per runtime; None: every fault on every
     # runtime streambench starts itself, none on an existing cluster
     faults: dict[str, tuple[str, ...]] | None = None
     # the runtimes that take the platform's broker settings (`broker.`, `conf.`); the others

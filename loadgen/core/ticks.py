@@ -1,17 +1,17 @@
-"""The bus between the run loop and its subscribers (dashboard, Parquet sink, headless status
-line): one Tick per target per second, phase changes, run events, raw samples and the run's
-description. Shared vocabulary: imports nothing above loadgen.histogram."""
+"""The measurements on the bus: one Tick per target per second (rates, latency histograms,
+lag, resources, the generator's own health) and, when raw recording is on, every latency value
+of an interval. The run's phases are named here too. Imports nothing of streambench's but the
+histograms."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from loadgen.histogram import HistogramSnapshot
+from loadgen.core.histogram import HistogramSnapshot
 
 
 class Phase(StrEnum):
@@ -147,25 +147,6 @@ class Tick:
 
 
 @dataclass(frozen=True, slots=True)
-class PhaseChange:
-    """Published on the bus when the run moves to another phase."""
-
-    phase: Phase
-    time_ns: int
-    message: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class RunEvent:
-    """Something worth keeping in the run files: a stack started, a fault injected, a warning."""
-
-    time_ns: int
-    target: str
-    kind: str
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class RawSamples:
     """Every latency value of one interval, unbinned: published on the bus only when raw
     recording is on (a test switch used to check the report against exact percentiles)."""
@@ -176,15 +157,3 @@ class RawSamples:
     phase: Phase
     kind: str  # "e2e" | "publish" | "delay"
     values: npt.NDArray[np.int64]  # nanoseconds
-
-
-@dataclass(frozen=True, slots=True)
-class RunMeta:
-    """The run's description (workload, targets, versions, host; at the end also the totals):
-    published when the brokers are up and again when the run ends. The sink keeps the latest
-    as run.json."""
-
-    meta: dict[str, Any]
-
-
-BusItem = Tick | PhaseChange | RunEvent | RawSamples | RunMeta

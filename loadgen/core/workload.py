@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from loadgen.errors import WorkloadError
-from loadgen.interventions import Intervention, parse_schedule
+from loadgen.core.errors import WorkloadError
+from loadgen.core.interventions import Intervention, parse_schedule
 
 KEY_DISTRIBUTORS = ("NO_KEY", "KEY_ROUND_ROBIN", "RANDOM_NANO")
 
