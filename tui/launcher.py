@@ -59,7 +59,7 @@ class _RaisingParser(argparse.ArgumentParser):
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    from tui.cli import build_parser
+    from tui.bench.parser import build_parser
 
     parser = build_parser(_RaisingParser)
     for action in parser._actions:
@@ -70,7 +70,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 def parse_run(argv: list[str]) -> argparse.Namespace:
     """`streambench run` ARGV as its command line reads it; UsageError with its message."""
-    from tui.cli import build_parser
+    from tui.bench.parser import build_parser
 
     return build_parser(_RaisingParser).parse_args(argv)
 
@@ -180,7 +180,7 @@ class LaunchSettings:
         return None
 
     def target_error(self, spec: str) -> str | None:
-        from tui.cli import check_target
+        from tui.bench.runbuild import check_target
 
         if not spec.strip():
             return None
@@ -193,7 +193,7 @@ class LaunchSettings:
 
     def build(self) -> tuple[Any, Any]:
         """The Run and its baselines, as `streambench run` builds them; raises its error."""
-        from tui.cli import build_run
+        from tui.bench.runbuild import build_run
 
         argv = self.argv()
         args = parse_run(argv)
@@ -209,8 +209,9 @@ def describe_platform(name: str) -> str:
     platform = PLATFORMS.get(name)
     if platform is None:
         return f"platforms: {', '.join(PLATFORMS)}"
+    # (an option that is only ever refused, password= for one, is not offered)
     options = [name + ("=" + "|".join(opt.choices) if opt.choices else "")
-               for name, opt in platform.options.items()]
+               for name, opt in platform.options.items() if not opt.refuse]
     return f"{platform.name}: {platform.summary}\noptions: {', '.join(options)}"
 
 
@@ -243,6 +244,15 @@ class PickScreen(ModalScreen[str | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+def target_input(spec: str) -> Input:
+    """A target's field. The launcher's fields keep their text on focus (not selected, so the
+    next key adds to a picked platform instead of replacing it)."""
+    from loadgen.platforms import PLATFORMS
+
+    return Input(spec, placeholder=TARGET_PLACEHOLDER, classes="target",
+                 suggester=SuggestFromList(list(PLATFORMS)), select_on_focus=False)
 
 
 class Form(VerticalScroll, can_focus=False):
@@ -298,7 +308,8 @@ class LauncherScreen(Screen[None]):
             yield Label("workload  (a bundled name, ^o lists them, or a YAML file)",
                         classes="caption")
             yield Input(self.settings.workload, placeholder="none: 1 topic, 1 partition, 1 kB",
-                        suggester=SuggestFromList(bundled_workloads()), id="workload")
+                        suggester=SuggestFromList(bundled_workloads()), id="workload",
+                        select_on_focus=False)
             yield Problem(id="workload-problem", classes="problem")
             yield Static("", id="workload-hint", classes="hint")
             with Horizontal(id="overrides"):
@@ -306,22 +317,20 @@ class LauncherScreen(Screen[None]):
                     with Vertical(classes="override"):
                         yield Label(caption, classes="caption")
                         yield Input(self.settings.overrides.get(name, ""), placeholder=placeholder,
-                                    id=f"opt-{name}")
+                                    id=f"opt-{name}", select_on_focus=False)
             for name, *_ in OVERRIDES:  # under the row of fields, where a sentence fits
                 yield Problem(id=f"opt-{name}-problem", classes="problem")
             yield Label("other options of streambench run  (e.g. --warmup 5 --runtime local)",
                         classes="caption")
-            yield Input(shlex.join(self.settings.extra), placeholder="none", id="extra")
+            yield Input(shlex.join(self.settings.extra), placeholder="none", id="extra",
+                        select_on_focus=False)
             yield Problem(id="extra-problem", classes="problem")
             yield Problem(id="problem", classes="problem")
         yield Static(id="command")
         yield KeyLine(LAUNCHER_KEY_TABLE)
 
     def _target_row(self, spec: str) -> ComposeResult:
-        from loadgen.platforms import PLATFORMS
-
-        yield Input(spec, placeholder=TARGET_PLACEHOLDER, classes="target",
-                    suggester=SuggestFromList(list(PLATFORMS)))
+        yield target_input(spec)
         yield Problem(classes="problem target-problem")
 
     def on_mount(self) -> None:
@@ -388,7 +397,7 @@ class LauncherScreen(Screen[None]):
 
     def _show_workload_hint(self) -> None:
         from loadgen.core.workload import load_workload
-        from tui.cli import describe_workload
+        from tui.bench.runbuild import describe_workload
 
         hint = self.query_one("#workload-hint", Static)
         text = self.settings.workload.strip()
@@ -407,6 +416,17 @@ class LauncherScreen(Screen[None]):
         self._show_command()
         if event.input.has_class("target"):
             self._show_target_hint(event.input)
+        if self.starting or not self.is_attached:
+            return
+        # an error shown is checked again as the field changes: it goes once the field is
+        # right, not at the next blur; the other options change how targets are checked
+        self.query_one("#problem", Problem).show_error(None)
+        fields = [event.input]
+        if event.input.id == "extra":
+            fields += self._target_inputs()
+        for field_input in fields:
+            if self._problem_of(field_input).has_class("-shown"):
+                self._check_later(field_input)
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
@@ -442,8 +462,7 @@ class LauncherScreen(Screen[None]):
                 target = empty[0]
                 target.value = name
             else:
-                target = Input(name, placeholder=TARGET_PLACEHOLDER, classes="target",
-                               suggester=SuggestFromList(list(PLATFORMS)))
+                target = target_input(name)
                 self.query_one("#targets", Vertical).mount(
                     target, Problem(classes="problem target-problem"))
 
@@ -459,7 +478,7 @@ class LauncherScreen(Screen[None]):
 
     def action_pick_workload(self) -> None:
         from loadgen.core.workload import bundled_workloads, load_workload
-        from tui.cli import describe_workload
+        from tui.bench.runbuild import describe_workload
 
         def picked(name: str | None) -> None:
             if name is None:

@@ -1,6 +1,6 @@
 """`streambench replay RUN_DIR`: a recorded run shown again in the dashboard, from its files.
 
-No broker is started: the items of the run (tui.recording) are fed to the same histories,
+No broker is started: the items of the run (tui.bench.recording) are fed to the same histories,
 columns and event strip the live dashboard uses, by a replay clock that can play at 1×, 10×
 or 60×, pause, seek and jump to the next event. The columns are repainted on a fixed frame
 (at most four times a second), whatever the speed; going back in time rebuilds the histories
@@ -21,10 +21,10 @@ from loadgen.core.events import PhaseChange, RunEvent
 from loadgen.core.ticks import Phase, Tick
 from tui import formatting as fmt
 from tui.app import DashboardApp
+from tui.bench.recording import Recording
 from tui.history import Baseline, metric_values
 from tui.keys import REPLAY_BINDINGS, REPLAY_KEY_TABLE, Key
 from tui.metadata import RunDescription
-from tui.recording import Recording
 from tui.widgets import StatusBar
 
 FRAME_S = 0.25  # the replay clock's step and the repaint period: at most 4 repaints a second
@@ -155,6 +155,8 @@ class ReplayApp(DashboardApp, inherit_bindings=False):
         self.status.phase_since_ns = None
         self.status.message = ""
         self.status.elapsed_s = 0.0
+        self.status.rates.clear()
+        self._mark_final(False)
         self.cursor = 0
         self.position_ns = self.recording.start_ns
 

@@ -3,7 +3,7 @@ after each the runs so far side by side with what to do next (run again, change 
 the report of one run or of all of them, quit).
 
 The session is the dashboard app whose run changes: each Start builds a Run exactly as
-`streambench run` does (tui.cli.build_run) and hands it to the same columns, keys and bus
+`streambench run` does (tui.bench.runbuild.build_run) and hands it to the same columns, keys and bus
 handling; what a run adds up to comes from the same EndSummary the terminal table uses."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from loadgen.core.errors import StreambenchError
 from loadgen.core.workload import Workload
 from loadgen.run import RunSummary
 from tui.app import DashboardApp
-from tui.endsummary import EndSummary, rows
+from tui.bench.endsummary import EndSummary, rows
 from tui.keys import END_KEY_TABLE, REPORT_KEY_TABLE, Key
 from tui.launcher import LauncherScreen, LaunchSettings, PickScreen, Started, parse_run
 from tui.widgets import HelpScreen, KeyLine, StatusBar, TargetColumns
@@ -40,7 +40,7 @@ from tui.widgets import HelpScreen, KeyLine, StatusBar, TargetColumns
 # Writes the report over these run directories, telling its progress; returns its main document.
 Reporter = Callable[[Sequence[Path], Callable[[str], None]], Path]
 
-# the headline figures of each run and target: (row of tui.endsummary.rows, heading, width)
+# the headline figures of each run and target: (row of tui.bench.endsummary.rows, heading, width)
 HEADLINE: tuple[tuple[str, str, int], ...] = (
     ("consumed msg/s", "msg/s", 9),
     ("e2e p50 ms", "p50 ms", 8),

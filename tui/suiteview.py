@@ -2,7 +2,7 @@
 in as its cells end, the running cell's live status line, cell k of n, the time spent and an
 estimate of the time left, and at the end the summary and the report.
 
-The cells are run by the same loop as headless (tui.suite.SuiteRun), in a thread of its own;
+The cells are run by the same loop as headless (tui.bench.suite.SuiteRun), in a thread of its own;
 this app is only the other consumer of its events. The thread hands each event over as a
 message (a finished cell with its headline figures, read from its run files there, as the end
 table of `streambench run` gives them); the handler keeps them in a SuiteBoard, and the screen
@@ -31,10 +31,8 @@ from textual.widgets import Static
 
 from loadgen.core.errors import StreambenchError
 from tui import formatting as fmt
-from tui.driver import quiet_driver_class
-from tui.keys import SUITE_KEY_TABLE, Key
-from tui.suite import (
-    SIGNAL_EXIT,
+from tui.bench.exits import SIGNAL_EXIT
+from tui.bench.suite import (
     CellChanged,
     CellOutput,
     ReportStep,
@@ -45,13 +43,15 @@ from tui.suite import (
     SuiteStarted,
     cell_name,
 )
+from tui.driver import quiet_driver_class
+from tui.keys import SUITE_KEY_TABLE, Key
 from tui.widgets import HelpScreen, KeyLine
 
 FRAME_S = 0.25  # the screen is repainted at most this often
 WORKLOAD_WIDTH = 20  # the matrix's first column, at most
 CELL_WIDTH = (14, 24)  # a target's column: at least, at most
 CELL_LINES = 3
-# a done cell's figures: (row of tui.endsummary.rows, how the cell writes it)
+# a done cell's figures: (row of tui.bench.endsummary.rows, how the cell writes it)
 FIGURES = (("consumed msg/s", "{} msg/s"), ("e2e p50 ms", "p50 {} ms"))
 MARKS = {"pending": "·", "running": "▶", "done": "✓", "failed": "✗", "stopped": "■"}
 
@@ -80,7 +80,7 @@ class StopAsked(Message):
 
 def cell_figures(run_dir: Path) -> dict[str, str]:
     """The headline rows of a cell's run (its only target), from its files."""
-    from tui.endsummary import recorded_rows
+    from tui.bench.endsummary import recorded_rows
 
     try:
         by_target = recorded_rows(run_dir)

@@ -16,7 +16,7 @@ from analysis.labels import ending
 from tests.containers import images
 from tests.containers.conftest import nothing_labelled
 from tests.integration.conftest import run_cli, run_json
-from tui.recording import RecordingError, load_recording
+from tui.bench.recording import RecordingError, load_recording
 
 pytestmark = pytest.mark.integration
 

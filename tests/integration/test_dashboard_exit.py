@@ -123,8 +123,12 @@ def test_a_dropped_terminal_finishes_the_run_unattended(tmp_path, dashboard, no_
     os.close(run.fd)  # the terminal goes away: the kernel hangs up its session
     assert run.wait_exit(60, read=False) == 129
     meta = _complete(run_dir)
-    assert meta["stopped_early"] is True
+    assert meta["stopped_early"] is True and meta["stopped_for"] == "hangup"
     assert meta["totals"][0]["drained"] is True
+    import pyarrow.dataset as ds
+
+    kinds = ds.dataset(run_dir / "events", format="parquet").to_table().column("kind").to_pylist()
+    assert kinds.count("hangup") == 1, kinds
 
 
 def test_a_run_left_to_finish_exits_0(tmp_path, dashboard, no_leftover_redis) -> None:

@@ -48,7 +48,7 @@ def test_a_run_whose_redis_streams_will_not_fit_is_warned_before_it_starts(
     assert res.returncode == 4, res.stderr[-2000:]
     (line,) = [ln for ln in res.stderr.splitlines() if "will take about" in ln]
     # 100,000 msg/s × 2,000,000 s × (1,024 + 180) B
-    assert line.startswith("streambench: warning: the run's Redis streams will take about "
+    assert line.startswith("streambench: warning: the run's brokers will take about "
                            f"{100_000 * 2_000_000 * 1204 / 2**30:.1f} GiB of memory"), line
     assert "maxlen=" in line
     quiet = run_cli(["run", "redis:maxlen=1000", "--rate", "100000", "--warmup", "0",
@@ -83,19 +83,19 @@ def test_a_redis_container_whose_limit_will_not_hold_the_stream_is_warned(capsys
     the machine runs low); with maxlen=, or a limit that holds the stream, none."""
     from loadgen.core.workload import Workload
     from loadgen.platforms import resolve_target
-    from tui.cli import _check_memory_room
+    from tui.bench.runbuild import check_memory_room
 
     workload = Workload(rate=10_000, duration_s=60, warmup_s=0, message_size=1024)
     need = 10_000 * 60 * (1024 + 180)  # 722 MB
     small = resolve_target("redis:runtime=docker,memory=256m")
-    _check_memory_room(workload, [small], 0)
+    check_memory_room(workload, [small], 0)
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith(f"streambench: warning: target {small.label}: its Redis stream will "
+    assert line.startswith(f"streambench: warning: target {small.label}: its broker will "
                            f"take about {need / 2**20:.0f} MiB of memory"), line
     assert "(memory=256m)" in line and "maxlen=" in line
     for fits in ("redis:runtime=docker,memory=2g", "redis:runtime=docker,memory=256m,maxlen=1000",
                  "redis:runtime=docker"):
-        _check_memory_room(workload, [resolve_target(fits)], 0)
+        check_memory_room(workload, [resolve_target(fits)], 0)
         assert capsys.readouterr().err == "", fits
 
 

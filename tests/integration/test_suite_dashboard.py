@@ -19,7 +19,7 @@ from textual.message import Message
 from tests.conftest import run_cli, run_json
 from tests.integration.test_dashboard_exit import PtyRun
 from tests.tui.screen import screen_lines, wait_until
-from tui.suite import CellChanged, CellOutput, prepare_suite
+from tui.bench.suite import CellChanged, CellOutput, prepare_suite
 from tui.suiteview import FRAME_S, SuiteApp, SuiteProgress
 
 SHORT = "{name: %s, producerRate: 300, messageSize: 100, testDurationSeconds: %d, warmupDurationSeconds: 0}"

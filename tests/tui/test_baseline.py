@@ -11,8 +11,8 @@ import pytest
 from tests.conftest import run_cli
 from tests.tui.recorded import LABELS, TICKS, recorded_tick, write_recorded_run
 from tests.tui.screen import screen_lines
+from tui.bench.recording import load_baselines, load_recording, split_baseline
 from tui.charts import area_chart
-from tui.recording import load_baselines, load_recording, split_baseline
 from tui.replay import ReplayApp
 
 

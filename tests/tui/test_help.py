@@ -78,8 +78,8 @@ async def test_escape_still_closes_the_command_palette() -> None:
 
 async def test_replay_help_lists_its_own_keys_and_binds_no_run_controls(tmp_path) -> None:
     from tests.tui.recorded import write_recorded_run
+    from tui.bench.recording import load_recording
     from tui.keys import REPLAY_KEY_TABLE
-    from tui.recording import load_recording
     from tui.replay import ReplayApp
 
     app = ReplayApp(load_recording(write_recorded_run(tmp_path / "run")), playing=False)

@@ -15,9 +15,9 @@ from loadgen.platforms import resolve_target
 from loadgen.run import Run
 from tests.tui.screen import screen_lines, wait_until
 from tui.app import DashboardApp
+from tui.bench.recording import load_recording
 from tui.logs import LogScreen
 from tui.metadata import MetadataScreen
-from tui.recording import load_recording
 from tui.replay import ReplayApp
 
 pytestmark = pytest.mark.integration

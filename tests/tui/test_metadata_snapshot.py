@@ -16,9 +16,9 @@ from textual.pilot import Pilot
 from tests.tui.recorded import LABELS, WORKLOAD, write_recorded_run
 from tests.tui.screen import screen_lines, wait_until
 from tui.app import DashboardApp
+from tui.bench.recording import load_recording
 from tui.logs import LogScreen
 from tui.metadata import MetadataScreen, RunDescription
-from tui.recording import load_recording
 from tui.replay import ReplayApp
 
 SIZES = [(80, 24), (120, 40)]

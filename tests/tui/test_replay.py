@@ -15,8 +15,9 @@ from textual.containers import VerticalScroll
 from loadgen.core.histogram import Histogram
 from loadgen.core.ticks import ConsumerStat, LagSnapshot, Tick, partition_list
 from tests.conftest import run_cli
-from tests.tui.recorded import LABELS, T0_NS, TICKS, recorded_tick, write_recorded_run
+from tests.tui.recorded import LABELS, T0_NS, TICKS, WORKLOAD, recorded_tick, write_recorded_run
 from tests.tui.screen import screen_lines, wait_until
+from tui.bench.recording import load_recording
 from tui.detail import (
     DetailScreen,
     broker_rows,
@@ -28,7 +29,6 @@ from tui.detail import (
     sort_rows,
 )
 from tui.history import WINDOWS
-from tui.recording import load_recording
 from tui.replay import ReplayApp
 
 
@@ -105,8 +105,9 @@ async def test_side_by_side_charts_share_one_scale_until_a_column_takes_its_own(
         assert app.view.scale("redis:aof", "lag").top == lag["redis:aof"].top
         await pilot.pause()
         assert any(" own" in ln for ln in screen_lines(app) if "lag  " in ln)
-        assert app.view.window_s == 300.0
-        await pilot.press("w")
+        # the recorded run is planned for 70 s: its charts show that from its start
+        assert app.view.run_window and app.view.window_s == WORKLOAD.warmup_s + WORKLOAD.duration_s
+        await pilot.press("w", "w", "w")  # then 1 min, 5 min, whole run
         assert app.view.window_s == WINDOWS[2] is None  # whole run
         start, end = app.view.span()
         assert end - start == pytest.approx(TICKS)  # 30 one-second ticks

@@ -25,8 +25,8 @@ from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
 from tests.tui.screen import screen_lines, wait_until
+from tui.bench.recording import load_recording
 from tui.detail import DetailScreen, partition_rows
-from tui.recording import load_recording
 from tui.replay import ReplayApp
 
 pytestmark = pytest.mark.integration

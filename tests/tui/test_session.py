@@ -21,8 +21,9 @@ from analysis.warmup import WarmUp
 from loadgen.run import RunSummary
 from tests.integration.test_dashboard_exit import PtyRun
 from tests.tui.screen import screen_lines, wait_until
-from tui.cli import _report, main
-from tui.endsummary import rows
+from tui.bench.endsummary import rows
+from tui.bench.reporting import write_report as build_session_report
+from tui.cli import main
 from tui.keys import LAUNCHER_KEY_TABLE
 from tui.launcher import LauncherScreen, LaunchSettings, PickScreen, Problem, parse_run
 from tui.session import EndScreen, ReportScreen, SessionApp
@@ -107,7 +108,7 @@ async def test_a_session_of_two_real_runs_and_their_report(
     def write_report(run_dirs: Sequence[Path], progress: Callable[[str], None]) -> Path:
         # the session's reports run in a thread of their own: there, the tests' Spark session
         spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)
-        return _report(run_dirs, None, None, formats="md", progress=progress)
+        return build_session_report(run_dirs, None, None, formats="md", progress=progress)
 
     app = SessionApp(SHORT, reporter=write_report)
 

@@ -17,7 +17,7 @@ from loadgen.load import TargetTotals
 from loadgen.run import RunSummary
 from tests.tui.recorded import LABELS, TICKS, WARMUP_TICKS, recorded_items
 from tests.tui.screen import screen_lines, wait_until
-from tui.endsummary import EndSummary
+from tui.bench.endsummary import EndSummary
 from tui.launcher import LauncherScreen, LaunchSettings, PickScreen, Problem
 from tui.session import EndScreen, ReportScreen, SessionApp, SessionRun
 

@@ -15,8 +15,8 @@ from textual.pilot import Pilot
 from tests.tui.recorded import LABELS, T0_NS, TICKS, WORKLOAD, recorded_items, write_recorded_run
 from tests.tui.screen import wait_until
 from tui.app import REPAINT_S, DashboardApp, bus_message
+from tui.bench.recording import load_recording
 from tui.detail import DetailScreen
-from tui.recording import load_recording
 from tui.replay import ReplayApp
 
 SIZES = [(80, 24), (120, 40)]

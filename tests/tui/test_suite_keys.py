@@ -11,8 +11,8 @@ from textual.containers import ScrollableContainer
 
 from tests.tui.screen import screen_lines, wait_until
 from tests.tui.test_suite_snapshot import Clock, figures
+from tui.bench.suite import CellChanged, SuiteStarted, prepare_suite
 from tui.keys import SUITE_KEY_TABLE
-from tui.suite import CellChanged, SuiteStarted, prepare_suite
 from tui.suiteview import SuiteApp, SuiteProgress
 from tui.widgets import HelpScreen
 

@@ -14,7 +14,7 @@ import pytest
 from textual.pilot import Pilot
 
 from tests.tui.screen import screen_lines, wait_until
-from tui.suite import (
+from tui.bench.suite import (
     CellChanged,
     CellOutput,
     ReportStep,

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tui import doctor
+from tui.bench import doctor
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import json, sys
-from tui.doctor import find_shadows, quick_shadows
+from tui.bench.doctor import find_shadows, quick_shadows
 print(json.dumps({"full": find_shadows(), "quick": quick_shadows()}))
 """
 
@@ -99,7 +99,7 @@ def test_a_distribution_merged_into_a_wheel_install_is_suspected(tmp_path: Path)
     assert doctor._own_record(tmp_path / "compose") is None  # a checkout: no RECORD, no check
 
 
-@pytest.mark.parametrize("shadows, code", [([], 0), (["'compose' is shadowed: …"], 1)])
+@pytest.mark.parametrize("shadows, code", [(["'compose' is shadowed: …"], 6)])
 def test_doctor_exit_code_follows_the_shadows(monkeypatch: pytest.MonkeyPatch,
                                               shadows: list[str], code: int) -> None:
     monkeypatch.setattr(doctor, "find_shadows", lambda: shadows)

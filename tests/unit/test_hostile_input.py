@@ -312,8 +312,8 @@ def test_replay_speed_other_than_the_three_says_which_it_takes(tmp_path, text) -
 
 
 def test_replay_speeds_are_the_keys_speeds() -> None:
-    from tui.cli import REPLAY_SPEEDS, _replay_speed
+    from tui.bench.parser import REPLAY_SPEEDS, replay_speed
     from tui.replay import SPEEDS
 
     assert REPLAY_SPEEDS == SPEEDS
-    assert [_replay_speed(t) for t in ("1", "10x", "60.0")] == [1.0, 10.0, 60.0]
+    assert [replay_speed(t) for t in ("1", "10x", "60.0")] == [1.0, 10.0, 60.0]

@@ -1,5 +1,6 @@
 """Without the report extra (PySpark, matplotlib), `streambench report` and `run --report` end
-with one line naming the install command and exit code 2, before any work starts."""
+with one line naming the install command and exit code 6 (installation incomplete), before any
+work starts."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tui.bench import exits
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,9 +41,9 @@ def _cli_without(blocked: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("blocked", ["pyspark", "matplotlib", "pyspark,matplotlib"])
-def test_report_without_the_extra_is_one_line_and_exit_2(blocked: str, tmp_path: Path) -> None:
+def test_report_without_the_extra_is_one_line_and_exit_6(blocked: str, tmp_path: Path) -> None:
     res = _cli_without(blocked, "report", str(tmp_path))
-    assert res.returncode == 2, res.stderr
+    assert res.returncode == exits.INSTALL == 6, res.stderr
     assert res.stdout == ""
     names = ", ".join(blocked.split(","))
     assert res.stderr.splitlines() == [
@@ -52,6 +55,6 @@ def test_report_without_the_extra_is_one_line_and_exit_2(blocked: str, tmp_path:
 def test_run_with_report_refuses_before_starting(tmp_path: Path) -> None:
     res = _cli_without("pyspark", "run", "redis", "--report", "--headless", "--duration", "1",
                        "--out", str(tmp_path / "run"))
-    assert res.returncode == 2, res.stderr
+    assert res.returncode == exits.INSTALL == 6, res.stderr
     assert len(res.stderr.splitlines()) == 1 and "pip install 'streambench[report]'" in res.stderr
     assert not (tmp_path / "run").exists()  # nothing ran

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tui.suite import CellChanged, CellOutput, SuiteEnded, SuiteStarted, print_event
+from tui.bench.suite import CellChanged, CellOutput, SuiteEnded, SuiteStarted, print_event
 from tui.suiteview import SuiteBoard
 
 ROOT = Path("runs/suite-x")

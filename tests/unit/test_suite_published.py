@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tui.suite import compare_published
+from tui.bench.suite import compare_published
 
 SUITE = """name: s
 targets: [kafka, pulsar, "redis:aof"]
@@ -64,7 +64,7 @@ def test_every_bundled_suite_loads_and_its_targets_parse():
     """Each bundled suite's workloads are valid OMB workloads and each of its TARGET strings is
     accepted by the same parser as the command line (a misspelt option would fail here)."""
     from loadgen.platforms import resolve_target
-    from tui.suite import bundled_suites, load_suite
+    from tui.bench.suite import bundled_suites, load_suite
 
     names = bundled_suites()
     assert {"fsync-partitions", "sbk", "throughput", "latency-matrix"} <= set(names)

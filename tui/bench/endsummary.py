@@ -8,13 +8,18 @@ headless mode and `--report` print the same figures."""
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from loadgen.core.events import RunEvent
+from loadgen.core.events import FAULT_KINDS, EventKind, RunEvent
 from loadgen.core.histogram import HistogramSnapshot
 from loadgen.core.ticks import Phase, Tick
+from tui import formatting as fmt
+
+if TYPE_CHECKING:
+    from loadgen.run import RunSummary
 
 NS_PER_MS = 1e6
 E2E_PERCENTILES = (50.0, 99.0, 99.9, 99.99)
@@ -65,7 +70,8 @@ class TargetFigures:
 class EndSummary:
     """A bus subscriber adding up each target's measuring phase."""
 
-    FAULT_KINDS = frozenset({"pause", "resume", "kill", "start", "restart", "broker-died"})
+    # the faults injected (`f`, --at, a schedule) and the brokers that stopped by themselves
+    FAULT_KINDS = FAULT_KINDS | {EventKind.BROKER_DIED}
 
     def __init__(self, labels: list[str]) -> None:
         self.figures = {label: TargetFigures() for label in labels}
@@ -150,7 +156,7 @@ def rows(figures: TargetFigures, totals: Any) -> list[tuple[str, str]]:
 def ratios(first: TargetFigures, other: TargetFigures) -> list[tuple[str, str]]:
     """The other target's figures over the first's, for the headline figures."""
     def ratio(a: float, b: float) -> str:
-        return f"{a / b:.2f}×" if b > 0 and math.isfinite(a) and math.isfinite(b) else "—"
+        return fmt.ratio(a / b) if b > 0 and math.isfinite(a) and math.isfinite(b) else "—"
 
     def pct(f: TargetFigures, p: float) -> float:
         return f.e2e.percentile(p) if f.e2e.total else math.nan
@@ -188,7 +194,10 @@ def render(summary: Any, end: EndSummary, marks: dict[str, str] | None = None) -
     title = "run summary (measuring phase)"
     if summary.stopped_early:
         title += f": STOPPED EARLY after {summary.measured_ticks} s"
-        if getattr(summary, "stopped_for", None):
+        why = getattr(summary, "stopped_for", None)
+        if why == "hangup":
+            title += " (the terminal hung up)"
+        elif why:
             title += " (the machine's memory ran low)"
     lines.append(title)
     for start in range(0, len(labels), per_table):
@@ -216,7 +225,7 @@ def recorded_rows(run_dir: Path) -> dict[str, dict[str, str]]:
     """Each target's rows (as `rows` names them) of a finished run, read from its files: the
     figures of the table the run printed when it ended, for a run that is over."""
     from loadgen.load import TargetTotals
-    from tui.recording import load_recording
+    from tui.bench.recording import load_recording
 
     recording = load_recording(run_dir)
     end = EndSummary(recording.labels)
@@ -229,3 +238,33 @@ def recorded_rows(run_dir: Path) -> dict[str, dict[str, str]]:
             totals[entry["label"]] = TargetTotals(**{k: v for k, v in entry.items() if k in known})
     return {label: dict(rows(end.figures[label], totals.get(label, TargetTotals(label))))
             for label in recording.labels}
+def print_summary(summary: RunSummary, end: EndSummary) -> None:
+    """The end-of-run table on standard output, what went wrong on standard error."""
+    table = render(summary, end)
+    if table:
+        print(table)
+    if summary.stopped_early:
+        sys.stderr.write(f"stopped early: {summary.measured_ticks} s measured\n")
+    if summary.stopped_for == "hangup":
+        sys.stderr.write("stopped by a hang-up of the terminal (--headless under tmux or nohup "
+                         "runs to the end)\n")
+    elif summary.stopped_for:
+        sys.stderr.write(f"stopped by streambench: {summary.stopped_for}\n")
+    for failure in summary.broker_failures:
+        sys.stderr.write(f"broker failed during the run: {failure}\n")
+    for t in summary.targets:
+        lost = t.expected - t.consumed if t.expected else 0
+        parts = [f"{t.label}: produced {t.produced:,}, consumed {t.consumed:,}"]
+        if t.send_errors:
+            parts.append(f"send errors {t.send_errors:,}")
+        if t.consumers_failed:
+            parts.append(f"consumers failed {t.consumers_failed:,} (see the consumer-failed event)")
+        if t.duplicates:
+            parts.append(f"duplicates {t.duplicates:,}")
+        if t.lost:
+            parts.append(f"LOST {t.lost:,} (acknowledged, never delivered: the broker has "
+                         "nothing more to read; see the messages-lost event)")
+        if not t.drained:
+            parts.append(f"NOT drained (unconsumed {max(lost, 0):,}, lag {t.final_lag})")
+        sys.stderr.write(", ".join(parts) + "\n")
+    print(f"run files: {summary.run_dir}")

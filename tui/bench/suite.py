@@ -45,6 +45,7 @@ import yaml
 
 from loadgen.core.errors import WorkloadError
 from loadgen.core.workload import Workload, load_workload, parse_workload, shown
+from tui.bench import exits
 
 SUITE_FORMAT = 1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -253,8 +254,6 @@ def print_event(event: SuiteEvent) -> None:
 
 # -- running a suite ---------------------------------------------------------------------------
 
-EXIT_CELL_FAILED = 4
-SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 OUTPUT_GRACE_S = 5.0  # how long a cell's output is read after it exited (a leftover holding it)
 MAX_ERRORS = 4 * 1024 * 1024  # of a cell's stderr kept for its last line (the log has it whole)
 
@@ -307,11 +306,11 @@ class SuiteRun:
 
     @property
     def exit_code(self) -> int:
-        """0 when every cell ran, 4 when a cell failed (the others ran), 130/143/129 when
-        stopped by a signal (or `q`, as SIGINT)."""
+        """0 when every cell ran, exits.CELL_FAILED when a cell failed (the others ran),
+        130/143/129 when stopped by a signal (or `q`, as SIGINT)."""
         if self.stop:
-            return SIGNAL_EXIT.get(signal.Signals(self.stop[0]), 130)
-        return EXIT_CELL_FAILED if any(c["state"] == "failed" for c in self.cells) else 0
+            return exits.SIGNAL_EXIT.get(signal.Signals(self.stop[0]), exits.USER_STOP)
+        return exits.CELL_FAILED if any(c["state"] == "failed" for c in self.cells) else exits.OK
 
     def run_cells(self, progress: Progress) -> None:
         try:
@@ -379,9 +378,9 @@ class SuiteRun:
         done = [c for c in self.cells if c["state"] == "done"]
         if not done or self.stop:
             return
-        from tui.cli import _report
+        from tui.bench.reporting import write_report
 
-        path = _report([c["run_dir"] for c in done], self.root / "report", None,
+        path = write_report([c["run_dir"] for c in done], self.root / "report", None,
                        progress=lambda text: progress(ReportStep(text)))
         self.state["report"] = str(path)
         self.save()
@@ -488,7 +487,7 @@ def run_suite(spec: str, targets: list[str], out: Path | None, scale: float,
     """Run (or resume) a suite headless, one line per cell on stdout; returns the exit code
     (SuiteRun.exit_code). INT, TERM and HUP stop it after the running cell."""
     run = prepare_suite(spec, targets, out, scale, resume)
-    old = {s: signal.signal(s, run.request_stop) for s in SIGNAL_EXIT}
+    old = {s: signal.signal(s, run.request_stop) for s in exits.SIGNAL_EXIT}
     try:
         run.run_cells(print_event)
     finally:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 DISTRIBUTION = "streambench"
 PACKAGES = ("tui", "loadgen", "collectors", "analysis", "compose")
-ROOT = Path(__file__).resolve().parents[1]  # the folder holding the five packages
+ROOT = Path(__file__).resolve().parents[2]  # the folder holding the five packages
 ISOLATED_INSTALL = "install streambench in an environment of its own (pipx install . or uv tool install .)"
 REPORT_MODULES = ("pyspark", "py4j", "matplotlib")
 REPORT_INSTALL = "pip install 'streambench[report]'"
@@ -172,28 +172,6 @@ def _run(argv: list[str]) -> str | None:
     return (out.stdout + out.stderr).strip() if out.returncode == 0 else None
 
 
-def _redis_line() -> str:
-    import shutil
-
-    server = shutil.which("redis-server")
-    if server is None:
-        return ("redis-server: not found; the local Redis runtime needs it "
-                "(Debian/Ubuntu: apt-get install redis-server)")
-    m = re.search(r"v=(\S+)", _run([server, "--version"]) or "")
-    return f"redis-server: {m.group(1) if m else 'version unknown'} ({server})"
-
-
-def _nats_line() -> str:
-    from compose.nats import find_server
-
-    server = find_server()
-    if server is None:
-        return ("nats-server: not found; the local NATS runtime needs it "
-                "(Debian/Ubuntu: apt-get install nats-server)")
-    m = re.search(r"v(\d\S*)", _run([server, "--version"]) or "")
-    return f"nats-server: {m.group(1) if m else 'version unknown'} ({server})"
-
-
 def _java_line() -> str:
     import shutil
 
@@ -207,16 +185,6 @@ def _java_line() -> str:
         return f"java: {java} does not tell its version"
     major = int(m.group(2) or 0) if m.group(1) == "1" else int(m.group(1))
     return f"java: {major} ({java})"
-
-
-def _maven_line() -> str:
-    import shutil
-
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        return ("maven: not found; Kafka and Pulsar as local processes are assembled with it from "
-                "Maven Central on first use (Debian/Ubuntu: apt-get install maven)")
-    return f"maven: {mvn}"
 
 
 def _docker_line() -> str:
@@ -276,17 +244,92 @@ def _self_line() -> str:
     return f"streambench: {version} ({ROOT}, Python {sys.version.split()[0]} at {sys.executable})"
 
 
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=5)
+        try:
+            client.version()
+        finally:
+            client.close()
+    except Exception:
+        return False
+    return True
+
+
+SAID_ABOVE = ("java",)  # a prerequisite CHECKS prints already
+DEMO_PLATFORM = "redis"  # `make demo` (the README's first run): a local redis-server, then a report
+
+
+def platform_lines(docker_ok: bool) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+    """One line per program a platform's runtimes need, then one per platform saying where it
+    can run here; and each platform's runtimes that can."""
+    from loadgen.platforms import PLATFORMS
+
+    PLATFORMS.load_all()
+    lines: list[str] = []
+    found: dict[str, bool] = {}
+    for p in PLATFORMS.values():
+        for need in p.prerequisites:
+            if need.name in found:
+                continue
+            path = need.find()
+            found[need.name] = path is not None
+            if need.name in SAID_ABOVE:
+                continue
+            users = ", ".join(f"{q.name} ({'/'.join(n.runtimes)})" for q in PLATFORMS.values()
+                              for n in q.prerequisites if n.name == need.name)
+            if path is None:
+                lines.append(f"{need.name}: not found; {users} need it ({need.install})")
+            else:
+                lines.append(f"{need.name}: {need.version(path) or 'version unknown'} ({path})")
+    runnable: dict[str, tuple[str, ...]] = {}
+    for p in PLATFORMS.values():
+        said = []
+        ok = []
+        for runtime in p.runtimes:
+            missing = [n.name for n in p.prerequisites if runtime in n.runtimes
+                       and not found[n.name]]
+            if runtime == "docker" and not docker_ok:
+                missing.append("a docker engine")
+            if p.optional_client is not None and not p.optional_client.installed():
+                missing.append(f"its client ({p.optional_client.install})")
+            said.append(f"{runtime} " + (f"no (needs {', '.join(missing)})" if missing else "yes"))
+            if not missing:
+                ok.append(runtime)
+        runnable[p.name] = tuple(ok)
+        lines.append(f"platform {p.name}: {'; '.join(said)}")
+    return lines, runnable
+
+
+def _java_found() -> bool:
+    return not _java_line().startswith("java: not found")
+
+
 # one line each, in this order, after the shadows
-CHECKS = (_redis_line, _nats_line, _java_line, _maven_line, _docker_line, _compose_line, _report_line)
+CHECKS = (_java_line, _docker_line, _compose_line, _report_line)
 
 
 def doctor(out: Callable[[str], object] = print) -> int:
-    """Prints one line per shadowed package, then one line per tool; 1 when something is
-    shadowed, else 0 (a missing tool only limits what can run)."""
+    """Prints one line per shadowed package, one per tool, one per platform saying where it can
+    run here; exits.INSTALL when a package is shadowed, exits.PLATFORM when the demo (a local
+    Redis and its report, which needs Java) cannot run here, else 0."""
+    from tui.bench import exits
+
     shadows = find_shadows()
     out(_self_line())
     for line in shadows:
         out(f"problem: {line}")
     for check in CHECKS:
         out(check())
-    return 1 if shadows else 0
+    if shadows:
+        return exits.INSTALL
+    lines, runnable = platform_lines(_docker_answers())
+    for line in lines:
+        out(line)
+    if "local" not in runnable.get(DEMO_PLATFORM, ()) or not _java_found():
+        out(f"problem: `make demo` cannot run here: it needs {DEMO_PLATFORM} on the local runtime "
+            "and Java for its report (see the lines above)")
+        return exits.PLATFORM
+    return exits.OK
