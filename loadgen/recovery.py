@@ -3,10 +3,12 @@
 level before the fault, give or take what the lag's source trails consumption by: Pravega's
 readers write their positions back every 3 s, so up to 4 s of consumption there still shows as
 lag on a healthy target), and what the fault cost meanwhile: the lag peak, the longest publish
-stall, messages that arrived late, send errors."""
+stall, messages that arrived late, send errors. Also the drain of a backlog once stopped
+consumers resume (`DrainWatch`)."""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -137,51 +139,121 @@ class RecoveryWatch:
         return produce_ok and consume_ok and lag_ok
 
 
+DRAIN_HOLD_S = 3.0  # the lag stays back for this long before a backlog counts as drained
+LEVEL_TICKS = 5  # the lag's level before the consumers stopped: the highest of these last readings
+
+
+@dataclass
+class ConsumersStopped:
+    """The lag's level before a target's consumers stopped: its last readings then."""
+
+    time_ns: int
+    readings: deque[int]
+
+    @property
+    def level(self) -> int:
+        return max(self.readings, default=0)
+
+
 @dataclass
 class Backlog:
     """A backlog built while a target's consumers were stopped, and its drain once resumed."""
 
     target: str
     resumed_ns: int
-    lag_at_resume: int
-    consumed: int = 0
-    seconds: float = 0.0
+    stop: ConsumersStopped
+    lag_at_resume: int  # the backlog: the highest lag from the last reading before the resumption on
+    consumed: int = 0  # consumed since the resumption, up to the last tick seen
+    back_ns: int | None = None  # the first tick of the stretch the lag has been back since
+    consumed_back: int = 0  # consumed from the resumption to the end of that tick
+
+    def threshold(self, tick: Tick) -> int:
+        """The lag counts as back within the level it had before the consumers stopped, or
+        within this tick's production, whichever is larger."""
+        return max(self.stop.level, tick.produced)
 
     def detail(self, drained_ns: int) -> str:
         took = (drained_ns - self.resumed_ns) / 1e9
-        rate = self.consumed / self.seconds if self.seconds > 0 else float("nan")
+        rate = self.consumed_back / took if took > 0 else float("nan")
         return (f"backlog of {self.lag_at_resume:,} drained in {took:.1f} s after the consumers "
                 f"resumed: {rate:,.0f} msg/s consumed meanwhile")
 
 
 class DrainWatch:
-    """Time to zero lag and the drain rate after consumers resume."""
+    """The drain of a backlog after the consumers resume, measured on the ticks. The backlog is
+    drained when the lag is back within the level it had before the consumers stopped (the
+    highest of its last LEVEL_TICKS readings then) or within one tick's production, whichever
+    is larger, and stays so for DRAIN_HOLD_S (every reading until the one DRAIN_HOLD_S later);
+    the drain ends at the first tick of that stretch, not at its end (the event comes
+    DRAIN_HOLD_S later). Stopped again before that, the consumers leave the backlog undrained,
+    and the next drain is measured against the level before the first stop. The backlog is the
+    highest lag read from the last reading before the resumption on; the rate is what was
+    consumed from the resumption to the drain's end over that time. A stretch the run's end
+    cuts short still counts (`ended`): the lag did not rise again."""
 
     def __init__(self) -> None:
-        self._lag: dict[str, int] = {}
+        self._recent: dict[str, deque[int]] = {}
+        self._stops: dict[str, ConsumersStopped] = {}  # targets stopped or draining
         self._open: dict[str, Backlog] = {}
 
-    def resumed(self, target: str, time_ns: int) -> None:
-        self._open[target] = Backlog(target, time_ns, self._lag.get(target, 0))
-
-    def stopped(self, target: str) -> None:
+    def stopped(self, target: str, time_ns: int) -> None:
+        """The target's consumers stopped."""
         self._open.pop(target, None)
+        self._stop(target, time_ns)
+
+    def resumed(self, target: str, time_ns: int) -> None:
+        """The target's consumers started again."""
+        recent = self._recent.get(target, ())
+        self._open[target] = Backlog(target, time_ns, self._stop(target, time_ns),
+                                     recent[-1] if recent else 0)
+
+    def cancel(self, target: str) -> None:
+        """This drain is not one to time (OMB's backlog phase times its own)."""
+        self._open.pop(target, None)
+        self._stops.pop(target, None)
 
     def tick(self, tick: Tick) -> tuple[Backlog, int] | None:
-        """(the backlog, the time it emptied) once the lag reaches zero."""
-        lag = tick.lag.total if tick.lag is not None else None
-        if lag is not None:
-            self._lag[tick.target] = lag
+        """(the backlog, the end of its drain) once the lag has been back for DRAIN_HOLD_S."""
+        if tick.lag is None:
+            return None
+        lag = tick.lag.total
+        self._recent.setdefault(tick.target, deque(maxlen=LEVEL_TICKS)).append(lag)
+        stop = self._stops.get(tick.target)
+        if stop is not None and tick.time_ns <= stop.time_ns:  # a tick seen after the stop
+            stop.readings.append(lag)
         backlog = self._open.get(tick.target)
-        if backlog is None or lag is None:
+        if backlog is None:
             return None
-        # only the part of the interval after the consumers resumed (nothing was read before)
-        after = (tick.time_ns - backlog.resumed_ns) / 1e9
-        if after <= 0:
+        backlog.lag_at_resume = max(backlog.lag_at_resume, lag)
+        if tick.time_ns <= backlog.resumed_ns:
             return None
+        # nothing was read while the consumers were stopped: all of this tick's consumption
+        # comes after the resumption
         backlog.consumed += tick.consumed
-        backlog.seconds += min(tick.interval_s, after)
-        if lag > 0:
+        if lag > backlog.threshold(tick):
+            backlog.back_ns = None
             return None
-        del self._open[tick.target]
-        return backlog, tick.time_ns
+        if backlog.back_ns is None:
+            backlog.back_ns, backlog.consumed_back = tick.time_ns, backlog.consumed
+        # ticks come about a second apart, give or take a few ms: the reading DRAIN_HOLD_S on
+        if (tick.time_ns - backlog.back_ns) / 1e9 < DRAIN_HOLD_S - tick.interval_s / 2:
+            return None
+        return self._drained(tick.target)
+
+    def ended(self) -> list[tuple[Backlog, int]]:
+        """At the end of the run: the backlogs whose lag was back at the last ticks, for less
+        than DRAIN_HOLD_S."""
+        return [self._drained(t) for t, b in list(self._open.items()) if b.back_ns is not None]
+
+    def _stop(self, target: str, time_ns: int) -> ConsumersStopped:
+        """The first stop since the target last drained: a later one keeps its level."""
+        if target not in self._stops:
+            self._stops[target] = ConsumersStopped(
+                time_ns, deque(self._recent.get(target, ()), maxlen=LEVEL_TICKS))
+        return self._stops[target]
+
+    def _drained(self, target: str) -> tuple[Backlog, int]:
+        backlog = self._open.pop(target)
+        self._stops.pop(target, None)
+        assert backlog.back_ns is not None
+        return backlog, backlog.back_ns

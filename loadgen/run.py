@@ -46,7 +46,7 @@ from loadgen.pacing import now_ns
 from loadgen.placement import place
 from loadgen.platforms import PLATFORMS
 from loadgen.ratesearch import START_RATE, RateSearch
-from loadgen.recovery import DrainWatch, RecoveryWatch
+from loadgen.recovery import Backlog, DrainWatch, RecoveryWatch
 from loadgen.worker import TargetWorker
 
 Subscriber = Callable[[BusItem], None]
@@ -407,6 +407,8 @@ class Run:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
             self._unrecovered()
+            for drained in self._drain.ended():  # back when the run ended, not yet for the hold
+                self._drained(*drained)
             self._search_results()
 
     async def _ticks(self, loop: asyncio.AbstractEventLoop, t0_mono: int, tick_ns: int,
@@ -602,16 +604,17 @@ class Run:
             return
         for runner in self._runners_for(item.target):
             detail = await runner.control(item)
-            self.publish(RunEvent(time.time_ns(), runner.label, item.action, detail))
+            now = time.time_ns()  # the change's time, for its event and the drain watch
+            self.publish(RunEvent(now, runner.label, item.action, detail))
             if item.action == "rate":
                 assert item.rate is not None
                 self.rates[runner.label] = item.rate
             elif item.action == "consumers":
                 if item.state == "start":
-                    self._drain.resumed(runner.label, time.time_ns())
+                    self._drain.resumed(runner.label, now)
                     self._consumers_stopped.discard(runner.label)
                 else:
-                    self._drain.stopped(runner.label)
+                    self._drain.stopped(runner.label, now)
                     self._consumers_stopped.add(runner.label)
 
     async def _restart_consumers(self) -> None:
@@ -654,9 +657,11 @@ class Run:
                 self.publish(RunEvent(time.time_ns(), t.target, "recovered", rec.detail()))
             drained = self._drain.tick(t)
             if drained is not None:
-                backlog, at_ns = drained
-                self.publish(RunEvent(time.time_ns(), t.target, "backlog-drained",
-                                      backlog.detail(at_ns)))
+                self._drained(*drained)
+
+    def _drained(self, backlog: Backlog, at_ns: int) -> None:
+        self.publish(RunEvent(time.time_ns(), backlog.target, "backlog-drained",
+                              backlog.detail(at_ns)))
 
     def _act(self, action: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(action)
@@ -708,13 +713,13 @@ class Run:
 
     async def _end_backlog(self, label: str) -> None:
         """The backlog is built: the target's consumers resume. Its drain is timed by the
-        backlog watch (to OMB's threshold), not by the drain watch (to zero lag)."""
+        backlog watch (to OMB's threshold), not by the drain watch."""
         try:
             await self.intervene(Intervention("consumers", label, state="start"))
         except StreambenchError as exc:
             self.publish(RunEvent(time.time_ns(), label, "intervention-failed",
                                   f"consumers=start after the backlog was built: {exc}"))
-        self._drain.stopped(label)
+        self._drain.cancel(label)
 
     def _unrecovered(self) -> None:
         for rec in self._recovery.pending():

@@ -1,4 +1,5 @@
-"""Interventions from --at flags and schedule: lists; recovery and drain figures from ticks."""
+"""Interventions from --at flags and schedule: lists; recovery figures from ticks (the drain's are
+in test_drain.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from loadgen.core.interventions import (
 )
 from loadgen.core.ticks import LagSnapshot, Phase, Resources, Tick
 from loadgen.core.workload import parse_workload
-from loadgen.recovery import DrainWatch, RecoveryWatch
+from loadgen.recovery import RecoveryWatch
 
 
 @pytest.mark.parametrize("text, seconds", [("30s", 30), ("90", 90), ("1m30s", 90), ("2m", 120),
@@ -197,28 +198,6 @@ def test_recovery_allows_for_a_lag_source_that_trails() -> None:
     watch.fault("kafka", "kill kafka", 1_000_000_000)
     for s in range(1, 8):
         assert watch.tick(_tick(s, 500, 500, 400, rate=500.0)) is None
-
-
-def test_backlog_drain_rate_and_time() -> None:
-    watch = DrainWatch()
-    watch.tick(_tick(0, 1000, 0, 3000))
-    watch.resumed("kafka", 1_000_000_000)
-    assert watch.tick(_tick(1, 1000, 2500, 1500)) is None
-    backlog, drained_ns = watch.tick(_tick(2, 1000, 2500, 0)) or (None, 0)
-    assert backlog is not None and drained_ns == 3_000_000_000
-    assert backlog.lag_at_resume == 3000
-    assert "drained in 2.0 s" in backlog.detail(drained_ns) and "2,500 msg/s" in backlog.detail(drained_ns)
-
-
-def test_drain_rate_counts_only_the_time_after_the_resume() -> None:
-    watch = DrainWatch()
-    watch.tick(_tick(0, 1000, 0, 2000))
-    watch.resumed("kafka", 1_900_000_000)  # near the end of tick 1 (1.0–2.0 s)
-    assert watch.tick(_tick(1, 1000, 0, 3000)) is None
-    backlog, drained_ns = watch.tick(_tick(2, 1000, 4000, 0)) or (None, 0)
-    assert backlog is not None
-    assert backlog.seconds == pytest.approx(1.1)
-    assert "3,636 msg/s" in backlog.detail(drained_ns)
 
 
 def test_placement_deals_producers_then_consumers() -> None:
