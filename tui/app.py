@@ -36,10 +36,11 @@ from tui.compare import CompareScreen
 from tui.control import EventStrip, FaultScreen, RateScreen
 from tui.detail import DetailScreen
 from tui.driver import quiet_driver_class
-from tui.history import Baseline, ChartView, TargetHistory
-from tui.keys import BINDINGS, KEY_TABLE, Key
+from tui.history import METRICS, Baseline, ChartView, TargetHistory
+from tui.keys import BINDINGS, KEY_TABLE, STEERING, Key
 from tui.logs import LogScreen
 from tui.metadata import MetadataScreen, RunDescription, live_description
+from tui.panels import ChartsPanel
 from tui.widgets import (
     LOAD_PHASES,
     HelpScreen,
@@ -62,7 +63,7 @@ FINAL_MARK = " · final"
 CLOSE_WAIT_S = 90.0
 GATHER_S = 0.05  # a repaint waits this long for the other targets' ticks of the same second
 # palette entries of Textual's that the key table replaces
-_REPLACED_COMMANDS = {"Quit", "Keys"}
+_REPLACED_COMMANDS = {"Quit", "Keys", "Screenshot"}
 
 
 @dataclass
@@ -131,7 +132,7 @@ class DashboardApp(App[DashboardResult]):
         self.after_run = after_run
         self.histories = {label: TargetHistory(label) for label in labels}
         self._ticked = set()
-        self.view = ChartView(self.histories)
+        self.view = ChartView(self.histories, planned_s=workload.warmup_s + workload.duration_s)
         self.status = RunStatus(workload)
         self.summary: RunSummary | None = None
         self._executing: Run | None = None  # the run whose execute() is under way
@@ -148,6 +149,8 @@ class DashboardApp(App[DashboardResult]):
         self.producing = dict.fromkeys(labels, True)
         self.consuming = dict.fromkeys(labels, True)
         self.fixed_rate = {label: workload.rate for label in labels}  # for the max-rate toggle
+        if self.is_running:  # a new run of a session: its controls are offered again
+            self.refresh_bindings()
 
     def _make_status_bar(self, clock: Callable[[], int]) -> StatusBar:
         return StatusBar(self.status, clock, id="status")
@@ -188,6 +191,7 @@ class DashboardApp(App[DashboardResult]):
         finally:
             self._executing = None
         self.summary = summary
+        self.refresh_bindings()
         if self.after_run is not None:
             self.post_message(PhaseChanged(PhaseChange(Phase.REPORT, self.clock(),
                                                        "writing the report")))
@@ -263,6 +267,7 @@ class DashboardApp(App[DashboardResult]):
             return False
         history.add(tick, summarise=summarise, values=values)
         self.status.elapsed_s = max(self.status.elapsed_s, tick.elapsed_s)
+        self.status.rates[tick.target] = tick.target_rate
         return True
 
     def _take_phase(self, change: PhaseChange) -> None:
@@ -270,11 +275,16 @@ class DashboardApp(App[DashboardResult]):
             self.status.phase_since_ns = change.time_ns
         self.status.phase = change.phase
         self.status.message = change.message
-        if change.phase in FINAL_PHASES:  # no tick comes any more: the figures are the run's last
-            for label, column in self._columns.items():
-                title = column.border_title or label
-                if not title.endswith(FINAL_MARK):
-                    column.border_title = f"{title}{FINAL_MARK}"
+        self._mark_final(change.phase in FINAL_PHASES)
+        if change.phase in FINAL_PHASES:
+            self.refresh_bindings()  # the footer no longer offers the run's controls
+
+    def _mark_final(self, final: bool) -> None:
+        """The columns' titles say whether their figures are the run's last (no tick comes
+        any more) or live; a replay going back in time takes the mark away again."""
+        for label, column in self._columns.items():
+            title = (column.border_title or label).removesuffix(FINAL_MARK)
+            column.border_title = f"{title}{FINAL_MARK}" if final else title
 
     def report_progress(self, message: str) -> None:
         """A line of the report's progress (its step, Spark's stages and tasks), shown in the
@@ -432,6 +442,17 @@ class DashboardApp(App[DashboardResult]):
         self.notify(f"chart window: {self.view.window_name()}", timeout=2)
         self._repaint_columns()
 
+    def action_next_charts(self) -> None:
+        """The next charts in a column too short for all of them."""
+        column = self._columns[self.labels[self.selected]]
+        if len(column.charts_shown()) == len(ChartsPanel.CHARTED):
+            self.notify("every chart is shown", timeout=2)
+            return
+        self.view.chart_page += 1
+        names = ", ".join(METRICS[name].title for name in column.charts_shown())
+        self.notify(f"charts: {names}", timeout=2)
+        self._repaint_columns()
+
     def action_toggle_scale(self) -> None:
         label = self.labels[self.selected]
         self.view.toggle_own_scale(label)
@@ -460,6 +481,8 @@ class DashboardApp(App[DashboardResult]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if isinstance(self.screen, LogScreen):  # its filter takes the keys it needs
             return self.screen.allows(action, parameters)
+        if action in STEERING and self.run_over:
+            return False  # nothing to steer: not in the footer, the key does nothing
         if action == "close":
             # escape is a priority key: let it through to other screens (the command palette)
             return isinstance(self.screen, HelpScreen | DetailScreen | CompareScreen
@@ -469,6 +492,11 @@ class DashboardApp(App[DashboardResult]):
         return not isinstance(self.screen, RateScreen | FaultScreen | CommandPalette)
 
     # ---- steering the run ---------------------------------------------------------------
+
+    @property
+    def run_over(self) -> bool:
+        """Whether the run has ended (its files are written, or being written)."""
+        return self.summary is not None or self.status.phase in FINAL_PHASES
 
     @property
     def scope(self) -> list[str]:
@@ -583,7 +611,7 @@ class DashboardApp(App[DashboardResult]):
             if command.title not in _REPLACED_COMMANDS:
                 yield command
         for key in self.KEYS:
-            if key.action != "close":
+            if key.action != "close" and not (key.steers and self.run_over):
                 yield SystemCommand(key.label, key.help, partial(self.run_action, key.action))
 
     # ---- repaint ------------------------------------------------------------------------

@@ -20,7 +20,10 @@ from tui.panels import axis_text
 
 GLYPHS = ("●", "×", "+", "○", "▲", "■", "◆", "▼", "#", "@")
 # (metric, caption): the charts top to bottom
-COMPARED = (("consume_rate", "throughput msg/s"), ("lag", "lag msgs"), ("e2e_p99", "e2e p99 ms"))
+COMPARED = (("consume_rate", "throughput msg/s"), ("lag", "lag msgs"), ("e2e_p99", "e2e p99"))
+# the charts whose y axis starts at zero; the latency's spans the window's values, so close
+# lines still part (its caption says where it starts)
+FROM_ZERO = ("consume_rate", "lag")
 HINT = "esc back · w window · x screenshot · ? help"
 
 
@@ -52,8 +55,12 @@ class CompareCharts(Widget):
                 series.append(time_slots(times, values, start, end, width, metric.reduce))
             finite = [v for points in series for v in points if math.isfinite(v)]
             bottom, top = min(finite, default=0.0), max(finite, default=0.0)
-            # the y axis spans the window's values, so close lines still part
-            text.append(Text.assemble((caption, "bold"), f" {fmt.short(bottom)}–{fmt.short(top)} ",
+            if name in FROM_ZERO:
+                # rates and lag from zero: a fraction of a percent of noise stays flat
+                bottom = min(0.0, bottom)
+            span = (fmt.span(bottom, top, "ms") if name == "e2e_p99"
+                    else f"{fmt.short(bottom)}–{fmt.short(top)}")
+            text.append(Text.assemble((caption, "bold"), f" {span} ",
                                       *self._latest(name, histories)))
             text.append("\n")
             for row in overlay_chart(series, [glyph(i) for i in range(len(series))], width, rows,
@@ -69,7 +76,7 @@ class CompareCharts(Widget):
         for i, h in enumerate(histories):
             values = h.series[name].values()
             value = values[-1] if values else math.nan
-            figure = fmt.millis(value) if name == "e2e_p99" else fmt.short(value)
+            figure = fmt.latency(value) if name == "e2e_p99" else fmt.short(value)
             if name == "lag":
                 behind = h.series["lag_s"].values()
                 seconds = behind[-1] if behind else math.nan

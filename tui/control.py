@@ -35,7 +35,8 @@ class RateScreen(ModalScreen[float | None]):
     def compose(self) -> ComposeResult:
         now = "max" if self.current <= 0 else f"{self.current:g}"
         with Vertical(id="dialog"):
-            yield Label(f"rate for {self.scope} in msg/s, or max (now {now}); Enter sets it, Esc cancels")
+            yield Label(f"rate for {self.scope} in msg/s, or max (now {now})")
+            yield Label("Enter sets it, Esc cancels", classes="hint")
             yield Input(placeholder="e.g. 5000", id="rate")
             yield Label("", id="problem")
 

@@ -323,7 +323,9 @@ class DetailScreen(Screen[None]):
         start, end = self.view.span()
         window = self.view.window_name()
         head = Text.assemble(
-            (f"window {window}", "bold"), f" (-{fmt.duration(end - start)} … now) · ",
+            (f"window {window}", "bold"),
+            (f" (0:00 … {fmt.duration(end - start)}) · " if self.view.anchored()
+             else f" (-{fmt.duration(end - start)} … now) · "),
             (self.hint, "dim"), no_wrap=True, overflow="ellipsis")
 
         rows = sort_rows(partition_rows(history.recent_ticks), self.sort)

@@ -295,6 +295,11 @@ class TargetHistory:
         self.events.clear()
         self.marks.clear()
         self._recent.clear()
+        # what was done to the load on purpose, from the events: the producers stopped, and
+        # how many brokers a fault paused or stopped (the rate falls short for those reasons)
+        self.producers_stopped = False
+        self.brokers_paused = 0
+        self.brokers_down = 0
 
     def add(self, tick: Tick, *, summarise: bool = True,
             values: Sequence[float] | None = None) -> None:
@@ -327,6 +332,18 @@ class TargetHistory:
     def add_event(self, kind: str, detail: str, time_ns: int | None = None) -> None:
         self.event_count += 1
         self.events.append(TargetEvent(kind, detail, time_ns))
+        if kind == "producers":  # "running → stopped", "stopped → running"
+            self.producers_stopped = detail.rstrip().endswith("stopped")
+        elif kind == "fault-pause":
+            self.brokers_paused += 1
+        elif kind == "fault-resume":
+            self.brokers_paused = max(0, self.brokers_paused - 1)
+        elif kind == "fault-kill":
+            self.brokers_down += 1
+        elif kind in ("fault-start", "fault-restart"):
+            self.brokers_down = max(0, self.brokers_down - (kind == "fault-start"))
+            if kind == "fault-restart":  # a restart also ends a pause
+                self.brokers_paused = max(0, self.brokers_paused - 1)
         if time_ns is not None and (kind in MARKED_KINDS or kind.startswith(MARKED_PREFIX)):
             self.marks.append(time_ns / 1e9)
 
@@ -386,32 +403,74 @@ class ChartScale:
     shared: bool
 
 
+def _minutes(seconds: float) -> str:
+    """m:ss of a window's length."""
+    total = round(seconds)
+    return f"{total // 60}:{total % 60:02d}"
+
+
 class ChartView:
     """The charts' common settings: the time window (shared by every column, so their x axes
     line up) and, per metric, one y scale for all columns unless a column asked for its own."""
 
-    def __init__(self, histories: dict[str, TargetHistory], window_index: int = 1) -> None:
+    def __init__(self, histories: dict[str, TargetHistory], window_index: int | None = None,
+                 planned_s: float | None = None) -> None:
         self.histories = histories
-        self.window_index = window_index
+        # a run planned shorter than the default window is shown whole, over its planned
+        # length from its start (it fills the charts as it goes), then that window scrolls
+        self.run_s = (planned_s if planned_s is not None and 0 < planned_s < HISTORY_WINDOW_S
+                      else None)
+        self.windows: tuple[float | None, ...] = (
+            WINDOWS if self.run_s is None
+            else (self.run_s, *(w for w in WINDOWS if w != self.run_s)))
+        self.window_index = (window_index if window_index is not None
+                             else self.windows.index(self.run_s if self.run_s is not None
+                                                     else HISTORY_WINDOW_S))
+        self.chart_page = 0  # which of the charts a column too short for all of them shows
         self.own_scale: set[str] = set()  # labels of the columns with a y scale of their own
         self.baselines: dict[str, Baseline] = {}  # per column label, drawn as a ghost series
 
     @property
     def window_s(self) -> float | None:
-        return WINDOWS[self.window_index]
+        return self.windows[self.window_index]
+
+    @property
+    def run_window(self) -> bool:
+        """Whether the window is the run's planned length (from the start, then scrolling)."""
+        return self.run_s is not None and self.window_s == self.run_s
 
     def cycle_window(self) -> None:
-        self.window_index = (self.window_index + 1) % len(WINDOWS)
+        self.window_index = (self.window_index + 1) % len(self.windows)
 
     def window_name(self) -> str:
         w = self.window_s
-        return "whole run" if w is None else f"{w / 60:g} min"
+        if w is None:
+            return "whole run"
+        if self.run_window:
+            return f"run {_minutes(w)}"
+        return f"{w / 60:g} min"
+
+    def _load_start(self) -> float | None:
+        """When the first tick's second began (s), over every column; None before a tick."""
+        firsts = [f for h in self.histories.values()
+                  if (f := h.series["produce_rate"].first_time) is not None]
+        return min(firsts) - 1.0 if firsts else None
+
+    def anchored(self) -> bool:
+        """Whether the window still starts at the run's start (the run window, before the
+        run has gone on for longer than it)."""
+        if not self.run_window or self.window_s is None:
+            return False
+        start = self._load_start()
+        lasts = [h.last.time_ns / 1e9 for h in self.histories.values() if h.last is not None]
+        return start is not None and max(lasts) <= start + self.window_s + 1e-9
 
     def toggle_own_scale(self, label: str) -> None:
         self.own_scale ^= {label}
 
     def span(self, slots: int | None = None) -> tuple[float, float]:
-        """(start, end) in s of the window the charts show: it ends at the latest tick.
+        """(start, end) in s of the window the charts show: it ends at the latest tick, but
+        for the run window while the run is shorter than it, which starts at the run's start.
 
         With `slots` (the chart's time slots) and a window of fixed length, the end is the
         first multiple of the slot's length (window / slots) at or after the latest tick: the
@@ -423,14 +482,17 @@ class ChartView:
         if not lasts:
             return 0.0, self.window_s or 60.0
         end = max(lasts)
+        if self.window_s is not None and self.anchored():
+            start = self._load_start()
+            assert start is not None
+            return start, start + self.window_s
         if self.window_s is not None:
             if slots:
                 slot_s = self.window_s / slots
                 end = math.ceil(end / slot_s - 1e-9) * slot_s
             return end - self.window_s, end
-        firsts = [f for h in self.histories.values()
-                  if (f := h.series["produce_rate"].first_time) is not None]
-        start = min(firsts) - 1.0  # the first tick covers the second before it
+        start = self._load_start()  # the first tick covers the second before it
+        assert start is not None
         return start, max(end, start + 1.0)
 
     def _range(self, history: TargetHistory, metric: str, start: float, end: float

@@ -20,6 +20,7 @@ class Key:
     help: str  # one sentence, for the help screen
     footer: bool = True
     same_line: bool = False  # the help screen lists it on the line of the key before it
+    steers: bool = False  # it changes the run: offered only while the run goes on
 
     def binding(self) -> Binding:
         # priority: the keys work on every screen, including the help screen
@@ -31,8 +32,10 @@ class Key:
 VIEW_KEYS: tuple[Key, ...] = (
     Key(("enter",), ("enter",), "detail", "detail",
         "Detail: partitions, consumers, brokers, events.", footer=False),
-    Key(("w",), ("w",), "cycle_window", "window", "Chart window: 1 min, 5 min, whole run.",
+    Key(("w",), ("w",), "cycle_window", "window", "Chart window: run length, 1 min, 5 min, whole run.",
         footer=False),
+    Key(("g",), ("g",), "next_charts", "charts",
+        "Next charts, where a column has no room for all four.", footer=False),
     Key(("y",), ("y",), "toggle_scale", "y scale",
         "Selected column: shared y scale ↔ its own.", footer=False),
     Key(("o",), ("o",), "sort", "sort", "Detail: next sort of partitions.", footer=False),
@@ -45,7 +48,8 @@ VIEW_KEYS: tuple[Key, ...] = (
     Key(("i",), ("i",), "metadata", "metadata", "Targets' metadata.", footer=False),
 )
 
-# One line of help each: the help screen lists them all at 80×24 (the README has the details).
+# One line of help each (or a share of one): the help screen lists them all inside its border
+# at 80×24 (the README has the details).
 KEY_TABLE: tuple[Key, ...] = (
     Key(("q", "ctrl+c", "ctrl+q"), ("q", "ctrl+c", "ctrl+q"), "stop", "stop",
         "End the run; again skips the drain; then quit."),
@@ -61,23 +65,30 @@ KEY_TABLE: tuple[Key, ...] = (
     Key(("l",), ("l",), "logs", "broker log", "Broker log, live (/ filters).", footer=False,
         same_line=True),
     Key(("a",), ("a",), "toggle_scope", "all/one",
-        "Keys act on the selected target, or on all.", footer=False),
+        "Keys act on the selected target, or on all.", footer=False, steers=True),
     Key(("plus",), ("+",), "scale_rate(1.25)", "rate ×1.25",
-        "Rate ×1.25 (no slot dropped or bunched).", footer=False),
-    Key(("minus",), ("-",), "scale_rate(0.8)", "rate ÷1.25", "Rate ÷1.25.", footer=False),
-    Key(("asterisk",), ("*",), "scale_rate(2)", "rate ×2", "Rate ×2.", footer=False),
-    Key(("slash",), ("/",), "scale_rate(0.5)", "rate ÷2", "Rate ÷2.", footer=False),
-    Key(("r",), ("r",), "ask_rate", "rate", "Type a rate in msg/s, or max."),
+        "Rate ×1.25 (no slot dropped).", footer=False, steers=True),
+    Key(("minus",), ("-",), "scale_rate(0.8)", "rate ÷1.25", "Rate ÷1.25.", footer=False,
+        same_line=True, steers=True),
+    Key(("asterisk",), ("*",), "scale_rate(2)", "rate ×2", "Rate ×2.", footer=False,
+        steers=True),
+    Key(("slash",), ("/",), "scale_rate(0.5)", "rate ÷2", "Rate ÷2.", footer=False,
+        same_line=True, steers=True),
+    Key(("r",), ("r",), "ask_rate", "rate", "Type a rate in msg/s, or max.", steers=True),
     Key(("m",), ("m",), "toggle_max_rate", "max rate", "Fixed rate ↔ maximum rate.",
-        footer=False),
-    Key(("s",), ("s",), "toggle_producers", "producers", "Stop or start the producers."),
+        footer=False, steers=True),
+    Key(("s",), ("s",), "toggle_producers", "producers", "Stop or start the producers.",
+        steers=True),
     Key(("c",), ("c",), "toggle_consumers", "consumers",
-        "Stop or start the consumers (backlog, drain)."),
+        "Stop or start the consumers (backlog, drain).", steers=True),
     Key(("f",), ("f",), "fault", "fault",
-        "Fault a broker: pause, resume, kill, start, restart."),
+        "Fault a broker: pause, resume, kill, start, restart.", steers=True),
 )
 
 BINDINGS: list[Binding] = [key.binding() for key in KEY_TABLE]
+# the actions that change the run: none of them once it has ended
+STEERING: frozenset[str] = frozenset(key.action.partition("(")[0] for key in KEY_TABLE
+                                     if key.steers)
 
 # A recorded run shown again (`streambench replay`): the same view keys, the time keys of a
 # player instead of the run's controls.
@@ -89,10 +100,12 @@ REPLAY_KEY_TABLE: tuple[Key, ...] = (
     Key(("right", "right_square_bracket"), ("→", "]"), "seek(10)", "+10 s",
         "Forward 10 seconds.", footer=False),
     Key(("home",), ("home",), "seek_start", "start", "To the start of the run.", footer=False),
-    Key(("end",), ("end",), "seek_end", "end", "To the end of the run.", footer=False),
+    Key(("end",), ("end",), "seek_end", "end", "To the end of the run.", footer=False,
+        same_line=True),
     Key(("n",), ("n",), "next_event", "next event", "Jump to the next event of the run."),
     Key(("1",), ("1",), "speed(1)", "1×", "Play at real time.", footer=False),
-    Key(("2",), ("2",), "speed(10)", "10×", "Play 10 times faster.", footer=False),
+    Key(("2",), ("2",), "speed(10)", "10×", "Play 10 times faster.", footer=False,
+        same_line=True),
     Key(("3",), ("3",), "speed(60)", "60×", "Play 60 times faster (a minute a second)."),
     Key(("shift+tab",), ("shift+tab",), "select(-1)", "previous target",
         "Select the target to the left.", footer=False),

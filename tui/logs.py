@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rich.segment import Segment
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
+from textual.strip import Strip
 from textual.widgets import Input, Log, Static
 
 from loadgen.core.errors import StackError
@@ -155,6 +157,21 @@ def matching(lines: list[str], text: str) -> list[str]:
     return [line for line in lines if needle in line.lower()]
 
 
+class LogLines(Log):
+    """The log's lines; a line cut at the pane's right edge ends in an ellipsis there (the
+    pane scrolls sideways to the rest of it)."""
+
+    def _render_line(self, y: int, scroll_x: int, width: int) -> Strip:
+        strip = super()._render_line(y, scroll_x, width)
+        shown = min(width, self.scrollable_content_region.width)  # (not under the scrollbar)
+        if y < len(self._lines) and shown > 1:
+            whole = self._render_line_strip(y, self.rich_style)
+            if whole.cell_length > scroll_x + shown:
+                strip = Strip([*strip.crop(0, shown - 1), Segment("…", self.rich_style),
+                               *strip.crop(shown, width)], width)
+        return strip
+
+
 class LogScreen(Screen[None]):
     """The tail of one target's broker log; `describe` gives the run's description as it is
     now (a live run's fills in once its brokers are up)."""
@@ -189,7 +206,7 @@ class LogScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="log-title")
-        yield Log(id="log-lines", highlight=False, max_lines=LOG_LINES)
+        yield LogLines(id="log-lines", highlight=False, max_lines=LOG_LINES)
         yield Input(placeholder="filter: lines holding this text (enter keeps it, esc clears it)",
                     id="log-filter")
 

@@ -132,6 +132,12 @@ class ThroughputPanel:
             return ("max rate (no target)", "muted")
         ratio = tick.produce_rate / tick.target_rate
         text = f"{ratio * 100:.1f}% of {fmt.count(tick.target_rate)}/s"
+        # short of the rate on purpose, not behind: the producers stopped, a broker faulted
+        if history.producers_stopped:
+            return ("producers stopped on purpose", "muted")
+        if history.brokers_paused or history.brokers_down:
+            state = "paused" if history.brokers_paused else "down"
+            return (f"{ratio * 100:.1f}%  broker {state}", "muted")
         if tick.loadgen.saturated:
             return (f"{text}  generator saturated", "alert")
         if ratio < BEHIND_RATIO:
@@ -188,23 +194,40 @@ class ResourcesPanel:
 
 class ChartsPanel:
     """Braille charts of the charted metrics over the chart window, sharing out the rows the
-    panel is given. Each chart has a caption line (what the series is, its lowest and highest
+    panel is given: as many charts as have MIN_ROWS rows each (the chart key shows the others
+    in their turn). Each chart has a caption line (what the series is, its lowest and highest
     value in the window, the top of its y axis and whether the columns share it) above its
     rows; the last row is the x axis: the time span the charts cover, which every column
     shares."""
 
     name = "charts"
     CHARTED = ("produce_rate", "e2e_p99", "lag", "cpu")
+    MIN_ROWS = 3  # a chart's rows below its caption, fewest that show a trend
+
+    @classmethod
+    def fitting(cls, height: int) -> int:
+        """How many charts a panel of `height` rows shows (each with MIN_ROWS or more)."""
+        return min(len(cls.CHARTED), max(1, height // (1 + cls.MIN_ROWS)))
+
+    @classmethod
+    def shown(cls, height: int, page: int) -> tuple[str, ...]:
+        """The charts shown in `height` rows: all that fit, the `page`-th set of them (the
+        chart key moves on by that many)."""
+        n = cls.fitting(height)
+        first = page * n % len(cls.CHARTED)
+        return tuple(cls.CHARTED[(first + i) % len(cls.CHARTED)] for i in range(n))
 
     def render(self, history: TargetHistory, ctx: RenderContext) -> Text:
         view = ctx.view if ctx.view is not None else ChartView({history.label: history})
         width = max(0, ctx.width)
         slots = 2 * width
         start, end = view.span(slots)
-        axis = ctx.height > 2 * len(self.CHARTED)  # else the column's bottom border shows it
-        share, spare = divmod(max(0, ctx.height - axis), len(self.CHARTED))
+        charted = self.shown(ctx.height, view.chart_page)
+        # the x axis, when a row is left; else the column's bottom border shows it
+        axis = ctx.height > len(charted) * (1 + self.MIN_ROWS)
+        share, spare = divmod(max(0, ctx.height - axis), len(charted))
         rows = []
-        for i, name in enumerate(self.CHARTED):
+        for i, name in enumerate(charted):
             height = max(1, share + (1 if i < spare else 0) - 1)
             metric = METRICS[name]
             scale = view.scale(history.label, name, slots)
@@ -227,20 +250,28 @@ class ChartsPanel:
     @staticmethod
     def _caption(ctx: RenderContext, title: str, unit: str, scale: ChartScale,
                  delta: float | None = None) -> Text:
-        span = f"{fmt.short(scale.low)}–{fmt.short(scale.high)}{unit}"
+        span = fmt.span(scale.low, scale.high, unit)
         versus = f" Δ{delta:+.0f}%" if delta is not None and fmt.known(delta) else ""
-        axis = f"↑{fmt.short(scale.top)} {'all' if scale.shared else 'own'}"
+        top = fmt.with_unit(scale.top, unit) if unit == "ms" and scale.top >= 1000 else (
+            fmt.short(scale.top))
+        axis = f"↑{top} {'all' if scale.shared else 'own'}"
         gap = max(1, ctx.width - LABEL_WIDTH - len(span) - len(versus) - len(axis))
         return line(ctx, (title.ljust(LABEL_WIDTH), "label"), (span, "value"),
                     (versus, "value"), (" " * gap + axis, "muted"))
 
 
 def axis_text(view: ChartView, width: int) -> str:
-    """The charts' x axis: how far back the window reaches, its name, and "now"."""
+    """The charts' x axis: how far back the window reaches, its name, and "now"; for the run
+    window while the run is shorter than it, the run's start and its planned length."""
     start, end = view.span()
-    left, middle, right = f"-{fmt.duration(end - start)}", f" {view.window_name()} ", "now"
+    if view.anchored():  # from the run's start to its planned end
+        left, middle, right = "0:00", f" {view.window_name()} ", fmt.duration(end - start)
+    else:
+        left, middle, right = f"-{fmt.duration(end - start)}", f" {view.window_name()} ", "now"
     gap = width - len(left) - len(right) - len(middle)
     if gap < 2:
+        if view.anchored():  # (its right end names the run's planned length)
+            return f"x axis {left} → {right}"
         return f"x axis {left} → {right} ({view.window_name()})"
     return left + "╶" * (gap // 2) + middle + "╶" * (gap - gap // 2) + right
 

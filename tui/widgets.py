@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from rich.console import RenderableType
@@ -26,7 +26,7 @@ from loadgen.core.workload import Workload
 from tui import formatting as fmt
 from tui.history import ChartView, TargetHistory
 from tui.keys import KEY_TABLE, Key
-from tui.panels import COLUMN, PANELS, ROLES, Lines, RenderContext, axis_text
+from tui.panels import COLUMN, PANELS, ROLES, ChartsPanel, Lines, RenderContext, axis_text
 
 LOAD_PHASES = (Phase.WARMUP, Phase.MEASURING)
 # phases whose length is unknown in advance: the status bar counts their time from the clock
@@ -46,6 +46,9 @@ class RunStatus:
     stop_requests: int = 0
     paused: bool = False
     scope: str = ""  # what the control keys act on: a target's label or "all targets"
+    # each target's rate in force (msg/s, 0 for the maximum rate), from its latest tick: the
+    # workload's rate until the first tick, then what rate changes made of it
+    rates: dict[str, float] = field(default_factory=dict)
 
     @property
     def planned_s(self) -> float:
@@ -121,7 +124,11 @@ class StatusBar(Widget):
 
     def _workload(self) -> str:
         w = self.status.workload
-        rate = f"{fmt.count(w.rate)} msg/s" if w.rate > 0 else "max rate"
+        rates = sorted(set(self.status.rates.values()) or {w.rate})
+        fixed = [fmt.count(r) for r in rates if r > 0]
+        rate = " / ".join([*fixed[:1], *fixed[1:]]) + " msg/s" if fixed else ""
+        if rates[0] <= 0:  # a target at the maximum rate
+            rate = f"max rate / {rate}" if fixed else "max rate"
         return f"{w.name} · {rate} · {w.message_size:,} B"
 
 
@@ -392,8 +399,23 @@ class TargetColumn(Vertical):
             view.show()
         if self.view is not None:  # the charts' x axis, also where the panel has no row for it
             axis = axis_text(self.view, 0)
+            hidden = len(ChartsPanel.CHARTED) - len(self.charts_shown())
+            more = " · g more"
+            if hidden and len(axis) + len(more) <= self.size.width - 4:
+                axis += more
             if axis != self.border_subtitle:  # setting it repaints the whole column
                 self.border_subtitle = axis
+
+    def on_resize(self) -> None:
+        # the charts that fit change with the height (and the axis says whether g shows more)
+        self.call_after_refresh(self.show)
+
+    def charts_shown(self) -> tuple[str, ...]:
+        """The charts the column has room for now."""
+        charts = self.query(PanelView).filter(".-charts")
+        height = charts.first().content_size.height if charts else 0
+        page = self.view.chart_page if self.view is not None else 0
+        return ChartsPanel.shown(height, page)
 
 
 def help_table(keys: Sequence[Key] = KEY_TABLE) -> Table:

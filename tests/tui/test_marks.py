@@ -26,7 +26,7 @@ def test_a_fault_is_marked_on_every_chart() -> None:
         if seq == 20:
             history.add_event("fault-pause", "redis (pid 1)", tick.time_ns)
             history.add_event("send-error", "not a change", tick.time_ns)
-    text = PANELS["charts"].render(history, RenderContext(width=40, height=8)).plain
+    text = PANELS["charts"].render(history, RenderContext(width=40, height=16)).plain
     rows = text.splitlines()
     charts = PANELS["charts"].CHARTED  # type: ignore[attr-defined]
     assert sum("┆" in row for row in rows) == len(charts)  # one mark per chart, top row
