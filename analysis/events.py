@@ -17,24 +17,45 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from analysis.labels import Key
+from loadgen.core.events import EventKind
 
-CHANGE_KINDS: tuple[str, ...] = ("rate", "producers", "consumers")
+
+def _values(*kinds: EventKind) -> tuple[str, ...]:
+    """Plain strings, as Spark's `isin` and the run files hold them."""
+    return tuple(k.value for k in kinds)
+
+
+CHANGE_KINDS = _values(EventKind.RATE, EventKind.PRODUCERS, EventKind.CONSUMERS)
+# a fault: `fault-<action>` (EventKind.FAULT_*; a run of an older version may hold other actions)
 FAULT_PREFIX = "fault-"
-RECOVERY_KINDS: tuple[str, ...] = ("recovered", "not-recovered")
-BACKLOG_KIND = "backlog-drained"
-# listed beside the changes: they say which seconds describe streambench rather than the broker
-NOTE_KINDS: tuple[str, ...] = ("loadgen-saturated", "coordinator-late", "intervention-failed",
-                               "consumer-failed",  # a consumer that reads nothing more
-                               # OMB's backlog phase and rate search
-                               "backlog-built", "backlog-drain-done", "rate-search-converged",
-                               "rate-search-result",
-                               "drain-stalled",  # a drain that reads nothing, messages unread
-                               "messages-lost",  # … and the broker shows nothing left to read
-                               "broker-memory-high")  # a container near its memory limit
+RECOVERY_KINDS = _values(EventKind.RECOVERED, EventKind.NOT_RECOVERED)
+BACKLOG_KIND = EventKind.BACKLOG_DRAINED.value
+# listed beside the changes: they say which seconds describe streambench rather than the broker,
+# and why a run ended early
+NOTE_KINDS = _values(
+    EventKind.LOADGEN_SATURATED, EventKind.COORDINATOR_LATE, EventKind.INTERVENTION_FAILED,
+    EventKind.CONSUMER_FAILED,  # a consumer that reads nothing more
+    EventKind.BROKER_DIED,  # a broker that stopped by itself
+    # OMB's backlog phase and rate search
+    EventKind.BACKLOG_BUILT, EventKind.BACKLOG_DRAIN_DONE, EventKind.RATE_SEARCH_CONVERGED,
+    EventKind.RATE_SEARCH_RESULT,
+    EventKind.DRAIN_STALLED,  # a drain that reads nothing, messages unread
+    EventKind.MESSAGES_LOST,  # … and the broker shows nothing left to read
+    EventKind.BROKER_MEMORY_HIGH,  # a container near its memory limit
+    EventKind.MEMORY_LOW, EventKind.HANGUP)  # the run stopped early: memory, the terminal
 # which partitions the consumers hold: at start-up, and each change (a rebalance) after
-ASSIGNMENT_KIND = "assignment"
+ASSIGNMENT_KIND = EventKind.ASSIGNMENT.value
 READ_KINDS: tuple[str, ...] = (*CHANGE_KINDS, *RECOVERY_KINDS, BACKLOG_KIND, *NOTE_KINDS,
                                ASSIGNMENT_KIND)
+# kept in the events table and shown in the dashboard's event line and log pane, not in the
+# report's tables: the clients' and collectors' errors and their recoveries, the stacks going up
+# and down, the rate search's steps, the drain's end, the phases of a replay
+LOG_KINDS = _values(
+    EventKind.LOADGEN_RECOVERED, EventKind.CONNECTION_LOST, EventKind.RECONNECTED,
+    EventKind.SEND_ERROR, EventKind.SEND_RECOVERED, EventKind.RECEIVE_ERROR,
+    EventKind.COLLECTOR_ERROR, EventKind.COLLECTOR_RECOVERED, EventKind.RATE_SEARCH,
+    EventKind.DRAIN_SKIPPED, EventKind.DRAIN_INCOMPLETE, EventKind.STACK_UP, EventKind.STACK_DOWN,
+    EventKind.PHASE)
 
 
 def is_fault(kind: str) -> bool:
@@ -123,7 +144,7 @@ class BacklogFigures:
     """What a `backlog-drained` event says."""
 
     backlog: int | None  # messages waiting when the consumers resumed
-    drained_in_s: float | None  # from the resumption until the lag was zero
+    drained_in_s: float | None  # from the resumption until the lag was back (loadgen/recovery.py)
     rate: float | None  # msg/s consumed meanwhile
 
 

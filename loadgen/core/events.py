@@ -4,9 +4,76 @@ files (a stack started, a fault injected, a warning) and the run's description."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from loadgen.core.ticks import Phase
+
+
+class EventKind(StrEnum):
+    """Every kind of run event, the one list the run loop, the stacks, the end-of-run summary
+    and the report take their names from (a test holds the code and the summary to it)."""
+
+    # interventions: the load changed (a RunEvent's kind is the intervention's action)
+    RATE = "rate"
+    PRODUCERS = "producers"
+    CONSUMERS = "consumers"
+    # a broker fault, recorded by the stack (`fault-<action>` for each action of FAULTS), and a
+    # broker that stopped by itself
+    FAULT_PAUSE = "fault-pause"
+    FAULT_RESUME = "fault-resume"
+    FAULT_KILL = "fault-kill"
+    FAULT_START = "fault-start"
+    FAULT_RESTART = "fault-restart"
+    BROKER_DIED = "broker-died"
+    # what the run loop measured after a fault or a consumers' restart
+    RECOVERED = "recovered"
+    NOT_RECOVERED = "not-recovered"
+    BACKLOG_DRAINED = "backlog-drained"
+    # OpenMessaging Benchmark's backlog phase and rate search
+    BACKLOG_BUILT = "backlog-built"
+    BACKLOG_DRAIN_DONE = "backlog-drain-done"
+    RATE_SEARCH = "rate-search"
+    RATE_SEARCH_CONVERGED = "rate-search-converged"
+    RATE_SEARCH_RESULT = "rate-search-result"
+    # streambench itself: seconds that describe the tool rather than the broker
+    LOADGEN_SATURATED = "loadgen-saturated"
+    LOADGEN_RECOVERED = "loadgen-recovered"
+    COORDINATOR_LATE = "coordinator-late"
+    INTERVENTION_FAILED = "intervention-failed"
+    MEMORY_LOW = "memory-low"
+    BROKER_MEMORY_HIGH = "broker-memory-high"
+    HANGUP = "hangup"  # the terminal hung up: the run stopped early
+    # clients and collectors
+    CONSUMER_FAILED = "consumer-failed"
+    CONNECTION_LOST = "connection-lost"
+    RECONNECTED = "reconnected"
+    SEND_ERROR = "send-error"
+    SEND_RECOVERED = "send-recovered"
+    RECEIVE_ERROR = "receive-error"
+    COLLECTOR_ERROR = "collector-error"
+    COLLECTOR_RECOVERED = "collector-recovered"
+    ASSIGNMENT = "assignment"  # the partitions the consumers hold, at start-up and each change
+    # the end of the load
+    DRAIN_SKIPPED = "drain-skipped"
+    DRAIN_INCOMPLETE = "drain-incomplete"
+    DRAIN_STALLED = "drain-stalled"
+    MESSAGES_LOST = "messages-lost"
+    # stacks (docker)
+    STACK_UP = "stack-up"
+    STACK_DOWN = "stack-down"
+    # a phase change, as a replay of recorded events carries it
+    PHASE = "phase"
+
+
+FAULT_KINDS: frozenset[EventKind] = frozenset({
+    EventKind.FAULT_PAUSE, EventKind.FAULT_RESUME, EventKind.FAULT_KILL, EventKind.FAULT_START,
+    EventKind.FAULT_RESTART})
+
+
+def fault_kind(action: str) -> EventKind:
+    """The event a stack records for one fault action of FAULTS (`kill` → `fault-kill`)."""
+    return EventKind(f"fault-{action}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.core.errors import StackError
+from loadgen.core.events import EventKind, fault_kind
 from loadgen.core.stackinfo import Progress, StackDescription, StackEvents
 
 __all__ = ["FAULTS", "FAULT_ALIASES", "RUNTIME_NOTE", "Progress", "Stack", "StackContext",
@@ -108,7 +109,7 @@ class Stack(ABC):
         finally:
             if name != "kill":
                 self._expected().discard(broker)
-        self.context.events(f"fault-{action}", detail)
+        self.context.events(fault_kind(action), detail)
 
     # -- brokers that die --
 
@@ -137,7 +138,7 @@ class Stack(ABC):
             for broker, how in down.items():
                 if broker not in reported and broker not in self._expected():
                     reported.add(broker)
-                    self.context.events("broker-died", f"{broker}: {how}")
+                    self.context.events(EventKind.BROKER_DIED, f"{broker}: {how}")
             reported &= set(down)  # a broker that runs again may be reported again
 
     async def _apply_fault(self, action: str, broker: str) -> str:
