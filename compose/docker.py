@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ from loadgen.core.errors import StackError
 from loadgen.core.stack import FAULT_ALIASES, Progress, Stack, StackDescription, announce_runtime
 from loadgen.core.stack import FAULTS as STACK_FAULTS
 from loadgen.core.target import Target
+
+# how long one readiness probe of a compose stack waits for its answer
+DOCKER_PROBE_TIMEOUT_S = 2.0
 
 COMPOSE_DIR = Path(__file__).parent
 RUN_LABEL = "streambench.run"
@@ -642,3 +646,8 @@ def remove_project(client: Any, project: str, volumes: bool = True) -> list[str]
                 removed.append(f"network {n.name}")
     return removed
 
+
+def file_images(*files: str) -> Callable[[Target], list[str]]:
+    """A platform's docker images trait for compose files that every target of it runs as they
+    are (the image variables of the environment applied)."""
+    return lambda _target: compose_images(list(files), dict(os.environ))

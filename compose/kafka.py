@@ -24,6 +24,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.conn import create_conn
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
+from compose.docker import DOCKER_PROBE_TIMEOUT_S, ComposeStack, compose_images, memory_bytes
 from compose.java import find_java, java_major
 from compose.maven import assemble, classpath
 from compose.net import connect_failure
@@ -41,7 +42,7 @@ from compose.process import (
 )
 from loadgen.core.errors import StackError
 from loadgen.core.security import PLAINTEXT, ClientSecurity
-from loadgen.core.settings import settings_of
+from loadgen.core.settings import settings_of, text
 from loadgen.core.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.core.target import Target, join_host_port, split_host_port
 
@@ -79,12 +80,6 @@ def parse_zookeeper_version(text: str) -> str:
     if not version.startswith("3.9."):
         raise ValueError("ZooKeeper mode exists only up to Kafka 3.9; use the kafka target for 4.x")
     return version
-
-
-def parse_heap(text: str) -> str:
-    if not re.fullmatch(r"\d+[kKmMgG]?", text):
-        raise ValueError("expected a JVM heap size like 1G or 512M")
-    return text
 
 
 def parse_bootstrap(address: str) -> list[tuple[str, int]]:
@@ -303,6 +298,20 @@ class KafkaLocalStack(Stack):
         assert self._layout is not None
         return ",".join(f"127.0.0.1:{p}" for p in self._layout.ports)
 
+    def _check_heaps(self) -> None:
+        """Refuse, before any JVM starts, a cluster whose heaps outgrow the machine's memory."""
+        import psutil
+
+        units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+        heap = self._heap.lower()
+        each = int(heap[:-1]) * units[heap[-1]] if heap[-1] in units else int(heap)
+        total = psutil.virtual_memory().total
+        if each * self._count > total:
+            raise StackError(f"{self._label}: {self._count:,} brokers with a heap of {self._heap} "
+                             f"each need {each * self._count / 2**30:,.1f} GiB, more than this "
+                             f"machine's {total / 2**30:,.1f} GiB of memory; use fewer brokers "
+                             "or a smaller heap=")
+
     def _choose_ports(self) -> _Layout:
         n = self._count
         if self._port:
@@ -371,6 +380,7 @@ class KafkaLocalStack(Stack):
 
     async def up(self, progress: Progress) -> None:
         announce_runtime(progress, self._label, self._target.options)
+        self._check_heaps()
         runtime = await kafka_runtime(self._version, progress, self._label)
         self._layout = self._choose_ports()
         remove_stale_dirs(DATA_PREFIX)
@@ -613,3 +623,160 @@ class KafkaExternalStack(Stack):
         return StackDescription(runtime="external",
                                 endpoints={"kafka": bootstrap_text(self._servers)},
                                 config={"brokers": str(self._brokers)})
+
+# ---- the docker runtime ---------------------------------------------------------------------
+
+SHAPES = (1, 3)  # the compose files hold 1- and 3-broker clusters
+KAFKA_IMAGE_ENV = "STREAMBENCH_IMAGE_KAFKA"
+
+
+# variables of the apache/kafka image that configure the JVM or the image, not server properties
+_KAFKA_IMAGE_VARS = frozenset({
+    "KAFKA_HEAP_OPTS", "KAFKA_OPTS", "KAFKA_JVM_PERFORMANCE_OPTS", "KAFKA_LOG4J_OPTS",
+    "KAFKA_JMX_OPTS", "KAFKA_GC_LOG_OPTS", "KAFKA_VERSION", "KAFKA_LOG4J_ROOT_LOGLEVEL",
+    "KAFKA_LOG4J_LOGGERS", "KAFKA_TOOLS_LOG4J_LOGLEVEL"})
+
+
+def kafka_env_name(prop: str) -> str:
+    """The apache/kafka image's variable of a server property: `-` -> `___`, `_` -> `__`,
+    `.` -> `_`, upper case, KAFKA_ in front (log.dirs -> KAFKA_LOG_DIRS)."""
+    return "KAFKA_" + prop.replace("_", "__").replace("-", "___").replace(".", "_").upper()
+
+
+def kafka_property(name: str) -> str | None:
+    """The server property a variable of the image sets (None: not a property)."""
+    if not name.startswith("KAFKA_") or name in _KAFKA_IMAGE_VARS:
+        return None
+    rest = name[len("KAFKA_"):].lower()
+    return rest.replace("___", "-").replace("__", "\0").replace("_", ".").replace("\0", "_")
+
+
+def _kafka_image(target: Target) -> dict[str, str]:
+    """kafka:version=4.1.0 picks apache/kafka:4.1.0, unless the image variable is set."""
+    version = str(target.options.get("version") or "")
+    if target.platform == "kafka" and "version" in target.explicit and not os.environ.get(KAFKA_IMAGE_ENV):
+        return {KAFKA_IMAGE_ENV: f"apache/kafka:{version}"}
+    return {}
+
+
+def _cluster_size(target: Target) -> int:
+    count = int(target.options.get("brokers") or 1)
+    if count not in SHAPES:
+        raise StackError(f"target {target.spec!r}: the docker runtime runs 1 or 3 brokers "
+                         f"(compose files of those shapes); use brokers=1 or brokers=3, or "
+                         "runtime=local for other sizes")
+    return count
+
+
+class KafkaApiDockerStack(ComposeStack):
+    """Kafka-API brokers (Kafka in KRaft or ZooKeeper mode, Redpanda): ready when every broker
+    is in the cluster metadata."""
+
+    def __init__(self, target: Target, label: str) -> None:
+        super().__init__(target, label)
+        self._count = _cluster_size(target)
+        self._ports: list[int] = []
+
+    def _client_ports(self) -> list[int]:
+        first = int(self._target.options.get("port") or 0)
+        if not first:
+            return [self.take_port(0) for _ in range(self._count)]
+        return [self.take_port(first + i) for i in range(self._count)]
+
+    def _bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self._ports)
+
+    async def probe(self) -> bool:
+        try:
+            found = await broker_count(self._bootstrap(), DOCKER_PROBE_TIMEOUT_S)
+        except (KafkaError, OSError, TimeoutError):
+            return False
+        return found >= self._count
+
+    def endpoints(self) -> dict[str, str]:
+        return {"kafka": self._bootstrap()}
+
+
+class KafkaDockerStack(KafkaApiDockerStack):
+    """Apache Kafka, KRaft (combined broker+controller nodes) or ZooKeeper mode."""
+
+    product = "Kafka"
+
+    def __init__(self, target: Target, label: str, zookeeper: bool) -> None:
+        super().__init__(target, label)
+        self._zookeeper = zookeeper
+        self._version = str(target.options.get("version") or "")
+
+    def files(self) -> list[str]:
+        base = "kafka-zk" if self._zookeeper else "kafka"
+        return [f"{base}.yml" if self._count == 1 else f"{base}-{self._count}.yml"]
+
+    def settings(self) -> dict[str, str]:
+        self._ports = self._client_ports()
+        env = {f"STREAMBENCH_KAFKA_PORT_{i + 1}": str(p) for i, p in enumerate(self._ports)}
+        env["STREAMBENCH_KAFKA_HEAP"] = str(self._target.options.get("heap") or "1G")
+        if self._zookeeper:
+            env.update({"STREAMBENCH_ZOOKEEPER_PORT": str(self.take_port(0)),
+                        "STREAMBENCH_ZOOKEEPER_PEER_PORT": str(self.take_port(0)),
+                        "STREAMBENCH_ZOOKEEPER_ELECTION_PORT": str(self.take_port(0))})
+        else:
+            env["STREAMBENCH_KAFKA_CLUSTER_ID"] = random_cluster_id()
+            env.update(_kafka_image(self._target))
+            for i in range(self._count):
+                env[f"STREAMBENCH_KAFKA_CONTROLLER_PORT_{i + 1}"] = str(self.take_port(0))
+        return env
+
+    def brokers(self) -> list[str]:
+        return [f"kafka-{i + 1}" for i in range(self._count)]
+
+    def override(self) -> dict[str, dict[str, object]]:
+        """The target's `broker.` settings as the image's KAFKA_* variables, on every broker."""
+        env = {kafka_env_name(k): text(v) for k, v in settings_of(self._target, "broker").items()}
+        return {broker: {"environment": env} for broker in self.brokers()} if env else {}
+
+    def written(self, services: dict[str, object]) -> dict[str, str]:
+        """The server properties of the first broker's KAFKA_* variables (the file's and the
+        target's)."""
+        service = services.get(self.brokers()[0])
+        env = service.get("environment") if isinstance(service, dict) else None
+        if not isinstance(env, dict):
+            return {}
+        return {prop: "" if value is None else str(value) for name, value in env.items()
+                if (prop := kafka_property(name)) is not None}
+
+    def config(self) -> dict[str, str]:
+        return {"mode": "zookeeper" if self._zookeeper else "kraft", "brokers": str(self._count),
+                "heap": str(self._target.options.get("heap") or "1G")}
+
+
+class RedpandaDockerStack(KafkaApiDockerStack):
+    product = "Redpanda"
+
+    def files(self) -> list[str]:
+        return ["redpanda.yml" if self._count == 1 else f"redpanda-{self._count}.yml"]
+
+    def settings(self) -> dict[str, str]:
+        self._ports = self._client_ports()
+        env = {}
+        for i, port in enumerate(self._ports, start=1):
+            env[f"STREAMBENCH_KAFKA_PORT_{i}"] = str(port)
+            for name in ("RPC", "ADMIN", "PROXY", "SCHEMA"):
+                env[f"STREAMBENCH_REDPANDA_{name}_PORT_{i}"] = str(self.take_port(0))
+        # Seastar takes whole cores and a fixed memory size: derive them from the limits
+        if self._cpus:
+            env["STREAMBENCH_REDPANDA_SMP"] = str(max(1, int(self._cpus)))
+        if self._memory:
+            env["STREAMBENCH_REDPANDA_MEMORY"] = f"{max(256, int(memory_bytes(self._memory) * 0.8 / 2**20))}M"
+        return env
+
+    def brokers(self) -> list[str]:
+        return [f"redpanda-{i + 1}" for i in range(self._count)]
+
+    def config(self) -> dict[str, str]:
+        return {"brokers": str(self._count)}
+
+
+def kafka_images(target: Target) -> list[str]:
+    """The images the docker runtime of a Kafka-API target runs (kafka, kafka-zk, redpanda)."""
+    name = {"kafka-zk": "kafka-zk.yml", "redpanda": "redpanda.yml"}.get(target.platform, "kafka.yml")
+    return compose_images([name], {**os.environ, **_kafka_image(target)})

@@ -5,6 +5,8 @@ connection to port 11122 and an error naming port 1111 are different things."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
 import socket
 from collections.abc import Iterator
@@ -119,3 +121,11 @@ def connect_failure(exc: BaseException, tls: bool | None = None) -> str:
         return failure.value
     text = (str(exc).strip().splitlines() or [""])[0]
     return text.split(". ")[0][:200] or type(exc).__name__
+
+
+async def probe_tcp(host: str, port: int, timeout_s: float) -> None:
+    """Open and close one TCP connection; raises OSError/TimeoutError."""
+    _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()

@@ -22,7 +22,7 @@ from pathlib import Path
 from compose.docker import ComposeStack
 from compose.java import find_java, java_major
 from compose.maven import assemble, classpath
-from compose.net import connect_failure
+from compose.net import connect_failure, probe_tcp
 from compose.process import (
     LocalNode,
     free_port,
@@ -33,7 +33,6 @@ from compose.process import (
     stop_and_remove,
     tail,
 )
-from compose.pulsar import probe_tcp
 from loadgen.core.errors import StackError, TargetError
 from loadgen.core.settings import settings_of, text
 from loadgen.core.stack import Progress, Stack, StackDescription, announce_runtime

@@ -29,9 +29,10 @@ from typing import Any
 
 import psutil
 
-from compose.java import find_java, java_major
+from compose.docker import DOCKER_PROBE_TIMEOUT_S, ComposeStack
+from compose.java import find_java, heap_megabytes, java_major
 from compose.maven import Coordinate, assemble, cache_dir
-from compose.net import connect_failure
+from compose.net import connect_failure, probe_tcp
 from compose.process import (
     LocalNode,
     free_port,
@@ -192,25 +193,7 @@ def host_port(url: str, default: int) -> tuple[str, int]:
     return parts.hostname or "127.0.0.1", parts.port or default
 
 
-async def probe_tcp(host: str, port: int, timeout_s: float) -> None:
-    """Open and close one TCP connection; raises OSError/TimeoutError."""
-    _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-
-
 # ---- options --------------------------------------------------------------------------------
-
-def parse_heap(text: str) -> str:
-    if not re.fullmatch(r"\d+[mMgG]", text) or int(text[:-1]) == 0:
-        raise ValueError("expected a JVM heap size like 512m or 2g")
-    return text.lower()
-
-
-def _megabytes(heap: str) -> int:
-    return int(heap[:-1]) * (1024 if heap.endswith("g") else 1)
-
 
 def parse_namespace(text: str) -> str:
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", text):
@@ -407,7 +390,7 @@ class PulsarLocalStack(Stack):
 
     def _argv_env(self, home: Path, java: str, conf: Path) -> tuple[list[str], dict[str, str]]:
         assert self._dir is not None
-        heap_mb = _megabytes(self._heap)
+        heap_mb = heap_megabytes(self._heap)
         env = {
             **os.environ,
             "JAVA_HOME": str(Path(java).resolve().parent.parent),
@@ -630,3 +613,71 @@ class PulsarExternalStack(Stack):
         return StackDescription(runtime="external",
                                 endpoints={"pulsar": self._service, ADMIN_ENDPOINT: self._admin},
                                 version=self._version, config=self._config.describe())
+
+# ---- the docker runtime ---------------------------------------------------------------------
+
+PULSAR_PREFIX = "PULSAR_PREFIX_"
+
+
+class PulsarDockerStack(ComposeStack):
+    """Pulsar standalone: ready when the admin API lists the cluster."""
+
+    product = "Pulsar"
+
+    def __init__(self, target: Target, label: str) -> None:
+        super().__init__(target, label)
+        self._port = 0
+        self._admin_port = 0
+
+    def files(self) -> list[str]:
+        return ["pulsar.yml"]
+
+    def settings(self) -> dict[str, str]:
+        self._port = self.take_port(int(self._target.options.get("port") or 0))
+        self._admin_port = self.take_port(0)
+        return {"STREAMBENCH_PULSAR_PORT": str(self._port),
+                "STREAMBENCH_PULSAR_ADMIN_PORT": str(self._admin_port)}
+
+    def brokers(self) -> list[str]:
+        return ["pulsar"]
+
+    def override(self) -> dict[str, dict[str, object]]:
+        """The target's `broker.` settings the image's way: bin/apply-config-from-env.py sets a
+        key of conf/standalone.conf from PULSAR_PREFIX_<key> (appending a key the file lacks)."""
+        env = {f"{PULSAR_PREFIX}{k}": text(v) for k, v in settings_of(self._target, "broker").items()}
+        return {"pulsar": {"environment": env}} if env else {}
+
+    def written(self, services: dict[str, object]) -> dict[str, str]:
+        """The standalone.conf keys the service's variables set (the file's and the target's):
+        the keys are camelCase, the image's other variables (PULSAR_MEM…) upper case."""
+        service = services.get("pulsar")
+        env = service.get("environment") if isinstance(service, dict) else None
+        if not isinstance(env, dict):
+            return {}
+        found = {}
+        for name, value in env.items():
+            key = name[len(PULSAR_PREFIX):] if name.startswith(PULSAR_PREFIX) else name
+            if name.startswith(PULSAR_PREFIX) or name[:1].islower():
+                found[key] = "" if value is None else str(value)
+        return found
+
+    def _admin_url(self) -> str:
+        return f"http://127.0.0.1:{self._admin_port}"
+
+    async def probe(self) -> bool:
+        """The admin API answers and a topic can be made in the namespace the standalone creates
+        (it answers before it has made it)."""
+        admin = PulsarAdmin(self._admin_url(), timeout_s=DOCKER_PROBE_TIMEOUT_S)
+        try:
+            self._version = await ready_check(admin, STOCK_NAMESPACE)
+        except (OSError, AdminError, ValueError, TimeoutError):
+            return False
+        return True
+
+    async def ready(self, timeout_s: float, progress: Progress) -> None:
+        await super().ready(timeout_s, progress)
+        await create_namespace(self._admin_url(), str(self._target.options["namespace"]),
+                               self._label)
+
+    def endpoints(self) -> dict[str, str]:
+        return {"pulsar": f"pulsar://127.0.0.1:{self._port}", "pulsar-admin": self._admin_url()}

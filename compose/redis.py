@@ -15,6 +15,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from compose.docker import DOCKER_PROBE_TIMEOUT_S, ComposeStack
 from compose.net import connect_failure
 from compose.process import (
     LocalNode,
@@ -220,3 +221,61 @@ class RedisExternalStack(Stack):
         return StackDescription(runtime="external",
                                 endpoints={"redis": self._where},
                                 version=self._version)
+
+# ---- the docker runtime ---------------------------------------------------------------------
+
+class RedisDockerStack(ComposeStack):
+    product = "redis"
+
+    def __init__(self, target: Target, label: str) -> None:
+        super().__init__(target, label)
+        self._port = 0
+        self._opts = RedisServerOptions.of(target)
+
+    def files(self) -> list[str]:
+        return ["redis.yml"]
+
+    def settings(self) -> dict[str, str]:
+        opts = self._target.options
+        self._port = self.take_port(int(opts.get("port") or 0))
+        return {"STREAMBENCH_REDIS_PORT": str(self._port),
+                "STREAMBENCH_REDIS_AOF": "yes" if opts.get("aof") else "no",
+                "STREAMBENCH_REDIS_FSYNC": str(opts.get("fsync") or "everysec")}
+
+    def brokers(self) -> list[str]:
+        return ["redis"]
+
+    def _own(self) -> dict[str, str]:
+        """What compose/redis.yml gives redis-server besides the persistence directives."""
+        return {"port": str(self._port), "bind": "127.0.0.1", "dir": "/data", "save": ""}
+
+    def override(self) -> dict[str, dict[str, object]]:
+        """The `conf.` directives after the file's own arguments (the command is replaced whole)."""
+        if not self._opts.conf:
+            return {}
+        own = [arg for name, value in self._own().items() for arg in (f"--{name}", value)]
+        return {"redis": {"command": ["redis-server", *own, *self._opts.argv()]}}
+
+    def written(self, services: dict[str, object]) -> dict[str, str]:
+        return {**self._own(), **self._opts.directives()}
+
+    async def probe(self) -> bool:
+        try:
+            self._version = await ping("127.0.0.1", self._port, DOCKER_PROBE_TIMEOUT_S)
+        except (OSError, RedisError, TimeoutError):
+            return False
+        return True
+
+    async def ready(self, timeout_s: float, progress: Progress) -> None:
+        await super().ready(timeout_s, progress)
+        check_version(self._version, f"the image {self._images.get('redis')}")
+
+    def endpoints(self) -> dict[str, str]:
+        return {"redis": f"127.0.0.1:{self._port}"}
+
+    def config(self) -> dict[str, str]:
+        opts = self._target.options
+        config = {"appendonly": "yes" if opts.get("aof") else "no"}
+        if opts.get("aof"):
+            config["appendfsync"] = str(opts.get("fsync") or "everysec")
+        return config

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from loadgen.core.collector import Collector
 from loadgen.core.driver import Driver
 from loadgen.core.stack import FAULTS, Stack, StackDescription
-from loadgen.core.target import OptionSpec, Target, parse_whole
+from loadgen.core.target import INT64_MAX, OptionSpec, Target, parse_whole
+from loadgen.core.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,18 @@ class OptionalClient:
 
 
 @dataclass(frozen=True)
+class Prerequisite:
+    """A program one of a platform's runtimes needs on this machine; `streambench doctor` looks
+    for it and says which platforms can run here."""
+
+    name: str  # as the doctor's line names it: "redis-server"
+    runtimes: tuple[str, ...]  # the runtimes that cannot start without it
+    find: Callable[[], str | None]  # where it is, None when it is not here
+    version: Callable[[str], str | None] = lambda _path: None  # its version, from its path
+    install: str = ""  # how to get it: "Debian/Ubuntu: apt-get install redis-server"
+
+
+@dataclass(frozen=True)
 class Platform:
     name: str
     summary: str
@@ -73,11 +86,37 @@ class Platform:
     drain_stall_hint: Callable[[Target], str] | None = None
     # what can make a target's broker drop messages never read, for the messages-lost event
     loss_hint: Callable[[Target], str | None] | None = None
+    # bytes of the machine's memory a broker streambench starts takes for each message it keeps
+    # (payload and overhead), None for a target that keeps a bounded number; unset: the
+    # platform keeps its messages on disk (the pre-flight checks weigh those against the disk)
+    memory_per_message: Callable[[Target, Workload], int | None] | None = None
+    # how a TARGET bounds the memory its messages take, for the warning before a run
+    memory_relief: str = ""
+    # the programs its runtimes need here, for `streambench doctor`
+    prerequisites: tuple[Prerequisite, ...] = ()
+    # the images its docker runtime would run for a target, for the default runtime rule (an
+    # image present picks docker); none: the rule looks for no image
+    docker_images: Callable[[Target], list[str]] = lambda _target: []
 
     def fault_actions(self, runtime: str) -> tuple[str, ...]:
         if self.faults is not None:
             return self.faults.get(runtime, ())
         return () if runtime == "external" else FAULTS
+
+
+def tool_version(argv: list[str], pattern: str, timeout_s: float = 20.0) -> str | None:
+    """The first group of `pattern` in what a program prints for `argv` (its version), None when
+    it cannot run, fails or says nothing that matches."""
+    import re
+    import subprocess
+
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(pattern, out.stdout + out.stderr) if out.returncode == 0 else None
+    return m.group(1) if m else None
 
 
 def parse_port(text: str) -> int:
@@ -88,7 +127,8 @@ def parse_port(text: str) -> int:
 
 
 def parse_non_negative(text: str) -> int:
+    """A whole number from 0 to the signed 64-bit maximum."""
     value = parse_whole(text)
-    if value < 0:
-        raise ValueError("must be 0 or more")
+    if not 0 <= value <= INT64_MAX:
+        raise ValueError(f"must be a whole number from 0 to {INT64_MAX:,}")
     return value

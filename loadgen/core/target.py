@@ -33,6 +33,9 @@ class OptionSpec:
     # sets the same key itself
     expands: Callable[[Any], dict[str, str]] | None = None
     expands_as: str = ""
+    # the option this one acts through, `NAME` (a flag that must be on) or `NAME=VALUE`: set
+    # without it, this one would do nothing, so it is refused with what to give instead
+    needs: str = ""
 
 
 @dataclass(frozen=True)
@@ -100,10 +103,31 @@ def join_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+# the widest integers the platforms take: Redis's, NATS's and Kafka's long configs are signed
+# 64-bit, Kafka's int configs and most C client options 32-bit
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+
+
+def whole_in(low: int, high: int, unit: str = "", whose: str = "") -> Callable[[str], int]:
+    """A parser of whole numbers from `low` to `high`; a value outside says the range (and
+    `whose` limit it is), so that no option takes a number its platform cannot."""
+    span = f"from {low:,} to {high:,}{f' {unit}' if unit else ''}"
+
+    def parse(text: str) -> int:
+        value = parse_whole(text)
+        if not low <= value <= high:
+            raise ValueError(f"must be a whole number {span}" + (f" ({whose})" if whose else ""))
+        return value
+
+    return parse
+
+
 def parse_positive_int(text: str) -> int:
+    """A whole number from 1 to the signed 64-bit maximum."""
     value = parse_whole(text)
-    if value < 1:
-        raise ValueError("must be a whole number of at least 1")
+    if not 1 <= value <= INT64_MAX:
+        raise ValueError(f"must be a whole number from 1 to {INT64_MAX:,}")
     return value
 
 
@@ -226,8 +250,25 @@ def parse_target(spec: str, platforms: Mapping[str, dict[str, OptionSpec]]) -> T
                 continue
             options.update(checked)
             sources[full] = opt.expands_as or "user"
+    for key in sorted(explicit):
+        _check_needs(name, table.get(key), key, options)
     return Target(spec, name, options, frozenset(explicit), address, label=spec.strip(),
                   sources=sources)
+
+
+def _check_needs(platform: str, opt: OptionSpec | None, key: str, options: dict[str, Any]) -> None:
+    """Refuse an option set without the option it needs (OptionSpec.needs)."""
+    if opt is None or not opt.needs:
+        return
+    other, has_value, wanted = opt.needs.partition("=")
+    value = options.get(other)
+    if (str(value).lower() == wanted.lower()) if has_value else bool(value):
+        return
+    given = options[key]
+    shown_value = str(given).lower() if isinstance(given, bool) else given
+    raise TargetError(f"option {key}={shown_value} of {platform} has no effect without "
+                      f"{opt.needs}: give {platform}:{opt.needs},{key}={shown_value}, or leave "
+                      f"{key} out")
 
 
 def _namespace(table: dict[str, OptionSpec], key: str) -> SettingKind | None:

@@ -153,7 +153,7 @@ def resolve_target(spec: str, runtime: str | None = None) -> Target:
         raise TargetError(f"target {spec!r}: an @ADDRESS target uses an existing server; "
                           "runtime= and port= do not apply")
     runtimes = tuple(r for r in PLATFORMS[target.platform].runtimes if r != "external")
-    placed = place(target, runtimes, runtime)
+    placed = place(target, runtimes, runtime, PLATFORMS[target.platform].docker_images)
     table = PLATFORMS[target.platform].options
     broker = sorted(k for k in placed.sources
                     if (kind := table[k.partition(".")[0]].setting) is not None and kind.broker)

@@ -24,12 +24,14 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from collectors.kafka import KafkaLag, TopicActivity, topic_activity
 from collectors.resources import resource_collectors
-from compose.docker_stacks import KafkaDockerStack, RedpandaDockerStack
+from compose.java import parse_heap
 from compose.kafka import (
     KAFKA_3,
+    KafkaDockerStack,
     KafkaExternalStack,
     KafkaLocalStack,
-    parse_heap,
+    RedpandaDockerStack,
+    kafka_images,
     parse_version,
     parse_zookeeper_version,
 )
@@ -50,11 +52,19 @@ from loadgen.core.settings import (
     signature_defaults,
 )
 from loadgen.core.stack import Stack, StackDescription
-from loadgen.core.target import OptionSpec, Target, parse_bool, parse_positive_int
+from loadgen.core.target import (
+    INT32_MAX,
+    OptionSpec,
+    Target,
+    parse_bool,
+    parse_positive_int,
+    whole_in,
+)
 from loadgen.omb_driver import driver_option, kafka_driver
 from loadgen.platforms import kafka_rdkafka
 from loadgen.platforms.config_names import KAFKA_BROKER, KAFKA_TOPIC
 from loadgen.platforms.runtime import runtime_options
+from loadgen.platforms.tools import JAVA, MAVEN
 
 INTENDED_HEADER = "t"
 RECEIVE_TIMEOUT_MS = 100
@@ -583,26 +593,27 @@ CLIENT_OPTIONS = {
     "acks": OptionSpec("producer acks: 0, 1 or all (all = every in-sync replica)", default="all",
                        choices=("0", "1", "all")),
     "linger_ms": OptionSpec("producer linger.ms: wait this long to fill a batch",
-                            default=0, parse=parse_non_negative),
+                            default=0, parse=whole_in(0, 900_000, "ms", "librdkafka's range")),
     "batch_size": OptionSpec("producer batch.size in bytes, per partition (aiokafka keeps one "
                              "request per broker in flight, so a batch is what gathers during "
                              "one round trip; OpenMessaging Benchmark's Kafka default)",
-                             default=1024 * 1024, parse=parse_positive_int),
+                             default=1024 * 1024, parse=whole_in(1, INT32_MAX, "bytes", "a 32-bit config")),
     "compression": OptionSpec("producer compression.type", default="none",
                               choices=("none", "gzip", "snappy", "lz4", "zstd")),
     "idempotence": OptionSpec("idempotent producer (needs acks=all)", default=False,
-                              parse=parse_bool, flag=True),
-    "fetch_min_bytes": OptionSpec("consumer fetch.min.bytes", default=1, parse=parse_positive_int),
+                              parse=parse_bool, flag=True, needs="acks=all"),
+    "fetch_min_bytes": OptionSpec("consumer fetch.min.bytes", default=1,
+                                  parse=whole_in(1, 100_000_000, "bytes", "librdkafka's range")),
     "fetch_max_wait_ms": OptionSpec("consumer fetch.max.wait.ms", default=500,
-                                    parse=parse_non_negative),
+                                    parse=whole_in(0, 300_000, "ms", "librdkafka's range")),
     "commit_interval_ms": OptionSpec("consumer auto-commit interval (the group's committed lag "
                                      "trails by up to this much)", default=1000,
-                                     parse=parse_positive_int),
+                                     parse=whole_in(1, 86_400_000, "ms", "librdkafka's range")),
 }
 
 TOPIC_OPTIONS = {
     "replication": OptionSpec("topic replication factor (0 = as many brokers as there are, "
-                              "at most 3)", default=0, parse=parse_non_negative),
+                              "at most 3)", default=0, parse=whole_in(0, 32_767, "", "a 16-bit field")),
     "flush_messages": OptionSpec("topic flush.messages: fsync after this many messages "
                                  "(unset = broker default, never forced)", default=None,
                                  parse=parse_positive_int),
@@ -784,8 +795,10 @@ PLATFORMS = [
         broker_settings_runtimes=("docker", "local"),
         address_example="HOST:PORT[,HOST:PORT...]",
         make_stack=_kafka_stack,
+        docker_images=kafka_images,
         make_driver=_driver("kafka"),
         make_collectors=_collectors,
+        prerequisites=(JAVA, MAVEN),
     ),
     Platform(
         name="kafka-zk",
@@ -800,8 +813,10 @@ PLATFORMS = [
         broker_settings_runtimes=("docker", "local"),
         address_example="HOST:PORT[,HOST:PORT...]",
         make_stack=_kafka_zk_stack,
+        docker_images=kafka_images,
         make_driver=_driver("kafka"),
         make_collectors=_collectors,
+        prerequisites=(JAVA, MAVEN),
     ),
     Platform(
         name="redpanda",
@@ -819,6 +834,7 @@ PLATFORMS = [
         runtimes=("docker", "external"),
         address_example="HOST:PORT[,HOST:PORT...]",
         make_stack=_redpanda_stack,
+        docker_images=kafka_images,
         make_driver=_driver("redpanda"),
         make_collectors=_collectors,
     ),

@@ -40,6 +40,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from collectors.nats import NatsTelemetry, monitor_get
 from collectors.resources import resource_collectors
+from compose.docker import file_images
 from compose.nats import (
     MONITOR_ENDPOINT,
     Callback,
@@ -47,13 +48,14 @@ from compose.nats import (
     NatsDockerStack,
     NatsExternalStack,
     NatsLocalStack,
+    find_server,
     version_text,
 )
 from compose.nats import open_connection as _open_connection
 from loadgen.core.collector import Collector
 from loadgen.core.driver import Consumer, Driver, OutMessage, Producer, ReceivedBatch
 from loadgen.core.errors import DriverError, StackError
-from loadgen.core.platform import Platform, parse_non_negative, parse_port
+from loadgen.core.platform import Platform, Prerequisite, parse_non_negative, parse_port, tool_version
 from loadgen.core.settings import (
     SettingsRecord,
     config_option,
@@ -65,7 +67,7 @@ from loadgen.core.settings import (
     signature_defaults,
 )
 from loadgen.core.stack import Stack, StackDescription
-from loadgen.core.target import OptionSpec, Target, parse_positive_int
+from loadgen.core.target import INT64_MAX, OptionSpec, Target, parse_positive_int, whole_in
 from loadgen.platforms.config_names import (
     NATS_JETSTREAM,
     NATS_SERVER,
@@ -683,7 +685,9 @@ OPTIONS: dict[str, Any] = {
     "max_ack_pending": OptionSpec("messages a subscription's consumer may have delivered and "
                                   "not yet acknowledged", default=20000, parse=parse_positive_int),
     "ack_wait": OptionSpec("seconds before an unacknowledged message is delivered again",
-                           default=30, parse=parse_positive_int),
+                           default=30,
+                           parse=whole_in(1, INT64_MAX // 10**9, "s",
+                                          "the server takes it in nanoseconds, signed 64-bit")),
     "port": OptionSpec("loopback client port of the nats-server (default: a free one)",
                        default=0, parse=parse_port),
     "max_memory": OptionSpec("local: JetStream memory store limit of the server", default="1G",
@@ -727,8 +731,12 @@ PLATFORMS = [
         runtimes=("docker", "local", "external"),
         broker_settings_runtimes=("docker", "local"),
         make_stack=_stack,
+        docker_images=file_images("nats.yml"),
         make_driver=_driver,
         drain_stall_hint=_drain_stall_hint,
         make_collectors=_collectors,
+        prerequisites=(Prerequisite("nats-server", ("local",), find_server,
+                                    lambda path: tool_version([path, "--version"], r"v(\d\S*)"),
+                                    "Debian/Ubuntu: apt-get install nats-server"),),
     ),
 ]

@@ -64,6 +64,8 @@ from typing import Any
 from collectors.pravega import PravegaTelemetry, reader_group_name
 from collectors.pravega_host import HEADER, WRITER_INFLIGHT, ClientHost
 from collectors.resources import resource_collectors
+from compose.docker import file_images
+from compose.java import parse_heap
 from compose.pravega import (
     CONTROLLER_ENDPOINT,
     PRAVEGA_VERSION,
@@ -72,7 +74,6 @@ from compose.pravega import (
     PravegaLocalStack,
     controller_answers,
 )
-from compose.pulsar import parse_heap
 from loadgen.core.collector import Collector
 from loadgen.core.driver import (
     Acknowledged,
@@ -89,6 +90,7 @@ from loadgen.core.stack import Stack, StackDescription
 from loadgen.core.target import OptionSpec, Target
 from loadgen.platforms.pravega_property_names import PRAVEGA_COMPONENTS
 from loadgen.platforms.runtime import runtime_options
+from loadgen.platforms.tools import JAVA, MAVEN
 
 RECEIVE_WAIT_S = 0.1
 CALL_TIMEOUT_S = 30.0
@@ -711,8 +713,10 @@ PLATFORMS = [
         broker_settings_runtimes=("docker", "local"),
         address_example="tcp://HOST:9090",
         make_stack=_stack,
+        docker_images=file_images("pravega.yml"),
         make_driver=_driver,
         make_collectors=_collectors,
         optional_client=CLIENT,
+        prerequisites=(JAVA, MAVEN),
     ),
 ]

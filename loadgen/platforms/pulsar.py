@@ -46,19 +46,20 @@ import pulsar.asyncio as pulsar_asyncio
 
 from collectors.pulsar import PulsarTelemetry
 from collectors.resources import resource_collectors
-from compose.docker_stacks import PulsarDockerStack
+from compose.docker import file_images
+from compose.java import parse_heap
+from compose.net import probe_tcp
 from compose.pulsar import (
     ADMIN_ENDPOINT,
     DEFAULT_SERVICE_PORT,
     AdminError,
     PulsarAdmin,
+    PulsarDockerStack,
     PulsarExternalStack,
     PulsarLocalStack,
     PulsarTargetConfig,
     host_port,
-    parse_heap,
     parse_namespace,
-    probe_tcp,
     topic_name,
     topic_path,
     unreachable,
@@ -85,10 +86,11 @@ from loadgen.core.settings import (
     signature_defaults,
 )
 from loadgen.core.stack import Stack, StackDescription
-from loadgen.core.target import OptionSpec, Target, parse_bool, parse_positive_int
+from loadgen.core.target import INT32_MAX, OptionSpec, Target, parse_bool, whole_in
 from loadgen.omb_driver import driver_option, pulsar_driver
 from loadgen.platforms.config_names import PULSAR_BROKER
 from loadgen.platforms.runtime import runtime_options
+from loadgen.platforms.tools import JAVA, MAVEN
 
 SEND_TIME = "t"
 # non-persistent topics give every message of a batch the same ledger and entry id: there the
@@ -647,6 +649,10 @@ def _setting_options() -> dict[str, OptionSpec]:
     }
 
 
+# the client's batching options are 32-bit integers
+_CLIENT_INT = whole_in(1, INT32_MAX, whose="a 32-bit client option")
+
+
 PLATFORMS = [
     Platform(
         name="pulsar",
@@ -659,11 +665,12 @@ PLATFORMS = [
                                        default="shared", choices=tuple(SUBSCRIPTION_TYPES)),
             "batching": OptionSpec("producer batching", default=True, parse=parse_bool, flag=True),
             "batch_max_messages": OptionSpec("most messages in one producer batch",
-                                             default=1000, parse=parse_positive_int),
+                                             default=1000, parse=_CLIENT_INT, needs="batching"),
             "batch_max_bytes": OptionSpec("most bytes in one producer batch",
-                                          default=128 * 1024, parse=parse_positive_int),
+                                          default=128 * 1024, parse=_CLIENT_INT,
+                                          needs="batching"),
             "batch_delay_ms": OptionSpec("longest a producer batch waits to fill, in ms",
-                                         default=1, parse=parse_positive_int),
+                                         default=1, parse=_CLIENT_INT, needs="batching"),
             "fsync": OptionSpec("bookie journal fsync per write (false: journalSyncData=false)",
                                 default=True, parse=parse_bool, flag=True),
             "heap": OptionSpec("JVM heap of the local standalone (direct memory: twice that)",
@@ -682,7 +689,9 @@ PLATFORMS = [
         broker_settings_runtimes=("docker", "local"),
         address_example="pulsar://HOST:6650,http://HOST:8080",
         make_stack=_stack,
+        docker_images=file_images("pulsar.yml"),
         make_driver=_driver,
         make_collectors=_collectors,
+        prerequisites=(JAVA, MAVEN),
     ),
 ]

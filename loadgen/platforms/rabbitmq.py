@@ -61,6 +61,7 @@ from rstream.exceptions import StreamAlreadyExists
 
 from collectors.rabbitmq import RabbitTelemetry, management_get
 from collectors.resources import resource_collectors
+from compose.docker import file_images
 from compose.net import connect_failure
 from compose.rabbitmq import (
     RabbitDockerStack,
@@ -69,14 +70,15 @@ from compose.rabbitmq import (
     parse_address,
     read_node_settings,
 )
+from compose.rabbitmq import script as rabbitmq_script
 from loadgen.core.collector import Collector
 from loadgen.core.driver import Consumer, Driver, Producer
 from loadgen.core.errors import DriverError, StackError, TargetError
-from loadgen.core.platform import OptionalClient, Platform, parse_non_negative, parse_port
+from loadgen.core.platform import OptionalClient, Platform, Prerequisite, parse_non_negative, parse_port
 from loadgen.core.security import REDIS_SECURITY_OPTIONS, read_secret
 from loadgen.core.settings import SettingsRecord, config_option, kwargs_check, namespace, settings_of
 from loadgen.core.stack import Stack, StackDescription
-from loadgen.core.target import OptionSpec, Target, join_host_port
+from loadgen.core.target import OptionSpec, Target, join_host_port, whole_in
 from loadgen.omb_driver import RABBITMQ_FIELDS, driver_option, named_driver
 from loadgen.platforms.rabbitmq_conf_names import RABBITMQ_CONF, RABBITMQ_OTHER_PLUGINS
 from loadgen.platforms.runtime import runtime_options
@@ -539,7 +541,8 @@ PLATFORMS = [
             "port": OptionSpec("loopback stream-protocol port of the node (default: a free one)",
                                default=0, parse=parse_port),
             "store_interval_ms": OptionSpec("how often consumers store their offset (ms; always "
-                                            "on close)", default=1000, parse=parse_non_negative),
+                                            "on close)", default=1000,
+                                            parse=whole_in(0, 86_400_000, "ms")),
             "max_length_bytes": OptionSpec("retention: keep about this many bytes per stream "
                                            "(0 = no limit; the stream argument "
                                            "x-max-length-bytes)", default=0,
@@ -552,7 +555,7 @@ PLATFORMS = [
             **{k: REDIS_SECURITY_OPTIONS[k] for k in ("password_file", "password_env", "password")},
             "management_port": OptionSpec("@ADDRESS: port of the management HTTP API on the same "
                                           "host, for broker counters (0 = none)", default=15672,
-                                          parse=parse_non_negative),
+                                          parse=whole_in(0, 65_535)),
             **runtime_options(("docker", "local")),
             "broker": namespace("broker.KEY=VALUE: a rabbitmq.conf key of the local node "
                                 "(e.g. broker.stream.frame_max=2097152)", check_broker, broker=True),
@@ -577,9 +580,13 @@ PLATFORMS = [
         runtimes=("docker", "local", "external"),
         broker_settings_runtimes=("docker", "local"),
         make_stack=_stack,
+        docker_images=file_images("rabbitmq.yml"),
         make_driver=_driver,
         make_collectors=_collectors,
         address_example=f"HOST:PORT (the stream port, e.g. 127.0.0.1:{5552})",
         optional_client=CLIENT,
+        prerequisites=(Prerequisite("rabbitmq-server", ("local",),
+                                    lambda: rabbitmq_script("rabbitmq-server"),
+                                    install="Debian/Ubuntu: apt-get install rabbitmq-server"),),
     ),
 ]

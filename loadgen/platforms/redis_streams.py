@@ -7,6 +7,7 @@ Each entry has two fields: `t`, the intended send time in ns, and `p`, the paylo
 from __future__ import annotations
 
 import contextlib
+import shutil
 import time
 import zlib
 from collections.abc import Sequence
@@ -17,8 +18,14 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
 from collectors.resources import resource_collectors
-from compose.docker_stacks import RedisDockerStack
-from compose.redis import RedisExternalStack, RedisLocalStack, connect_failure, parse_address
+from compose.docker import file_images
+from compose.redis import (
+    RedisDockerStack,
+    RedisExternalStack,
+    RedisLocalStack,
+    connect_failure,
+    parse_address,
+)
 from loadgen.core.collector import Collector
 from loadgen.core.driver import (
     Acknowledged,
@@ -30,7 +37,7 @@ from loadgen.core.driver import (
     ReceivedBatch,
 )
 from loadgen.core.errors import DriverError
-from loadgen.core.platform import Platform, parse_non_negative, parse_port
+from loadgen.core.platform import Platform, Prerequisite, parse_non_negative, parse_port, tool_version
 from loadgen.core.security import PLAINTEXT, REDIS_SECURITY_OPTIONS, ClientSecurity
 from loadgen.core.settings import (
     SettingsRecord,
@@ -41,6 +48,7 @@ from loadgen.core.settings import (
 )
 from loadgen.core.stack import Stack, StackDescription
 from loadgen.core.target import OptionSpec, Target, join_host_port, parse_bool
+from loadgen.core.workload import Workload
 from loadgen.omb_driver import REDIS_FIELDS, driver_option, named_driver
 from loadgen.platforms.config_names import REDIS_DIRECTIVES
 from loadgen.platforms.redis_resp import RespConnection, RespError, encode
@@ -450,6 +458,22 @@ def _loss_hint(target: Target) -> str | None:
             "not: entries the consumers had not read by then are gone")
 
 
+# bytes of a Redis server's used_memory per stream entry beyond its payload (measured with
+# 1 KiB payloads: 1.2 kB per entry): the entry's id, its field names and timestamp, the tree
+ENTRY_OVERHEAD = 180
+
+
+def _memory_per_message(target: Target, workload: Workload) -> int | None:
+    """A stream keeps every entry in the server's memory, unless maxlen= trims it."""
+    if int(target.options.get("maxlen") or 0):
+        return None
+    return workload.message_size + ENTRY_OVERHEAD
+
+
+def _server_version(path: str) -> str | None:
+    return tool_version([path, "--version"], r"v=(\S+)")
+
+
 PLATFORMS = [
     Platform(
         name="redis",
@@ -457,8 +481,9 @@ PLATFORMS = [
         options={
             "aof": OptionSpec("append-only file on (fsync per `fsync`, default every second)",
                               default=False, parse=parse_bool, flag=True),
-            "fsync": OptionSpec("appendfsync policy with aof", default="everysec",
-                                choices=("always", "everysec", "no")),
+            "fsync": OptionSpec("appendfsync policy with aof",
+                                default="everysec", choices=("always", "everysec", "no"),
+                                needs="aof"),
             "port": OptionSpec("loopback port of the redis-server (default: a free one)",
                                default=0, parse=parse_port),
             "maxlen": OptionSpec("trim each stream to about this many entries (0 = never)",
@@ -476,8 +501,14 @@ PLATFORMS = [
         runtimes=("docker", "local", "external"),
         broker_settings_runtimes=("docker", "local"),
         make_stack=_stack,
+        docker_images=file_images("redis.yml"),
         make_driver=_driver,
         make_collectors=_collectors,
         loss_hint=_loss_hint,
+        memory_per_message=_memory_per_message,
+        memory_relief="the target option maxlen= trims the stream",
+        prerequisites=(Prerequisite("redis-server", ("local",), lambda: shutil.which("redis-server"),
+                                    _server_version,
+                                    "Debian/Ubuntu: apt-get install redis-server"),),
     ),
 ]

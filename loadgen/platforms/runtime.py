@@ -84,13 +84,10 @@ def _images(names: list[str]) -> str:
     return f"image{'s' if len(names) > 1 else ''} {', '.join(names)}"
 
 
-def _images_of(target: Target) -> list[str]:
-    from compose.docker_stacks import images_of  # the stacks' clients, only when asked
-    return images_of(target)
-
-
-def place(target: Target, runtimes: tuple[str, ...], chosen: str | None = None) -> Target:
-    """Fill in the runtime of a parsed target and check the options that depend on it."""
+def place(target: Target, runtimes: tuple[str, ...], chosen: str | None = None,
+          images: Callable[[Target], list[str]] = lambda _target: []) -> Target:
+    """Fill in the runtime of a parsed target and check the options that depend on it.
+    `images`: the images the platform's docker runtime would run for it (Platform.docker_images)."""
     ClientSecurity.of(target)  # authentication and TLS: external only, files readable
     if "runtime" not in target.options:
         return target
@@ -100,7 +97,7 @@ def place(target: Target, runtimes: tuple[str, ...], chosen: str | None = None) 
     options = dict(target.options)
     if not options["runtime"]:
         options["runtime"], note = default_runtime(target.platform, runtimes, chosen,
-                                                   lambda: _images_of(target))
+                                                   lambda: images(target))
         if note:
             options[RUNTIME_NOTE] = note
     placed = dataclasses.replace(target, options=options)

@@ -56,6 +56,10 @@ def test_scheduled_backlog_and_pause_on_local_redis(tmp_path: Path, no_leftover_
     meta = run_json(run_dir)
     totals = meta["totals"][0]
     assert totals["drained"] and totals["consumed"] == totals["produced"] == 21_000
+    # the end-of-run table counts the two faults the stack recorded (the consumers' stop and
+    # start are changes of the load, not faults)
+    faults_row = next(line for line in res.stdout.splitlines() if line.startswith("faults and restarts"))
+    assert faults_row.split()[-1] == "2"
 
 
 def test_a_drain_that_reads_nothing_is_said_to_stall(tmp_path: Path, no_leftover_redis) -> None:

@@ -11,16 +11,12 @@ import pytest
 
 from collectors.docker import block_io, cpu_percent, memory_bytes, network_io
 from compose.docker import _literal, parse_memory, project_name
-from compose.docker_stacks import (
-    KafkaDockerStack,
-    PulsarDockerStack,
-    RedisDockerStack,
-    kafka_env_name,
-    kafka_property,
-)
+from compose.kafka import KafkaDockerStack, kafka_env_name, kafka_property
 from compose.nats import CONTAINER_CONF, NatsDockerStack
 from compose.pravega import PravegaDockerStack
+from compose.pulsar import PulsarDockerStack
 from compose.rabbitmq import RabbitDockerStack
+from compose.redis import RedisDockerStack
 from loadgen.core.errors import StackError, TargetError, WorkloadError
 from loadgen.core.workload import parse_workload
 from loadgen.platforms import resolve_target
