@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import signal
 import socket
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -132,28 +135,66 @@ def test_kill_fault_on_the_local_standalone(tmp_path, nothing_left_running):
     assert "running locally now" in (logs / "pravega.out").read_text(errors="replace")
 
 
+def _run_until_after_return(args: list[str], clients: int, ticks_after: int) -> tuple[int, str]:
+    """`streambench run ARGS` headless, stopped (SIGINT, as a user's ctrl+c) once `ticks_after`
+    measuring ticks have come after every one of `clients` reconnected: however long the
+    broker took to come back, the run goes on long enough after it. (exit code, stderr)."""
+    from tests.integration.conftest import CLI
+
+    proc = subprocess.Popen([*CLI, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    watchdog = threading.Timer(CLI_TIMEOUT_S, proc.kill)
+    watchdog.start()
+    err: list[str] = []
+    back = threading.Event()
+
+    def read_events() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            err.append(line)
+            if sum(" reconnected: " in e for e in err) >= clients:
+                back.set()
+
+    events = threading.Thread(target=read_events)
+    events.start()
+    assert proc.stdout is not None
+    seen = 0
+    for line in proc.stdout:  # a line per tick
+        if back.is_set() and line.startswith("measuring"):
+            seen += 1
+            if seen == ticks_after:
+                proc.send_signal(signal.SIGINT)
+    proc.wait()
+    events.join()
+    watchdog.cancel()
+    return proc.returncode, "".join(err)
+
+
 def test_clients_reconnect_to_a_standalone_started_again(tmp_path, nothing_left_running):
     """The standalone killed 2 s into the measuring phase and started again at 3 s (it comes
     back empty): the producer and both consumers lose their connection at once, try again with
     the load's backoff while nothing listens, and are back within seconds of the standalone
     answering, on the stream and reader group created again; the load runs at its full rate
-    again by the end, and a tick comes every second throughout."""
+    again by the end, and a tick comes every second throughout. The run is stopped (ctrl+c,
+    which drains) 8 measuring ticks after the last client is back, however long the standalone
+    took to start again."""
     run_dir = tmp_path / "run"
     workload = tmp_path / "short-drain.yaml"
     workload.write_text("name: short-drain\ndrainTimeoutSeconds: 5\n")
     rate = 500
-    res = run_cli(["run", "pravega", "--runtime", "local", "--workload", str(workload),
-                   "--rate", str(rate), "--duration", "20", "--warmup", "1", "--partitions", "2",
-                   "--consumers", "2", "--at", "2s:kill=pravega", "--at", "3s:start=pravega",
-                   "--headless", "--out", str(run_dir)], timeout_s=CLI_TIMEOUT_S)
-    assert "Traceback" not in res.stderr
-    assert res.returncode == 0, res.stderr[-3000:]
+    clients = ["consumer 0 of streambench-sub-0", "consumer 1 of streambench-sub-0", "producer 0"]
+    code, err = _run_until_after_return(
+        ["run", "pravega", "--runtime", "local", "--workload", str(workload),
+         "--rate", str(rate), "--duration", "90", "--warmup", "1", "--partitions", "2",
+         "--consumers", "2", "--at", "2s:kill=pravega", "--at", "3s:start=pravega",
+         "--headless", "--out", str(run_dir)], clients=len(clients), ticks_after=8)
+    assert "Traceback" not in err
+    assert code == 130, err[-3000:]  # stopped by the signal, not at the 90 s end
     meta = run_json(run_dir)
-    assert meta["broker_failures"] == []
+    assert meta["broker_failures"] == [] and meta["stopped_early"]
     events = _events_in_order(run_dir)
     (kill,) = [e for e in events if e["kind"] == "fault-kill"]
     (start,) = [e for e in events if e["kind"] == "fault-start"]
-    clients = ["consumer 0 of streambench-sub-0", "consumer 1 of streambench-sub-0", "producer 0"]
     lost = [e for e in events if e["kind"] == "connection-lost"]
     back = [e for e in events if e["kind"] == "reconnected"]
     assert sorted(e["detail"].split(":")[0] for e in lost) == clients
@@ -165,21 +206,25 @@ def test_clients_reconnect_to_a_standalone_started_again(tmp_path, nothing_left_
                    key=lambda t: t["seq"])
     gaps = [(b["time"] - a["time"]).total_seconds() for a, b in itertools.pairwise(ticks)]
     assert max(gaps) < 1.5, gaps
-    measuring = [t for t in ticks if t["phase"] == "measuring"]
-    assert sum(t["produced"] for t in measuring[-3:]) >= 0.9 * 3 * rate
+    # the stretch after the return, from the run's own ticks: the 8 whose lines came after the
+    # last reconnection's (the first may have ended a moment before the event), the last
+    # three at the full rate
+    back_at = max(e["time"] for e in back)
+    after = [t for t in ticks if t["time"] > back_at]
+    after_measuring = [t for t in after if t["phase"] == "measuring"]
+    assert len(after_measuring) >= 7, (back_at, after)
+    last = after_measuring[-3:]
+    assert sum(t["produced"] for t in last) >= 0.9 * rate * sum(t["interval_s"] for t in last)
     # the consumers keep up from their return to the end: a reader takes events in slices and
     # its group moves a segment between readers now and then, so one second can come short and
     # the next long; over the stretch they read what was produced, and the drain reads the rest
     # of what the standalone holds. What it held unread when it was killed is gone (its streams
     # are in memory): at most the last moment's acknowledged messages
-    back_at = max(e["time"] for e in back)
-    after = [t for t in ticks if t["time"] > back_at]
-    assert len([t for t in after if t["phase"] == "measuring"]) >= 5
     assert sum(t["consumed"] for t in after) >= 0.9 * sum(t["produced"] for t in after)
     (totals,) = meta["totals"]
     assert totals["final_lag"] == 0 and 0 <= totals["expected"] - totals["consumed"] <= rate, totals
     # slots due while no broker was there failed, each once, without a write
-    down_s = (max(e["time"] for e in back) - kill["time"]).total_seconds()
+    down_s = (back_at - kill["time"]).total_seconds()
     assert 0 < totals["send_errors"] <= rate * (down_s + 1)
 
 
