@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analysis.compute import ReportData, TargetReport
-from analysis.sections import Block, Section, Table
+from analysis.document import Block, Section, Table
 
 PLATFORM_DEFAULT = "platform default"
 STREAMBENCH_DEFAULT = "streambench default"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from analysis.sections import Chart, Document, Table
+from analysis.document import Chart, Document, Table
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px;

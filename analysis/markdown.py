@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis.sections import Chart, Document, Table
+from analysis.document import Chart, Document, Table
 
 
 def _table(table: Table) -> str:

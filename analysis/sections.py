@@ -1,11 +1,10 @@
-"""What the report says, as titled sections of paragraphs, tables and chart references: one
-description that report.md and report.html both render, so the two never disagree."""
+"""What the report says: its sections (analysis.document's model), from the report's data."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from analysis.compute import (
     DEGRADATION_SERIES,
@@ -20,6 +19,8 @@ from analysis.compute import (
     Segment,
     TargetReport,
 )
+from analysis.configuration import configuration_section
+from analysis.document import Block, Chart, Document, Section, Table
 from analysis.events import AssignmentRow, ChangeRow, is_fault
 from analysis.labels import MARKS, ending
 from analysis.schema import LATENCY_KINDS
@@ -28,34 +29,6 @@ from analysis.stats import Trend
 ASSIGNMENT_ROWS = 60  # rows of "Consumer assignments" shown; the events table has every one
 FEW_SAMPLES = 10  # a percentile resting on fewer samples than this is marked
 TOO_SHORT = "n/a (run too short to extrapolate)"
-
-
-@dataclass
-class Table:
-    headers: list[str]
-    rows: list[list[str]]
-    text_columns: int = 1  # left-aligned leading columns; the rest are numbers
-
-
-@dataclass
-class Chart:
-    name: str  # file stem in charts/
-    title: str
-
-
-Block = str | Table | Chart
-
-
-@dataclass
-class Section:
-    title: str
-    blocks: list[Block] = field(default_factory=list)
-
-
-@dataclass
-class Document:
-    title: str
-    sections: list[Section]
 
 
 # -- numbers ---------------------------------------------------------------------------------
@@ -705,8 +678,6 @@ def _method_section() -> Section:
 
 
 def build_document(data: ReportData) -> Document:
-    from analysis.configuration import configuration_section  # it builds on this module's blocks
-
     run_ids = ", ".join(r.run_id for r in data.runs)
     workloads = sorted({str(r.workload.get("name")) for r in data.runs if r.workload.get("name")})
     title = f"streambench report: {run_ids}"

@@ -11,10 +11,11 @@ import pytest
 
 from analysis.charts import CHARTS
 from analysis.compute import SEGMENT_PERCENTILES, ReportData, TargetReport
+from analysis.document import Document, Table
 from analysis.events import ChangeRow
 from analysis.markdown import render_markdown
 from analysis.schema import LATENCY_KINDS
-from analysis.sections import TOO_SHORT, Document, Table, build_document, fmt
+from analysis.sections import TOO_SHORT, build_document, fmt
 from analysis.summary import summary_table
 from loadgen.core.histogram import bucket_bounds, bucket_index
 from loadgen.core.ticks import Tick

@@ -130,3 +130,78 @@ def test_a_live_run_does_not_import_the_report_libraries() -> None:
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other round a circle (strongly connected
+    components of more than one module, or a module importing itself), Tarjan's algorithm
+    without recursion."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1 or node in graph.get(node, ()):
+                    found.append(sorted(group))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the project modules it imports (a package's own __init__ left out: importing
+    `pkg.mod` runs `pkg` first, which is not a circle of the code's making)."""
+    return {module: {target for name in names
+                     if (target := own(name)) is not None and target != module
+                     and not module.startswith(target + ".")}
+            for module, names in MODULES.items()}
+
+
+def test_no_modules_import_each_other_round_a_circle() -> None:
+    assert circles(import_graph()) == []
+
+
+def test_the_circle_check_finds_circles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}, "f": set()}
+    assert circles(graph) == [["a", "b", "c"], ["e"]]
+    assert circles({"x": {"y"}, "y": set()}) == []
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    wrong = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                        and node.module.split(".")[0] in PACKAGES):
+                    wrong += [f"{module_name(path)}: {node.module}.{a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not wrong
