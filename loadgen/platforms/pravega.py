@@ -1,7 +1,7 @@
 """Pravega driver (the `pravega` Python client, Rust underneath): a topic is a stream with a
 fixed scaling policy whose segments are the workload's partitions, a subscription is a reader
 group, a consumer is a reader in it. The client runs in a process of its own
-(collectors.pravega_host says why), one per driver.
+(loadgen.platforms.pravega_host says why), one per driver.
 
 Every event starts with a header (intended send time in ns, partition, producer id, producer
 sequence number), then the payload. The client's readers do not say which segment an event
@@ -61,8 +61,6 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from collectors.pravega import PravegaTelemetry, reader_group_name
-from collectors.pravega_host import HEADER, WRITER_INFLIGHT, ClientHost
 from collectors.resources import resource_collectors
 from compose.docker import file_images
 from compose.java import parse_heap
@@ -88,7 +86,9 @@ from loadgen.core.platform import OptionalClient, Platform, parse_port
 from loadgen.core.settings import SettingsRecord, config_option, kwargs_check, namespace, settings_of
 from loadgen.core.stack import Stack, StackDescription
 from loadgen.core.target import OptionSpec, Target
+from loadgen.platforms.pravega_host import HEADER, WRITER_INFLIGHT, ClientHost
 from loadgen.platforms.pravega_property_names import PRAVEGA_COMPONENTS
+from loadgen.platforms.pravega_telemetry import PravegaTelemetry, reader_group_name
 from loadgen.platforms.runtime import runtime_options
 from loadgen.platforms.tools import JAVA, MAVEN
 
@@ -513,7 +513,7 @@ class PravegaDriver(Driver):
             await self._client().call("delete_topic", self._scope, name, self._groups.pop(name, []))
 
     async def _own_host(self) -> ClientHost:
-        """A client host for one producer or consumer (see collectors.pravega_host); refused
+        """A client host for one producer or consumer (see loadgen.platforms.pravega_host); refused
         at once while the controller does not take connections."""
         self._client()
         await self._liveness.ensure()

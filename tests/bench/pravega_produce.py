@@ -24,13 +24,13 @@ from tempfile import mkdtemp
 import pyarrow.dataset as ds
 
 from analysis.sink import ParquetSink
-from collectors.pravega_host import EVENT_FRAME_BYTES, HEADER
 from compose.pravega import CONTROLLER_ENDPOINT, PRAVEGA_VERSION, PravegaLocalStack
 from loadgen.core.target import unique_labels
 from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.platforms.pravega import partition_keys
+from loadgen.platforms.pravega_host import EVENT_FRAME_BYTES, HEADER
 from loadgen.run import Run
 
 SCOPE = "streambench"

@@ -23,8 +23,6 @@ import pytest
 
 from analysis.report import build_report
 from analysis.sink import ParquetSink
-from collectors.pravega import PravegaTelemetry, reader_group_name
-from collectors.pravega_host import EVENT_FRAME_BYTES, HEADER
 from compose.pravega import CONTROLLER_ENDPOINT, MAIN_CLASS, PravegaLocalStack
 from compose.process import port_in_use
 from loadgen.core.collector import Reading
@@ -34,6 +32,8 @@ from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.platforms.pravega import PravegaDriver, partition_keys, segment_of
+from loadgen.platforms.pravega_host import EVENT_FRAME_BYTES, HEADER
+from loadgen.platforms.pravega_telemetry import PravegaTelemetry, reader_group_name
 from loadgen.run import Run, RunSummary
 from tests.integration.conftest import run_cli, run_json
 from tests.integration.test_redis_run import _one_error_line, _wait_gone
@@ -55,7 +55,7 @@ def started_pids() -> set[int]:
     found = set()
     for p in psutil.process_iter(["cmdline", "ppid"]):
         cmdline = " ".join(p.info["cmdline"] or [])
-        if (MAIN_CLASS in cmdline or "collectors.pravega_host" in cmdline) and (
+        if (MAIN_CLASS in cmdline or "loadgen.platforms.pravega_host" in cmdline) and (
                 p.pid in mine or p.info["ppid"] == 1):
             found.add(p.pid)
     return found
