@@ -9,7 +9,7 @@ as long as each run's `min_reader_version` is one this reader meets (docs/run-fo
 from __future__ import annotations
 
 import glob
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from analysis.journal import journal_rows, table_files
 from analysis.runmeta import read_run_meta
 from analysis.schema import SCHEMAS
 from loadgen.core.errors import ReportError
@@ -40,8 +41,10 @@ class RunInfo:
         return self.path / table
 
     def has_files(self, table: str) -> bool:
-        d = self.table_dir(table)
-        return d.is_dir() and any(_visible_parquet(d))
+        """Whether the table has rows on disk: a closed Parquet file, or a journal left by a
+        killed run (analysis.journal)."""
+        parquet, journals = table_files(self.table_dir(table))
+        return bool(parquet) or any(p.is_file() and p.stat().st_size > 0 for p in journals)
 
     @property
     def workload(self) -> dict[str, Any]:
@@ -72,14 +75,6 @@ class RunInfo:
             if isinstance(section, dict) and "persistent" in section:
                 return str(section["persistent"]).strip().lower() not in _FALSE
         return True
-
-
-def _visible_parquet(d: Path) -> Iterable[Path]:
-    """Closed data files: what Spark reads (it skips names starting with '.' or '_')."""
-    return (
-        p for p in d.iterdir()
-        if p.is_file() and p.suffix == ".parquet" and not p.name.startswith((".", "_"))
-    )
 
 
 def expand_run_args(args: Sequence[Path | str]) -> list[Path]:
@@ -169,16 +164,21 @@ def read_table(
 ) -> DataFrame:
     """One table of every run as one DataFrame with the reader's columns (`schema`, by
     default this version's): Spark's Parquet reader matches columns by name, gives null for
-    a column a file lacks and skips columns a file has beyond the schema. run_id is taken
-    from run.json. Missing or empty table directories give no rows."""
-    sschema = spark_schema(schema if schema is not None else SCHEMAS[table])
-    frames = [
-        spark.read.schema(sschema)
-        .parquet(str(run.table_dir(table)))
-        .withColumn("run_id", F.lit(run.run_id))
-        for run in runs
-        if run.has_files(table)
-    ]
+    a column a file lacks and skips columns a file has beyond the schema. The rows of a
+    journal a killed run left (analysis.journal) are read with pyarrow and join them. run_id
+    is taken from run.json. Missing or empty table directories give no rows."""
+    arrow_schema = schema if schema is not None else SCHEMAS[table]
+    sschema = spark_schema(arrow_schema)
+    frames = []
+    for run in runs:
+        parquet, journals = table_files(run.table_dir(table))
+        parts = [spark.read.schema(sschema).parquet(str(run.table_dir(table)))] if parquet else []
+        if journals:
+            rows = journal_rows(run.table_dir(table),
+                                pa.schema([f.with_nullable(True) for f in arrow_schema]))
+            if rows.num_rows:
+                parts.append(spark.createDataFrame(rows, schema=sschema))
+        frames += [f.withColumn("run_id", F.lit(run.run_id)) for f in parts]
     if not frames:
         # built in the JVM from typed nulls: no Python worker, so it runs on any cluster
         return spark.range(0).select(

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
@@ -261,20 +262,27 @@ def test_killed_run_is_still_readable(spark, tmp_path: Path) -> None:
     (ticks_dir / ".part-00099.parquet.inprogress").write_bytes(first[: len(first) // 2])
     (run_dir / "latency" / ".part-00099.parquet.inprogress").write_bytes(b"PAR1")
 
-    # rotations at 3, 6 and 9 s: seconds 0-8 are on disk, 9-11 were still buffered
+    # rotations at 3, 6 and 9 s: seconds 0-8 are in closed files, 9-11 in the journals
     on_disk = sum(pq.read_metadata(p).num_rows for p in ticks_dir.glob("part-*.parquet"))
-    assert on_disk == 9 < len(run.ticks)
+    assert on_disk == 9 < len(run.ticks) == 12
     for p in ticks_dir.glob("part-*.parquet"):
         assert p.read_bytes()[-4:] == b"PAR1"
+    journal = ticks_dir / "_journal-00003.arrows"
+    assert ds.dataset(ticks_dir, format="parquet").count_rows() == 9  # a journal is no Parquet
 
     runs = load_runs([run_dir])
-    assert read_table(spark, runs, "ticks").count() == 9
-    assert ds.dataset(ticks_dir, format="parquet").count_rows() == 9
+    assert read_table(spark, runs, "ticks").count() == 12
+    # killed inside its last write: the stream is read up to its last whole batch
+    batches = list(pa.ipc.open_stream(journal.read_bytes()))
+    kept = 9 + sum(b.num_rows for b in batches[:-1])
+    journal.write_bytes(journal.read_bytes()[:-10])
+    ticks = read_table(spark, runs, "ticks")
+    assert sorted(r.seq for r in ticks.select("seq").collect()) == list(range(kept))
 
     data = compute_report(spark, runs)
     (t,) = data.targets
-    assert t.throughput.ticks == 7  # seconds 2-8 of the measuring phase
-    assert t.latency["e2e"].samples == 7 * 100
+    assert t.throughput.ticks == kept - 2  # the measuring phase from second 2
+    assert t.latency["e2e"].samples == 10 * 100  # the latency journal was not cut
 
 
 # -- bad input ------------------------------------------------------------------------------

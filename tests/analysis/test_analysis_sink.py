@@ -342,19 +342,22 @@ def test_write_failure_is_reported(tmp_path: Path, background: bool) -> None:
     ticks_dir.rmdir()
     ticks_dir.write_text("in the way")  # the table directory is gone: writing must fail
     sink(PhaseChange(Phase.MEASURING, T0_NS))  # a row of the events table
-    sink(_tick(0))
-    clock.now += 1.0
-    # the rotation hands the first file to the writer thread: its failure is reported by the
-    # first call that finds it failed, this one when the thread is quick, else the close
-    # (which also writes the second file, and fails at it too)
+
+    def second_tick() -> None:
+        clock.now += 1.0
+        sink(_tick(1))
+
+    # the tick's rows go to the journal first: its failure is reported by the first call
+    # that finds it failed (that one in-line, else the next item, or the close, which fails
+    # at the file too)
     raised = []
-    for step in (lambda: sink(_tick(1)), sink.close):
+    for step in (lambda: sink(_tick(0)), second_tick, sink.close):
         try:
             step()
         except OutputError as exc:
             raised.append(str(exc))
     assert raised, "the write failure was not reported"
-    assert raised[0].startswith(f"cannot write {ticks_dir / 'part-00000.parquet'}: ")
+    assert raised[0].startswith(f"cannot write {ticks_dir / '_journal-00000.arrows'}: ")
     assert all("\n" not in msg for msg in raised)
     # another table's file of the same rotation is written all the same
     assert [p.name for p in _visible(tmp_path / "run" / "events")] == ["part-00000.parquet"]
@@ -403,3 +406,35 @@ def test_writing_files_does_not_import_pyarrow_compute(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False"]
     assert ds.dataset(tmp_path / "run" / "latency").count_rows() > 0
+
+
+def test_every_tick_is_in_the_journal_until_its_file_is_written(tmp_path: Path) -> None:
+    """Each tick's rows reach the table's journal at once; a rotation writes them as a file
+    and removes that journal; a run reopened after a kill leaves the journal's number alone."""
+    from analysis.journal import journal_rows, table_files
+
+    clock = FakeClock()
+    ticks_dir = tmp_path / "run" / "ticks"
+    sink = ParquetSink(tmp_path / "run", "r", rotate_s=5.0, clock=clock)
+    for seq in range(7):
+        sink(_tick(seq))
+        sink.wait()
+        parquet, journals = table_files(ticks_dir)
+        closed = _read(ticks_dir)["seq"].to_pylist() if parquet else []
+        journaled = journal_rows(ticks_dir, SCHEMAS["ticks"])["seq"].to_pylist()
+        assert closed + journaled == list(range(seq + 1))
+        # the tick at 5 s rotates: it is written with those before, and its journal removed
+        assert [p.name for p in journals] == {5: [], 6: ["_journal-00001.arrows"]}.get(
+            seq, ["_journal-00000.arrows"])
+        clock.now += 1.0
+    # killed here: a new sink in the same directory takes the next number
+    reopened = ParquetSink(tmp_path / "run", "r")
+    reopened(_tick(7))
+    reopened.close()
+    parquet, journals = table_files(ticks_dir)
+    assert [p.name for p in parquet] == ["part-00000.parquet", "part-00002.parquet"]
+    assert [p.name for p in journals] == ["_journal-00001.arrows"]
+    sink.close()  # the first sink folds its journal too: nothing left but closed files
+    parquet, journals = table_files(ticks_dir)
+    assert len(parquet) == 3 and journals == []
+    assert sorted(_read(ticks_dir)["seq"].to_pylist()) == list(range(8))

@@ -3,8 +3,8 @@ histograms, per-partition lag and broker counters, phase changes and events, in 
 
 Read with pyarrow (no Spark), by column name with this version's schemas (analysis.schema): a
 column an older run lacks reads as null, a column a newer run added is left out, as the report
-reads runs (docs/run-format.md). Only closed `part-NNNNN.parquet` files are read, so a run that
-was killed mid-way replays up to its last complete file.
+reads runs (docs/run-format.md). Closed `part-NNNNN.parquet` files are read, and the journal a
+run killed mid-way left beside them, so such a run replays up to its last whole tick.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from analysis.journal import journal_rows, table_files
 from analysis.runmeta import read_run_meta
 from analysis.schema import SCHEMA_VERSION, SCHEMAS
 from loadgen.core.errors import StreambenchError, WorkloadError
@@ -62,23 +63,19 @@ class Recording:
         return (self.end_ns - self.start_ns) / 1e9
 
 
-def _visible(table_dir: Path) -> list[str]:
-    if not table_dir.is_dir():
-        return []
-    return sorted(str(p) for p in table_dir.iterdir()
-                  if p.is_file() and p.suffix == ".parquet" and not p.name.startswith((".", "_")))
-
-
 def read_table(run_dir: Path, table: str) -> pa.Table:
-    """One table of a run with the reader's columns (all nullable); no files give no rows."""
+    """One table of a run with the reader's columns (all nullable): its closed Parquet files,
+    then the rows of a journal a killed run left (analysis.journal); no files give no rows."""
     schema = pa.schema([f.with_nullable(True) for f in SCHEMAS[table]])
-    files = _visible(run_dir / table)
-    if not files:
-        return schema.empty_table()
+    parquet, journals = table_files(run_dir / table)
     try:
-        return ds.dataset(files, schema=schema, format="parquet").to_table()
+        closed = (ds.dataset([str(p) for p in parquet], schema=schema, format="parquet").to_table()
+                  if parquet else schema.empty_table())
     except (OSError, pa.ArrowException) as exc:
         raise RecordingError(f"{run_dir / table} cannot be read: {str(exc)[:200]}") from None
+    if not journals:
+        return closed
+    return pa.concat_tables([closed, journal_rows(run_dir / table, schema)])
 
 
 def read_meta(run_dir: Path) -> dict[str, Any]:
