@@ -14,12 +14,16 @@ Key = tuple[str, str]  # (run_id, target)
 
 # the marks, in the order they are shown, and what each means (explained once in the report)
 KILLED = "killed"
+FAILED = "failed"
 STOPPED_EARLY = "stopped early"
 NOT_DRAINED = "not drained"
 MARKS: dict[str, str] = {
     KILLED: "run.json records no end: the run was killed (or was still going when the report "
             "was made), so its last seconds may be missing, nothing was drained and its totals "
             "were never written",
+    FAILED: "the run ended on an error (the runs table says which, e.g. a run file it could not "
+            "write or every send failing): its figures end where it failed, and the seconds "
+            "after a file could not be written are missing",
     STOPPED_EARLY: "the run was stopped before the end of its planned measuring time: it "
                    "measured less than its workload asked for",
     NOT_DRAINED: "the drain ended before the consumers had received every message: the slowest "
@@ -69,12 +73,13 @@ def _falsy(value: Any) -> bool:
 
 def run_marks(meta: Mapping[str, Any], target: str) -> tuple[str, ...]:
     """The marks of one target of a run, from its run.json: `killed` when the run recorded no
-    end (`ended` missing); otherwise `stopped early` when `stopped_early` is true and `not
+    end (`ended` missing); otherwise `failed` when run.json records an error that ended it,
+    `stopped early` when `stopped_early` is true and `not
     drained` when the target's `totals` entry says `drained: false`. A run.json that says
     nothing about an item (an older run without `drained`) gets no mark for it."""
     if "ended" not in meta:
         return (KILLED,)
-    marks = []
+    marks = [FAILED] if meta.get("failed") else []
     if _truthy(meta.get("stopped_early")):
         marks.append(STOPPED_EARLY)
     totals = meta.get("totals")

@@ -33,6 +33,11 @@ from loadgen.core.target import Target, join_host_port, split_host_port
 
 DATA_PREFIX = "streambench-redis-"
 MIN_VERSION = (7, 0)  # XINFO GROUPS reports `lag` from 7.0 on
+# a server streambench starts takes a connection per consumer and producer: 10,000
+# subscriptions (the workload's maximum) need more than Redis's default of 10,000 clients. The
+# server lowers it to what its limit of open files allows (and says so in its log); each client
+# it could take costs it about 50 bytes
+MAX_CLIENTS = "32768"
 
 
 def parse_address(address: str, default_port: int = 6379) -> tuple[str, int]:
@@ -119,7 +124,8 @@ class RedisLocalStack(OneNodeLocalStack):
     @staticmethod
     def _own(port: int, data: Path) -> dict[str, str]:
         return {"port": str(port), "bind": "127.0.0.1", "dir": str(data), "save": "",
-                "daemonize": "no", "protected-mode": "yes", "logfile": str(data / "redis.log")}
+                "daemonize": "no", "protected-mode": "yes", "logfile": str(data / "redis.log"),
+                "maxclients": MAX_CLIENTS}
 
     async def up(self, progress: Progress) -> None:
         announce_runtime(progress, self._label, self._target.options)
@@ -247,7 +253,8 @@ class RedisDockerStack(ComposeStack):
 
     def _own(self) -> dict[str, str]:
         """What compose/redis.yml gives redis-server besides the persistence directives."""
-        return {"port": str(self._port), "bind": "127.0.0.1", "dir": "/data", "save": ""}
+        return {"port": str(self._port), "bind": "127.0.0.1", "dir": "/data", "save": "",
+                "maxclients": MAX_CLIENTS}
 
     def override(self) -> dict[str, dict[str, object]]:
         """The `conf.` directives after the file's own arguments (the command is replaced whole)."""

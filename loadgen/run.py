@@ -15,6 +15,7 @@ import math
 import os
 import platform as host_platform
 import re
+import secrets
 import stat
 import threading
 import time
@@ -27,7 +28,13 @@ from typing import Any, Protocol
 from compose.docker import memory_bytes
 from loadgen.backlog import BacklogWatch
 from loadgen.core.bus import BusItem
-from loadgen.core.errors import OutputError, StackError, StreambenchError, WorkloadError
+from loadgen.core.errors import (
+    DriverError,
+    OutputError,
+    StackError,
+    StreambenchError,
+    WorkloadError,
+)
 from loadgen.core.events import PhaseChange, RunEvent, RunMeta
 from loadgen.core.interventions import (
     FAULT_ACTIONS,
@@ -68,6 +75,18 @@ class Recorder(Protocol):
     def __call__(self, item: BusItem) -> None: ...
 
     def close(self) -> None: ...
+
+
+# kept free in the run directory while the run goes on, and given back when a file cannot be
+# written, so that run.json can still say the run failed on a disk that filled up (it takes
+# tens of kB; 1 MiB is room for a run of 10,000 subscriptions)
+SPACE_RESERVE = ".space-reserve"
+SPACE_RESERVE_BYTES = 1 << 20
+
+
+def new_run_id(started: datetime) -> str:
+    """`<UTC time>-<6 hex digits>`: unique also among runs started in the same second."""
+    return f"{started.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
 class RecorderFactory(Protocol):
@@ -188,7 +207,8 @@ class Run:
         self.workload = workload
         self.targets = targets
         self.started = datetime.now(UTC)
-        self.run_id = run_id or self.started.strftime("%Y%m%dT%H%M%SZ")
+        self.run_id = run_id or new_run_id(self.started)
+        self._default_dir = out_dir is None  # claimed in prepare(), against runs started at once
         self.run_dir = out_dir if out_dir is not None else _unused(default_run_dir(workload, self.started))
         self.tick_s = tick_s
         self.phase = Phase.STARTING
@@ -204,11 +224,12 @@ class Run:
         self.finished = threading.Event()  # set once execute() has closed everything
         # a search for the highest sustainable rate starts its targets at its first rate
         driven = dataclasses.replace(workload, rate=START_RATE) if workload.rate_search else workload
-        self.runners: list[TargetWorker] = [
-            TargetWorker(i, t, driven, self.run_id, record_raw, track_ids, self.publish,
-                         processes, log_dir(self.run_dir, i, t.label))
-            for i, t in enumerate(targets)
-        ]
+        self._runner_args = (driven, record_raw, track_ids, processes)
+        self.runners: list[TargetWorker] = self._make_runners()
+        # a run file that could not be written (the recorder's OutputError): the run stops at
+        # once and fails with it
+        self._output_failed: OutputError | None = None
+        self._send_problems: dict[str, str] = {}  # each target's first send-error
         self.warmup_ticks = math.ceil(workload.warmup_s / tick_s)
         self.measure_ticks = math.ceil(workload.duration_s / tick_s)
         # the brokers a fault can name, as users name them, per target: after the platform
@@ -262,6 +283,12 @@ class Run:
         self._faulted: dict[str, list[str]] = {}  # kills, restarts and deaths of each target's brokers
         self.subscribe(self._note_brokers)
 
+    def _make_runners(self) -> list[TargetWorker]:
+        driven, record_raw, track_ids, processes = self._runner_args
+        return [TargetWorker(i, t, driven, self.run_id, record_raw, track_ids, self.publish,
+                             processes, log_dir(self.run_dir, i, t.label))
+                for i, t in enumerate(self.targets)]
+
     @property
     def labels(self) -> list[str]:
         return [r.label for r in self.runners]
@@ -295,13 +322,84 @@ class Run:
         a dashboard takes over the terminal."""
         if self._prepared:
             return
+        if self._default_dir:
+            self._claim_run_dir()
         check_run_dir(self.run_dir)
         if self._recorder_factory is not None:
+            self._reserve_space()
             self._recorder = self._recorder_factory(self.run_dir, self.run_id, raw=self.record_raw)
-            self.subscribe(self._recorder)
+            self.subscribe(self._record)
         self._prepared = True
         for r in self.runners:
             r.spawn()
+
+    def _claim_run_dir(self) -> None:
+        """Create the default run directory, or the next free name when a run started at the
+        same moment took it first (between the look in __init__ and now)."""
+        with contextlib.suppress(OSError):  # check_run_dir says what is wrong with the parent
+            os.makedirs(self.run_dir.parent, exist_ok=True)
+        for _ in range(100):
+            try:
+                os.mkdir(self.run_dir)
+                return
+            except FileExistsError:
+                self.run_dir = _unused(default_run_dir(self.workload, self.started))
+                self.runners = self._make_runners()  # their log folders are in it
+            except OSError:
+                return
+
+    def _reserve_space(self) -> None:
+        path = self.run_dir / SPACE_RESERVE
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, bytes(SPACE_RESERVE_BYTES))
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise OutputError(f"cannot write the run directory {shown(str(self.run_dir), 100)}: "
+                              f"{exc.strerror or exc}") from None
+
+    def _free_space(self) -> None:
+        with contextlib.suppress(OSError):
+            (self.run_dir / SPACE_RESERVE).unlink()
+
+    def _record(self, item: BusItem) -> None:
+        """Hand one bus item to the recorder. A file it cannot write stops the run at once
+        (no drain: the rows would have nowhere to go) and fails it; after that only run.json
+        is written, to say so."""
+        assert self._recorder is not None
+        if self._output_failed is not None and not isinstance(item, RunMeta):
+            return
+        try:
+            self._recorder(item)
+        except OutputError as exc:
+            if self._output_failed is None:
+                self._output_failed = exc
+                self.request_stop()
+                self.request_stop()
+
+    def _check_failed(self) -> None:
+        """Raise what failed the run once its load ended: a run file not written, or a target
+        whose every send failed (nothing produced, which no drain makes a success)."""
+        if self._output_failed is not None:
+            raise OutputError(f"{self._output_failed}; the run stopped there, the files written "
+                              f"before are kept in {self.run_dir} (run.json: failed)")
+        failed = []
+        for r in self.runners:
+            t = r.totals
+            if t.produced == 0 and t.send_errors > 0:
+                t.drained = False
+                problem = self._send_problems.get(t.label, "see the send-error events")
+                failed.append(f"{t.label}: every send failed ({t.send_errors:,} messages, none "
+                              f"acknowledged): {problem}")
+        if failed:
+            raise DriverError("; ".join(failed))
+
+    def _totals(self) -> list[dict[str, Any]]:
+        return [json.loads(json.dumps(r.totals.__dict__)) for r in self.runners]
 
     def _meta(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         from importlib.metadata import PackageNotFoundError, version
@@ -333,12 +431,15 @@ class Run:
     async def execute(self) -> RunSummary:
         self.prepare()
         summary = RunSummary(self.run_dir, self.run_id, stopped_early=False)
+        measured: int | None = None
+        failed = False
         try:
             self._set_phase(Phase.STARTING, "starting brokers")
             await self._start_all()
             self.publish(RunMeta(self._meta()))
-            measured = await self._drive()
-            summary.measured_ticks = measured
+            if self._output_failed is None:
+                measured = await self._drive()
+            summary.measured_ticks = measured or 0
             summary.stopped_early = self.stop_requested
             summary.broker_failures = list(self.broker_failures)
             summary.stopped_for = self.stopped_for
@@ -348,30 +449,56 @@ class Run:
                 for t in summary.targets:
                     t.sustainable_rate = self._search.sustained(t.label)
                     t.search_converged = self._search.converged(t.label)
+            self._check_failed()
             self.publish(RunMeta(self._meta({
                 "ended": datetime.now(UTC).isoformat(),
                 "stopped_early": summary.stopped_early,
                 "measured_ticks": measured,
-                "totals": [json.loads(json.dumps(t.__dict__)) for t in summary.targets],
+                "totals": self._totals(),
                 "broker_failures": summary.broker_failures,
                 **({"stopped_for": summary.stopped_for} if summary.stopped_for else {}),
             })))
         except BaseException as exc:
-            # run.json says the run failed and why, also when it never got to measure
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            with contextlib.suppress(Exception):
-                self.publish(RunMeta(self._meta({
-                    "ended": datetime.now(UTC).isoformat(), "stopped_early": True,
-                    "failed": reason[:500],
-                    "broker_failures": list(self.broker_failures)})))
+            failed = True
+            self._failed_meta(exc, measured)
             raise
         finally:
             await asyncio.gather(*(r.close() for r in self.runners), return_exceptions=True)
-            if self._recorder is not None:
-                self._recorder.close()
+            late = self._close_recorder()
             self.finished.set()  # brokers down, files closed (also after an error)
+        if late is not None and not failed:
+            # the last rows could not be written: run.json, which said the run ended, says
+            # it failed (the recorder writes run.json also once closed)
+            self._failed_meta(late, measured)
+            raise late
         self._set_phase(Phase.DONE, f"run files in {self.run_dir}")
         return summary
+
+    def _failed_meta(self, exc: BaseException, measured: int | None) -> None:
+        """run.json says the run failed and why, also when it never got to measure; with the
+        totals and the seconds measured once the load has run."""
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        self._free_space()
+        extra: dict[str, Any] = {"ended": datetime.now(UTC).isoformat(), "stopped_early": True,
+                                 "failed": reason[:500],
+                                 "broker_failures": list(self.broker_failures)}
+        if measured is not None:
+            extra.update(measured_ticks=measured, totals=self._totals())
+        with contextlib.suppress(Exception):
+            self.publish(RunMeta(self._meta(extra)))
+
+    def _close_recorder(self) -> OutputError | None:
+        """Close the recorder (its last files); the OutputError of a file it could not write."""
+        if self._recorder is None:
+            return None
+        try:
+            self._recorder.close()
+        except OutputError as exc:
+            return OutputError(f"{exc}; the files written before are kept in {self.run_dir} "
+                               "(run.json: failed)")
+        finally:
+            self._free_space()
+        return None
 
     async def _start_all(self) -> None:
         results = await asyncio.gather(*(r.start(self.progress) for r in self.runners),
@@ -560,9 +687,12 @@ class Run:
     # ---- brokers that die -----------------------------------------------------------------
 
     def _note_brokers(self, item: BusItem) -> None:
-        """Brokers that died unbidden (the stacks watch them), and those started again."""
+        """Brokers that died unbidden (the stacks watch them), and those started again; and
+        each target's first send error, which a run whose every send failed ends with."""
         if not isinstance(item, RunEvent) or item.target not in self._down:
             return
+        if item.kind == "send-error":
+            self._send_problems.setdefault(item.target, item.detail)
         broker = item.detail.split(":")[0].split(" ")[0]
         if item.kind in ("broker-died", "fault-kill", "fault-restart"):
             seen = self._faulted.setdefault(item.target, [])

@@ -69,6 +69,18 @@ class _OncePerSecond(logging.Filter):
         return True
 
 
+def _open_files_to_hard_limit() -> None:
+    """A load process holds a socket per producer and consumer (10,000 subscriptions: 10,000
+    of them): its limit of open files goes up to the hard limit, which the system lets any
+    process take (the soft limit is often 1,024)."""
+    with contextlib.suppress(ImportError, ValueError, OSError):
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def _worker_main(conn: Connection, index: int, target: Target, workload: Workload, run_id: str,
                  record_raw: bool, track_ids: bool, share: tuple[int, int],
                  log_dir: Path | None) -> None:
@@ -79,6 +91,7 @@ def _worker_main(conn: Connection, index: int, target: Target, workload: Workloa
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     logging.getLogger("asyncio").addFilter(_OncePerSecond())
+    _open_files_to_hard_limit()
     run_precise(_serve(conn, TargetLoad(index, target.label, target, workload, run_id, record_raw,
                                         track_ids, lambda e: _send(conn, e), share, log_dir)))
 

@@ -356,7 +356,15 @@ class RespConnection(asyncio.BufferedProtocol):
                     head.replies.append(reply)
                 pending.popleft()
                 self._deliver(head)
-            if gets() is not INCOMPLETE:
+            reply = gets()
+            if isinstance(reply, RespError):
+                # an error the server sends as it closes a connection it will not serve, before
+                # any request (`ERR max number of clients reached`): the reason, as the error
+                # of every request on the connection
+                self._fail(reply)
+                assert self._transport is not None
+                self._transport.close()
+            elif reply is not INCOMPLETE:
                 raise RespProtocolError("a reply nothing asked for")
         except RespProtocolError as exc:
             self._fail(exc)

@@ -394,8 +394,13 @@ class RedisStreamsDriver(Driver):
                                              auth=self._security.redis_auth())
             await conn.call("PING")
         except (OSError, RespError, TimeoutError) as exc:
+            why = connect_failure(exc, self._security.tls is not None)
+            if "max number of clients" in str(exc):
+                why += (" (the server's maxclients: the run opens a connection per consumer and "
+                        "producer; raise it on the server, redis:conf.maxclients=N on one "
+                        "streambench starts, or run fewer consumers)")
             raise DriverError(f"cannot reach redis at {join_host_port(self._host, self._port)}: "
-                              f"{connect_failure(exc, self._security.tls is not None)}") from None
+                              f"{why}") from None
         return conn
 
     async def producer(self, topic: str, index: int) -> Producer:

@@ -162,6 +162,8 @@ def test_run_marks_come_from_run_json() -> None:
     assert run_marks(ended, "b") == ("not drained",)
     assert run_marks({**ended, "stopped_early": True}, "b") == ("stopped early", "not drained")
     assert run_marks({"run_id": "x", "totals": []}, "a") == ("killed",)
+    failed = {**ended, "stopped_early": True, "failed": "cannot write ticks: No space left"}
+    assert run_marks(failed, "a") == ("failed", "stopped early")
     # an older run.json without drained gets no mark for it
     assert run_marks({"ended": "…", "totals": [{"label": "a"}]}, "a") == ()
 
