@@ -96,3 +96,68 @@ def test_targets():
 def test_bad_targets(spec, fragment):
     with pytest.raises(TargetError, match=fragment):
         resolve_target(spec)
+
+
+def _numeric_options() -> list[tuple[str, str]]:
+    """Every (platform, option) whose value is a whole number."""
+    from loadgen.platforms import PLATFORMS
+
+    found = []
+    for name, platform in sorted(PLATFORMS.items()):
+        for key, opt in sorted(platform.options.items()):
+            if opt.refuse or opt.setting is not None or opt.choices:
+                continue
+            try:
+                value = opt.parse("1")
+            except ValueError:
+                continue
+            if isinstance(value, int) and not isinstance(value, bool):
+                found.append((name, key))
+    return found
+
+
+NUMERIC_OPTIONS = _numeric_options()
+
+
+def test_the_numeric_options_are_found():
+    assert {("redis", "maxlen"), ("kafka", "linger_ms"), ("nats", "ack_wait"),
+            ("pulsar", "batch_max_messages"), ("rabbitmq", "management_port")} <= set(NUMERIC_OPTIONS)
+
+
+@pytest.mark.parametrize(("platform", "key"), NUMERIC_OPTIONS)
+def test_no_numeric_option_takes_what_a_signed_64_bit_integer_cannot_hold(platform, key):
+    for value in ("99999999999999999999999", str(2**63)):
+        # the range (a port: between 1 and 65535)
+        with pytest.raises(TargetError, match=rf"option {key}='{value}' of {platform}: must be "
+                                              r".*\b[\d,]+ (and|to) [\d,]+"):
+            resolve_target(f"{platform}:{key}={value}")
+
+
+@pytest.mark.parametrize(("spec", "bound"), [
+    ("redis:maxlen", 2**63 - 1), ("nats:max_msgs", 2**63 - 1), ("kafka:flush_ms", 2**63 - 1),
+    ("kafka:batch_size", 2**31 - 1), ("kafka:linger_ms", 900_000),
+    ("kafka:fetch_max_wait_ms", 300_000), ("kafka:replication", 32_767),
+    ("nats:ack_wait", (2**63 - 1) // 10**9), ("pulsar:batch_max_bytes", 2**31 - 1),
+    ("rabbitmq:management_port", 65_535), ("rabbitmq:store_interval_ms", 86_400_000),
+])
+def test_numeric_options_take_their_platforms_bound_and_no_more(spec, bound):
+    key = spec.partition(":")[2]
+    assert resolve_target(f"{spec}={bound}").options[key] == bound
+    with pytest.raises(TargetError, match=f"to {bound:,}"):
+        resolve_target(f"{spec}={bound + 1}")
+
+
+@pytest.mark.parametrize(("spec", "needs"), [
+    ("redis:fsync=always", "aof"), ("redis:aof=false,fsync=no", "aof"),
+    ("kafka:acks=1,idempotence", "acks=all"),
+    ("pulsar:batching=false,batch_delay_ms=5", "batching"),
+])
+def test_an_option_without_the_one_it_acts_through_is_refused(spec, needs):
+    with pytest.raises(TargetError, match=f"has no effect without {needs}: give "):
+        resolve_target(spec)
+
+
+@pytest.mark.parametrize("spec", ["redis:aof,fsync=always", "kafka:idempotence",
+                                  "pulsar:batch_delay_ms=5", "redis:aof"])
+def test_an_option_with_the_one_it_acts_through_is_taken(spec):
+    assert resolve_target(spec).explicit
