@@ -7,6 +7,7 @@ as it does when the package is not installed."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -75,14 +76,33 @@ def test_loading_the_platforms_does_not_import_the_client() -> None:
 def test_platforms_lists_pravega_and_its_client(mode: str) -> None:
     code, out, err = _cli(mode, "platforms")
     assert code == 0
-    assert err == ["pravega_client loaded: False"]  # no warning; listing never loads the client
-    block = out.split("\npravega: ", 1)[1].split("\n")
+    assert err == ["pravega_client loaded: False"]  # no warning, and listing never loads the client
+    rows = {line.split()[0]: line for line in out.splitlines()[1:] if line and not line.startswith("`")}
+    assert set(rows) == set(PLATFORMS)  # every platform has its row, as with the client
+    state = "installed" if mode == "allow" else "missing: pip install 'streambench[pravega]'"
+    assert rows["pravega"].endswith("  " + state)  # the CLIENT column
+    assert all(row.endswith("  bundled") for n, row in rows.items()
+               if PLATFORMS[n].optional_client is None)
+
+
+@pytest.mark.parametrize("mode", ["allow", "block"])
+def test_platforms_pravega_names_its_client_and_licence(mode: str) -> None:
+    code, out, err = _cli(mode, "platforms", "pravega")
+    assert code == 0
+    assert err == ["pravega_client loaded: False"]
+    lines = out.splitlines()
+    assert lines[0].startswith("pravega: ")
     state = "installed" if mode == "allow" else "not installed: pip install 'streambench[pravega]'"
-    assert block[1] == ("  from: streambench 0.1.0 (pravega = loadgen.platforms.pravega:PLATFORMS); "
+    assert lines[1] == ("  from: streambench 0.1.0 (pravega = loadgen.platforms.pravega:PLATFORMS); "
                         "client: the Pravega Python client pravega (Apache-2.0), from the pravega "
                         f"extra ({state})")
-    listed = {line.split(": ", 1)[0] for line in out.splitlines() if not line.startswith(" ")}
-    assert listed == set(PLATFORMS)  # every platform is listed, as with the client
+    code, out, err = _cli(mode, "platforms", "--json")
+    assert code == 0
+    assert err == ["pravega_client loaded: False"]
+    client = {record["name"]: record["client"] for record in json.loads(out)}
+    assert set(client) == set(PLATFORMS)
+    assert client["pravega"] == ("installed" if mode == "allow"
+                                 else "missing: pip install 'streambench[pravega]'")
 
 
 @pytest.mark.parametrize("targets", [
@@ -107,11 +127,12 @@ def test_a_pravega_run_without_the_client_refuses_before_starting(targets: list[
 
 def test_with_the_client_a_run_gets_past_the_check(tmp_path: Path) -> None:
     """With the client installed the same path imports it and goes on: here to an existing
-    cluster that is not there, which ends the run on a line of its own (exit 2)."""
+    cluster that is not there, which ends the run on a line of its own
+    (exit 3: the platform cannot be reached)."""
     port = free_port()
     code, _out, err = _cli("allow", "run", f"pravega@tcp://127.0.0.1:{port}", "--headless",
                            "--duration", "2", "--out", str(tmp_path / "run"))
-    assert code == 2
+    assert code == 3
     assert err[-2].endswith(f"cannot reach the Pravega controller at tcp://127.0.0.1:{port}: "
                             "connection refused (nothing listens there?)"), err
     assert not any("pravega_client" in line or "Pravega Python client" in line

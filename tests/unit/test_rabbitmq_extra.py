@@ -6,6 +6,7 @@ when the package is not installed."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -74,14 +75,32 @@ def test_platforms_lists_rabbitmq_and_its_client(mode: str) -> None:
     code, out, err = _cli(mode, "platforms")
     assert code == 0
     assert err == ["rbfly loaded: False"]  # no warning, and listing never loads the client
-    block = out.split("\nrabbitmq: ", 1)[1].split("\n")
+    rows = {line.split()[0]: line for line in out.splitlines()[1:] if line and not line.startswith("`")}
+    assert set(rows) == set(PLATFORMS)  # every platform has its row, as with the client
+    state = "installed" if mode == "allow" else "missing: pip install 'streambench[rabbitmq]'"
+    assert rows["rabbitmq"].endswith("  " + state)  # the CLIENT column
+    assert all(row.endswith("  bundled") for n, row in rows.items()
+               if PLATFORMS[n].optional_client is None)
+
+
+@pytest.mark.parametrize("mode", ["allow", "block"])
+def test_platforms_rabbitmq_names_its_client_and_licence(mode: str) -> None:
+    code, out, err = _cli(mode, "platforms", "rabbitmq")
+    assert code == 0
+    assert err == ["rbfly loaded: False"]
+    lines = out.splitlines()
+    assert lines[0].startswith("rabbitmq: ")
     state = "installed" if mode == "allow" else "not installed: pip install 'streambench[rabbitmq]'"
-    assert block[1] == ("  from: streambench 0.1.0 (rabbitmq = loadgen.platforms.rabbitmq:PLATFORMS); "
-                        "client: the RabbitMQ Streams client rbfly (GPL-3.0-or-later), from the "
-                        f"rabbitmq extra ({state})")
-    # every platform is listed, as with rbfly
-    listed = {line.split(": ", 1)[0] for line in out.splitlines() if not line.startswith(" ")}
-    assert listed == set(PLATFORMS)
+    assert lines[1] == ("  from: streambench 0.1.0 (rabbitmq = loadgen.platforms.rabbitmq:PLATFORMS); "
+                        "client: the RabbitMQ Streams client rbfly (GPL-3.0-or-later), from the rabbitmq "
+                        f"extra ({state})")
+    code, out, err = _cli(mode, "platforms", "--json")
+    assert code == 0
+    assert err == ["rbfly loaded: False"]
+    client = {record["name"]: record["client"] for record in json.loads(out)}
+    assert set(client) == set(PLATFORMS)
+    assert client["rabbitmq"] == ("installed" if mode == "allow"
+                                  else "missing: pip install 'streambench[rabbitmq]'")
 
 
 @pytest.mark.parametrize("targets", [
@@ -104,11 +123,12 @@ def test_a_rabbitmq_run_without_rbfly_refuses_before_starting(targets: list[str]
 
 def test_with_rbfly_a_run_gets_past_the_check(tmp_path: Path) -> None:
     """With rbfly installed the same path loads the client and goes on: here to an existing
-    server that is not there, which ends the run on a line of its own (exit 2)."""
+    server that is not there, which ends the run on a line of its own
+    (exit 3: the platform cannot be reached)."""
     port = free_port()
     code, _out, err = _cli("allow", "run", f"rabbitmq@127.0.0.1:{port}", "--headless",
                            "--duration", "2", "--out", str(tmp_path / "run"))
-    assert code == 2
+    assert code == 3
     assert err[-2].endswith(f"cannot reach rabbitmq at 127.0.0.1:{port}: connection refused "
                             "(nothing listens there?)"), err
     assert not any("rbfly" in line for line in err[:-1]), err
