@@ -12,7 +12,7 @@ from loadgen.platforms.nats import _parse_size, _stream_sequence, stream_name, s
 
 BAD_TARGETS = [
     ("nats:storage=disk", "expected one of file, memory"),
-    ("nats:fetch=0", "must be a whole number of at least 1"),
+    ("nats:fetch=0", "must be a whole number from 1 to 9,223,372,036,854,775,807"),
     ("nats:max_memory=lots", "expected a size like 512M"),
     ("nats:port=70000", "port number between 1 and 65535"),
     ("nats:monitor=ftp://x", "expected the monitoring endpoint's URL"),
