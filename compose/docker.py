@@ -21,7 +21,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from abc import abstractmethod
@@ -33,7 +32,7 @@ from typing import Any
 import yaml
 
 from compose.net import classify
-from compose.process import LOG_LIMIT_BYTES, free_port, port_in_use, remove_stale_dirs
+from compose.process import LOG_LIMIT_BYTES, free_port, make_data_dir, port_in_use
 from loadgen.core.errors import StackError
 from loadgen.core.stack import FAULT_ALIASES, Progress, Stack, StackDescription, announce_runtime
 from loadgen.core.stack import FAULTS as STACK_FAULTS
@@ -356,8 +355,7 @@ class ComposeStack(Stack):
     def scratch_dir(self) -> Path:
         """A directory of this stack's files (override, mounted configs), removed by down()."""
         if self._override_dir is None:
-            remove_stale_dirs(OVERRIDE_PREFIX)
-            self._override_dir = Path(tempfile.mkdtemp(prefix=f"{OVERRIDE_PREFIX}{os.getpid()}-"))
+            self._override_dir = make_data_dir(OVERRIDE_PREFIX)
             self._override_dir.chmod(0o755)  # a container's own user reads mounted files
         return self._override_dir
 

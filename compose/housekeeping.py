@@ -5,7 +5,11 @@ it per run and target, and `streambench.owner=<host>:<pid>` names the process th
 project whose owner is gone (streambench was killed outright, or crashed) is a leftover:
 `prune` removes its containers, volumes and networks. Volumes a run kept on purpose (--keep)
 stay until `prune --all`, which removes every streambench-labelled project, those of runs still
-going included."""
+going included.
+
+Local stacks keep their data in `<tmp>/streambench-<platform>-<pid>-*` dirs that record their
+owner (compose.process): `ls` lists those whose owner is gone and `prune` removes them, with or
+without a Docker engine (the next run of any local stack removes them too)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from typing import Any
 import psutil
 
 from compose.docker import OWNER_LABEL, PROJECT_LABEL, RUN_LABEL, TARGET_LABEL, engine, remove_project
+from compose.process import leftover_dirs, remove_leftover_dirs
+from loadgen.core.errors import StackError
 
 
 @dataclass
@@ -88,9 +94,20 @@ def _state(p: Project) -> str:
     return f"owner pid {p.owner.rpartition(':')[2]} " + ("running" if alive else "gone: leftover")
 
 
+def _no_engine(exc: StackError) -> str:
+    return f"Docker projects not looked at: {exc}"
+
+
 def list_stacks() -> list[str]:
-    """One line per project, then its containers, volumes and networks."""
-    client = engine()
+    """One line per project, then its containers, volumes and networks; then the local data
+    dirs left by killed runs. Without a Docker engine, a line says so and the dirs follow."""
+    dirs = [f"data dir {path}  owner pid {pid} gone: leftover" for path, pid in leftover_dirs()]
+    try:
+        client = engine()
+    except StackError as exc:
+        if dirs:
+            return [_no_engine(exc), *dirs]
+        raise
     try:
         lines = []
         for p in projects(client):
@@ -98,18 +115,22 @@ def list_stacks() -> list[str]:
             lines += [f"  container {c}" for c in p.containers]
             lines += [f"  volume {v}" for v in p.volumes]
             lines += [f"  network {n}" for n in p.networks]
-        return lines
+        return lines + dirs
     finally:
         client.close()
 
 
 def prune_stacks(everything: bool = False) -> tuple[list[str], list[str]]:
-    """Remove leftover projects (every project with everything=True); returns (what was
-    removed, projects skipped because their streambench still runs)."""
-    client = engine()
+    """Remove leftover projects (every project with everything=True) and the local data dirs
+    of dead owners; returns (what was removed, what was kept and why: projects whose
+    streambench still runs, Docker projects when no engine answers)."""
+    removed = [f"data dir {line}" for line in remove_leftover_dirs()]
+    skipped: list[str] = []
     try:
-        removed: list[str] = []
-        skipped: list[str] = []
+        client = engine()
+    except StackError as exc:
+        return removed, [_no_engine(exc)]
+    try:
         for p in projects(client):
             if not (everything or p.leftover):
                 skipped.append(f"{p.name} ({_state(p)})")

@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +31,10 @@ from compose.process import (
     LocalNode,
     free_port,
     keep_logs,
+    make_data_dir,
     node_fault,
     nodes_down,
     port_in_use,
-    remove_stale_dirs,
     start_process,
     stop_process,
     tail,
@@ -383,8 +382,7 @@ class KafkaLocalStack(Stack):
         self._check_heaps()
         runtime = await kafka_runtime(self._version, progress, self._label)
         self._layout = self._choose_ports()
-        remove_stale_dirs(DATA_PREFIX)
-        self._dir = root = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
+        self._dir = root = make_data_dir(DATA_PREFIX)
         broker_logging = runtime.write_logging(root / "broker-logging.properties", "INFO")
         rf = min(3, self._count)
         configs = []

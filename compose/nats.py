@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -30,8 +29,8 @@ from compose.process import (
     LocalNode,
     OneNodeLocalStack,
     free_port,
+    make_data_dir,
     port_in_use,
-    remove_stale_dirs,
     tail,
 )
 from loadgen.core.errors import StackError
@@ -279,8 +278,7 @@ class NatsLocalStack(OneNodeLocalStack):
         if self._port and port_in_use(self._port):
             raise StackError(f"port {self._port} on 127.0.0.1 is already in use; choose another "
                              f"with {self._target.platform}:port=N or leave port unset")
-        remove_stale_dirs(DATA_PREFIX)
-        self._dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
+        self._dir = make_data_dir(DATA_PREFIX)
         progress(f"{self._label}: starting nats-server (JetStream)")
         for _attempt in range(3):
             self._port = self._opts.port or free_port()

@@ -13,9 +13,7 @@ gateway and REST listener are off."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import tempfile
 import urllib.parse
 from pathlib import Path
 
@@ -26,10 +24,10 @@ from compose.net import connect_failure, probe_tcp
 from compose.process import (
     LocalNode,
     free_port,
+    make_data_dir,
     node_fault,
     nodes_down,
     port_in_use,
-    remove_stale_dirs,
     stop_and_remove,
     tail,
 )
@@ -212,8 +210,7 @@ class PravegaLocalStack(Stack):
         self._check_ports()
         java = check_java(self._label)
         jars = await standalone_jars(progress, self._label)
-        remove_stale_dirs(DATA_PREFIX)
-        self._dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
+        self._dir = make_data_dir(DATA_PREFIX)
         (self._dir / "tmp").mkdir()
         (self._dir / "log4j.properties").write_text(_LOG4J)
         progress(f"{self._label}: starting Pravega {PRAVEGA_VERSION} standalone (heap {self._heap}, "

@@ -1,5 +1,5 @@
 """Local broker processes: free loopback ports, a process group per broker that dies with
-streambench, and a stop that always leaves nothing behind."""
+streambench, data dirs that name their owner, and a stop that always leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import re
 import shutil
 import signal
 import socket
@@ -55,10 +56,12 @@ def start_process(argv: list[str], log_path: Path, cwd: Path | None = None,
     the main thread: the death signal fires when the thread that started the child exits."""
     log = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             cwd=cwd, env=env, preexec_fn=_die_with_parent, close_fds=True,
         )
+        _started[:] = [p for p in _started if p.returncode is None] + [proc]
+        return proc
     except FileNotFoundError:
         raise StackError(f"{argv[0]} not found") from None
     finally:
@@ -242,14 +245,102 @@ def tail(path: Path, lines: int = 5) -> str:
     return " | ".join(text[-lines:])
 
 
-def remove_stale_dirs(prefix: str) -> None:
-    """Remove data dirs `<tmp>/<prefix><pid>-*` left by a streambench that was killed outright
-    (its pid no longer runs)."""
+OWNER_FILE = ".streambench-owner"  # in each data dir: `<host>:<pid>:<process start time>`
+# `<tmp>/streambench-<what>-<pid>-<mkdtemp's suffix>`: what make_data_dir makes
+_DATA_DIR_RE = re.compile(r"^streambench-[a-z]+-(\d+)-[A-Za-z0-9_]+$")
+_made_dirs: set[Path] = set()  # the data dirs this process made and has not removed
+_started: list[subprocess.Popen[bytes]] = []  # the brokers this process started
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{psutil.Process().create_time():.2f}"
+
+
+def _owner_alive(owner: str) -> bool | None:
+    """Whether the process an owner line names still runs; None when it ran on another host
+    (a temp folder shared over the network)."""
+    host, _, rest = owner.strip().partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname():
+        return None
+    if not pid.isdigit():
+        return False
+    try:
+        proc = psutil.Process(int(pid))
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        # another process that took the pid since started later
+        return not started or abs(proc.create_time() - float(started)) < 1.0
+    except (psutil.Error, ValueError):
+        return False
+
+
+def leftover_dirs() -> list[tuple[Path, str]]:
+    """The data dirs in the temp folder whose owner no longer runs (streambench, or its load
+    worker, was killed outright), with their owner's pid. A dir made before owners were
+    recorded is judged by the pid in its name."""
     root = Path(tempfile.gettempdir())
-    for path in root.glob(f"{prefix}*"):
-        pid_text = path.name[len(prefix):].split("-", 1)[0]
-        if pid_text.isdigit() and not psutil.pid_exists(int(pid_text)):
-            shutil.rmtree(path, ignore_errors=True)
+    found = []
+    with contextlib.suppress(OSError):
+        for path in sorted(root.glob("streambench-*")):
+            m = _DATA_DIR_RE.match(path.name)
+            if m is None or not path.is_dir() or path.is_symlink() or path in _made_dirs:
+                continue
+            try:
+                owner = (path / OWNER_FILE).read_text()
+            except FileNotFoundError:
+                owner = ""
+            except OSError:
+                continue
+            if owner:
+                alive = _owner_alive(owner)
+                pid = owner.partition(":")[2].partition(":")[0]
+            else:  # no owner recorded (yet, or by an older streambench): the name's pid
+                alive = psutil.pid_exists(int(m.group(1)))
+                pid = m.group(1)
+            if alive is False:
+                found.append((path, pid))
+    return found
+
+
+def remove_leftover_dirs() -> list[str]:
+    """Remove the data dirs of dead owners (leftover_dirs); returns a line for each."""
+    removed = []
+    for path, pid in leftover_dirs():
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            removed.append(f"{path} (owner pid {pid} gone)")
+    return removed
+
+
+def make_data_dir(prefix: str) -> Path:
+    """A new dir `<tmp>/<prefix><pid>-XXXXXXXX` for a stack's data, with this process recorded
+    as its owner, once the data dirs of dead owners are removed (of every platform: a run of
+    one platform cleans up after a killed run of another)."""
+    remove_leftover_dirs()
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    try:
+        (path / OWNER_FILE).write_text(_owner() + "\n")
+    except OSError as exc:
+        shutil.rmtree(path, ignore_errors=True)
+        raise StackError(f"cannot write in {path}: {exc.strerror or exc}") from None
+    _made_dirs.add(path)
+    return path
+
+
+def abandon() -> None:
+    """The owner is gone (the coordinator of this load worker was killed outright): SIGKILL
+    every broker this process started, at once, and remove its data dirs. For the last moment
+    of a process: nothing is stopped gracefully, no log is kept."""
+    for proc in _started:
+        if proc.poll() is None:
+            signal_tree(proc, signal.SIGKILL)
+    for proc in _started:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)
+    for path in list(_made_dirs):
+        shutil.rmtree(path, ignore_errors=True)
+        _made_dirs.discard(path)
 
 
 LOG_LIMIT_BYTES = 16 * 2**20  # of each log kept: its end
@@ -280,6 +371,7 @@ async def stop_and_remove(proc: subprocess.Popen[bytes] | None, data_dir: Path |
     if data_dir is not None:
         keep_logs(logs or [], data_dir, log_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
+        _made_dirs.discard(data_dir)
 
 
 def nodes_down(nodes: list[LocalNode]) -> dict[str, str]:

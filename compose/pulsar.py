@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import tarfile
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -36,10 +35,10 @@ from compose.net import connect_failure, probe_tcp
 from compose.process import (
     LocalNode,
     free_port,
+    make_data_dir,
     node_fault,
     nodes_down,
     port_in_use,
-    remove_stale_dirs,
     stop_and_remove,
     tail,
 )
@@ -409,8 +408,7 @@ class PulsarLocalStack(Stack):
         self._check_ports()
         java = check_java(self._label)
         home = await distribution(progress, self._label)
-        remove_stale_dirs(DATA_PREFIX)
-        self._dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
+        self._dir = make_data_dir(DATA_PREFIX)
         fsync = "" if self._fsync else ", journal fsync off"
         progress(f"{self._label}: starting Pulsar {PULSAR_VERSION} standalone (heap {self._heap}{fsync})")
         wanted = (self._port, self._admin_port)

@@ -18,7 +18,6 @@ import re
 import secrets
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from rstream.client import ClientPool
@@ -29,8 +28,8 @@ from compose.process import (
     LocalNode,
     OneNodeLocalStack,
     free_port,
+    make_data_dir,
     port_in_use,
-    remove_stale_dirs,
     stop_process,
     tail,
 )
@@ -328,8 +327,7 @@ class RabbitLocalStack(OneNodeLocalStack):
         if self._requested_port and port_in_use(self._requested_port):
             raise StackError(f"port {self._requested_port} on 127.0.0.1 is already in use; choose "
                              f"another with {self._target.platform}:port=N or leave port unset")
-        remove_stale_dirs(DATA_PREFIX)
-        root = self._dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
+        root = self._dir = make_data_dir(DATA_PREFIX)
         self._node_name = f"streambench-{os.getpid()}-{root.name.rsplit('-', 1)[-1]}@localhost"
         for _attempt in range(3):
             self._choose_ports()
@@ -441,8 +439,7 @@ class RabbitDockerStack(ComposeStack):
         stream = self.take_port(int(self._target.options.get("port") or 0))
         self._ports = {"stream": stream, "amqp": self.take_port(0), "management": self.take_port(0),
                        "dist": self.take_port(0), "epmd": self.take_port(0)}
-        remove_stale_dirs(DATA_PREFIX)
-        root = self._dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
+        root = self._dir = make_data_dir(DATA_PREFIX)
         root.chmod(0o755)  # the container's rabbitmq user reads the files
         (root / "rabbitmq.conf").write_text(node_config(self._ports, broker_settings(self._target)))
         (root / "enabled_plugins").write_text(ENABLED_PLUGINS)

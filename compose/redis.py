@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +19,8 @@ from compose.process import (
     LocalNode,
     OneNodeLocalStack,
     free_port,
+    make_data_dir,
     port_in_use,
-    remove_stale_dirs,
     tail,
 )
 from loadgen.core.errors import StackError
@@ -136,8 +134,7 @@ class RedisLocalStack(OneNodeLocalStack):
         if self._port and port_in_use(self._port):
             raise StackError(f"port {self._port} on 127.0.0.1 is already in use; choose another "
                              f"with {self._target.platform}:port=N or leave port unset")
-        remove_stale_dirs(DATA_PREFIX)
-        self._dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{os.getpid()}-"))
+        self._dir = make_data_dir(DATA_PREFIX)
         progress(f"{self._label}: starting redis-server")
         for _attempt in range(3):
             port = self._port or free_port()

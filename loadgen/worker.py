@@ -7,7 +7,9 @@ TargetLoad; requests (an allowlist of operations) and replies cross a pipe. Inte
 histograms and telemetry are summarised in the worker and cross once per tick as a Tick (the
 coordinator merges summaries; raw samples, a test switch, go straight to the bus).
 CLOCK_MONOTONIC is shared by all processes, so schedule times pass as they are. A worker whose
-coordinator disappears stops its target and exits."""
+coordinator disappears (killed outright: its end of the pipe closes at once) kills the brokers
+it started, removes their data and exits within ORPHAN_CLOSE_S: nobody is left to read what
+they hold, and a broker's graceful stop takes Kafka about 10 s."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import dataclasses
 import itertools
 import logging
 import multiprocessing
+import os
 import signal
 import sys
 import time
@@ -25,6 +28,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compose.process import abandon
 from loadgen.assignments import AssignmentWatch
 from loadgen.core.errors import StackError, StreambenchError
 from loadgen.core.events import RunEvent
@@ -39,6 +43,7 @@ from loadgen.load import DROPPED_SLOTS, LoadHandle, Publish, TargetLoad, TargetT
 from loadgen.pacing import run_precise
 
 _CLOSE_TIMEOUT_S = 120.0
+ORPHAN_CLOSE_S = 2.0  # what an orphaned worker gives its clients and stack to close
 
 
 def _picklable(exc: BaseException) -> StreambenchError:
@@ -162,7 +167,7 @@ async def _serve(conn: Connection, load: TargetLoad) -> None:
             inbox.put_nowait(conn.recv())
         except (EOFError, OSError):
             loop.remove_reader(conn.fileno())
-            inbox.put_nowait((-1, "close", ()))  # coordinator gone
+            inbox.put_nowait((-1, "gone", ()))  # the coordinator's end closed
 
     watch_readable(loop, conn.fileno(), on_request)
     tasks: set[asyncio.Task[None]] = set()
@@ -180,6 +185,14 @@ async def _serve(conn: Connection, load: TargetLoad) -> None:
 
     while True:
         req_id, op, args = await inbox.get()
+        if op == "gone":
+            abandon()  # its brokers first, at once (SIGKILL), and their data dirs
+            for t in tasks:
+                t.cancel()
+            with contextlib.suppress(Exception):  # what else it started (clients, containers)
+                await asyncio.wait_for(asyncio.gather(*tasks, load.close(), return_exceptions=True),
+                                       ORPHAN_CLOSE_S)
+            os._exit(0)  # not waiting on a thread still stopping something for nobody
         if op == "close":
             for t in tasks:
                 t.cancel()
