@@ -4,7 +4,7 @@ client library), `topic.` (topic configs at creation), `conf.` (redis-server dir
 `profile=NAME` that stands for several of them, and `config=FILE` holding them in YAML or
 properties form.
 
-Each name is checked against the platform's own list (loadgen.platforms.config_names, the
+Each name is checked against the platform's own list (loadgen.platforms.setting_names, the
 client library's signature) with a "did you mean"; the run records what was in force with its
 source: the platform's default, streambench's default (what streambench itself sets), a
 profile, or the user."""

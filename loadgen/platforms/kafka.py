@@ -62,8 +62,8 @@ from loadgen.core.target import (
 )
 from loadgen.omb_driver import driver_option, kafka_driver
 from loadgen.platforms import kafka_rdkafka
-from loadgen.platforms.config_names import KAFKA_BROKER, KAFKA_TOPIC
 from loadgen.platforms.runtime import runtime_options
+from loadgen.platforms.setting_names.kafka import KAFKA_BROKER, KAFKA_TOPIC
 from loadgen.platforms.tools import JAVA, MAVEN
 
 INTENDED_HEADER = "t"

@@ -68,12 +68,12 @@ from loadgen.core.settings import (
 )
 from loadgen.core.stack import Stack, StackDescription
 from loadgen.core.target import INT64_MAX, OptionSpec, Target, parse_positive_int, whole_in
-from loadgen.platforms.config_names import (
+from loadgen.platforms.runtime import runtime_options
+from loadgen.platforms.setting_names.nats import (
     NATS_JETSTREAM,
     NATS_SERVER,
     NATS_SERVER_BLOCKS,
 )
-from loadgen.platforms.runtime import runtime_options
 
 INTENDED_HEADER = "t"
 ACK_TIMEOUT_S = 30.0  # a batch with publish acknowledgements missing this long has failed

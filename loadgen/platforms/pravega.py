@@ -39,7 +39,7 @@ imports it once before anything starts (the stack's checks), and without it ends
 one line naming the install command.
 
 Settings: `broker.COMPONENT.NAME=VALUE` is a property of the local standalone's config file,
-checked against the properties Pravega 0.13.0 defines (loadgen.platforms.pravega_property_names).
+checked against the properties Pravega 0.13.0 defines (loadgen.platforms.setting_names.pravega).
 `producer.NAME=VALUE` is a parameter of the client's create_writer (max_inflight_events, the one
 the driver does not set otherwise); `consumer.NAME=VALUE` would be one of create_reader_group's,
 each of which the driver sets itself or takes an object, so every such name is refused with why.
@@ -87,9 +87,9 @@ from loadgen.core.settings import SettingsRecord, config_option, kwargs_check, n
 from loadgen.core.stack import Stack, StackDescription
 from loadgen.core.target import OptionSpec, Target
 from loadgen.platforms.pravega_host import HEADER, WRITER_INFLIGHT, ClientHost
-from loadgen.platforms.pravega_property_names import PRAVEGA_COMPONENTS
 from loadgen.platforms.pravega_telemetry import PravegaTelemetry, reader_group_name
 from loadgen.platforms.runtime import runtime_options
+from loadgen.platforms.setting_names.pravega import PRAVEGA_COMPONENTS
 from loadgen.platforms.tools import JAVA, MAVEN
 
 RECEIVE_WAIT_S = 0.1
@@ -607,7 +607,7 @@ _FIXED = {
 
 def check_broker(name: str, raw: str) -> tuple[str, str]:
     """`broker.COMPONENT.NAME`: a property the standalone reads from its config file
-    (loadgen.platforms.pravega_property_names), not one streambench sets itself."""
+    (loadgen.platforms.setting_names.pravega), not one streambench sets itself."""
     if name in _BROKER_SET_BY_STREAMBENCH:
         raise ValueError(f"{name} is set by streambench: {_BROKER_SET_BY_STREAMBENCH[name]}")
     if name in _FIXED:

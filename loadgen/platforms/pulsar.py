@@ -88,8 +88,8 @@ from loadgen.core.settings import (
 from loadgen.core.stack import Stack, StackDescription
 from loadgen.core.target import INT32_MAX, OptionSpec, Target, parse_bool, whole_in
 from loadgen.omb_driver import driver_option, pulsar_driver
-from loadgen.platforms.config_names import PULSAR_BROKER
 from loadgen.platforms.runtime import runtime_options
+from loadgen.platforms.setting_names.pulsar import PULSAR_BROKER
 from loadgen.platforms.tools import JAVA, MAVEN
 
 SEND_TIME = "t"

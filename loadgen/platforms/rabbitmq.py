@@ -34,7 +34,7 @@ by the broker (publish confirms) before it counts as sent. Consumers store the o
 last message they handed over every `store_interval_ms` and on close.
 
 Settings: `broker.KEY=VALUE` is a rabbitmq.conf key of a node streambench starts, checked against
-RabbitMQ 3.10.8's schema (loadgen.platforms.rabbitmq_conf_names); `topic.NAME=VALUE` an argument
+RabbitMQ 3.10.8's schema (loadgen.platforms.setting_names.rabbitmq); `topic.NAME=VALUE` an argument
 each stream is created with; `producer.NAME=VALUE` and `consumer.NAME=VALUE` keyword arguments of
 rbfly's StreamsClient.publisher() and subscribe(), the few of them a TARGET can give (the
 publisher's class, the subscription's timeout; the rest streambench sets itself or take Python
@@ -80,8 +80,8 @@ from loadgen.core.settings import SettingsRecord, config_option, kwargs_check, n
 from loadgen.core.stack import Stack, StackDescription
 from loadgen.core.target import OptionSpec, Target, join_host_port, whole_in
 from loadgen.omb_driver import RABBITMQ_FIELDS, driver_option, named_driver
-from loadgen.platforms.rabbitmq_conf_names import RABBITMQ_CONF, RABBITMQ_OTHER_PLUGINS
 from loadgen.platforms.runtime import runtime_options
+from loadgen.platforms.setting_names.rabbitmq import RABBITMQ_CONF, RABBITMQ_OTHER_PLUGINS
 
 if TYPE_CHECKING:
     import rbfly.streams as rbs
@@ -178,7 +178,7 @@ _BROKER_SET_BY_STREAMBENCH = {
 
 def check_broker(name: str, raw: str) -> tuple[str, str]:
     """`broker.KEY`: a rabbitmq.conf key of RabbitMQ 3.10's schema that a node streambench
-    starts loads (loadgen.platforms.rabbitmq_conf_names), not one streambench sets itself."""
+    starts loads (loadgen.platforms.setting_names.rabbitmq), not one streambench sets itself."""
     if name in _BROKER_SET_BY_STREAMBENCH:
         raise ValueError(f"{name} is set by streambench: {_BROKER_SET_BY_STREAMBENCH[name]}")
     for prefix, why in _BROKER_SET_BY_STREAMBENCH_PREFIXES.items():

@@ -50,10 +50,10 @@ from loadgen.core.stack import Stack, StackDescription
 from loadgen.core.target import OptionSpec, Target, join_host_port, parse_bool
 from loadgen.core.workload import Workload
 from loadgen.omb_driver import REDIS_FIELDS, driver_option, named_driver
-from loadgen.platforms.config_names import REDIS_DIRECTIVES
 from loadgen.platforms.redis_resp import RespConnection, RespError, encode
 from loadgen.platforms.redis_telemetry import RedisTelemetry
 from loadgen.platforms.runtime import runtime_options
+from loadgen.platforms.setting_names.redis import REDIS_DIRECTIVES
 
 READ_COUNT = 1000
 BLOCK_MS = 100
