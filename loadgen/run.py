@@ -136,11 +136,17 @@ class RunSummary:
 _RUN_DIR_HEADROOM = 512
 
 
-def check_run_dir(run_dir: Path) -> None:
+class _Taken(OutputError):
+    """check_run_dir(fresh=True): another run created the directory first."""
+
+
+def check_run_dir(run_dir: Path, fresh: bool = False) -> None:
     """Create the run directory, or raise OutputError if it is taken, cannot be written, or
     lies where another user could tamper with the run files: the nearest existing directory
     on its path (itself or an ancestor) writable by everyone without the sticky bit, or the
-    run directory itself owned by another user. Nothing is created when it is refused."""
+    run directory itself owned by another user. Nothing is created when it is refused.
+    `fresh`: the directory must be made by this call (a default name, which a run started at
+    the same moment may take first): _Taken when it exists."""
     shown_dir = shown(str(run_dir), 100)
     if "\0" in str(run_dir):
         raise OutputError(f"output directory {shown_dir}: a path cannot contain a NUL character")
@@ -165,6 +171,8 @@ def check_run_dir(run_dir: Path) -> None:
         taken = not missing and (not stat.S_ISDIR(st.st_mode) or bool(os.listdir(full)))
     except OSError as exc:
         raise OutputError(f"cannot use the output directory {shown_dir}: {exc.strerror or exc}") from None
+    if fresh and not missing:
+        raise _Taken(f"output directory {shown_dir} was taken by another run")
     if taken:
         raise OutputError(f"output directory {shown_dir} exists and is not empty; choose another --out")
     if stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
@@ -176,7 +184,14 @@ def check_run_dir(run_dir: Path) -> None:
     created: list[str] = []
     try:
         for d in reversed(missing):
-            os.mkdir(d)
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                if fresh and d == full:
+                    raise _Taken(f"output directory {shown_dir} was taken by another run") from None
+                if d == full:
+                    raise
+                continue  # a parent another run made meanwhile
             created.append(d)
         probe = os.path.join(full, ".write-test")
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -322,9 +337,7 @@ class Run:
         a dashboard takes over the terminal."""
         if self._prepared:
             return
-        if self._default_dir:
-            self._claim_run_dir()
-        check_run_dir(self.run_dir)
+        self._claim_run_dir()
         if self._recorder_factory is not None:
             self._reserve_space()
             self._recorder = self._recorder_factory(self.run_dir, self.run_id, raw=self.record_raw)
@@ -334,19 +347,16 @@ class Run:
             r.spawn()
 
     def _claim_run_dir(self) -> None:
-        """Create the default run directory, or the next free name when a run started at the
-        same moment took it first (between the look in __init__ and now)."""
-        with contextlib.suppress(OSError):  # check_run_dir says what is wrong with the parent
-            os.makedirs(self.run_dir.parent, exist_ok=True)
+        """Create the run directory (check_run_dir); a default name that a run started at the
+        same moment took first (between the look in __init__ and now) gives way to the next."""
         for _ in range(100):
             try:
-                os.mkdir(self.run_dir)
+                check_run_dir(self.run_dir, fresh=self._default_dir)
                 return
-            except FileExistsError:
+            except _Taken:
                 self.run_dir = _unused(default_run_dir(self.workload, self.started))
                 self.runners = self._make_runners()  # their log folders are in it
-            except OSError:
-                return
+        raise OutputError(f"no free run directory next to {shown(str(self.run_dir), 100)}")
 
     def _reserve_space(self) -> None:
         path = self.run_dir / SPACE_RESERVE
