@@ -237,7 +237,7 @@ def test_the_launcher_keeps_every_option_of_the_command_line(argv: list[str]) ->
 
 
 @pytest.mark.parametrize(("typed", "problem"), [
-    ("--warmup soon", "argument --warmup: expected a number, got 'soon'"),
+    ("--warmup soon", "argument --warmup: expected a duration (e.g. 30s, 5m, 1m30s, 500ms), got 'soon'"),
     ("--rate 5", "--rate has a field of its own above"),
     ("redis --keep", "redis: targets go in the target fields"),
     ("--out here", "--out names one run's directory: each run of the launcher gets its own"),
