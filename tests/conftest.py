@@ -29,7 +29,7 @@ os.environ["STREAMBENCH_RUNTIME"] = "local"
 
 TESTS = Path(__file__).resolve().parent
 # folders whose every test starts a real broker or container
-BROKER_FOLDERS = ("integration", "containers")
+BROKER_FOLDERS = ("integration", "containers", "platforms")
 # fixtures that start a Spark session or a Spark cluster (directly or through what they build)
 SPARK_FIXTURES = frozenset({"spark", "report", "built", "standalone_cluster"})
 

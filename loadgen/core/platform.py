@@ -97,6 +97,15 @@ class Platform:
     # the images its docker runtime would run for a target, for the default runtime rule (an
     # image present picks docker); none: the rule looks for no image
     docker_images: Callable[[Target], list[str]] = lambda _target: []
+    # What the platform contract (tests/platforms) checks beyond what every platform does; a
+    # platform claims each by declaring it. Its collectors give the lag of every partition (the
+    # run's lag table), not only the total:
+    lag_per_partition: bool = False
+    # a keyed message goes to the partition its key picks (the workload's keyDistributor):
+    keyed: bool = False
+    # the setting namespaces (`conf`, `broker`, `topic`, …) whose values a run reads back from
+    # a broker it started itself (run.json's settings with read_back true):
+    settings_read_back: tuple[str, ...] = ()
 
     def fault_actions(self, runtime: str) -> tuple[str, ...]:
         if self.faults is not None:

@@ -732,6 +732,7 @@ PLATFORMS = [
         broker_settings_runtimes=("docker", "local"),
         make_stack=_stack,
         docker_images=file_images("nats.yml"),
+        keyed=True, settings_read_back=("broker", "topic", "consumer"),
         make_driver=_driver,
         drain_stall_hint=_drain_stall_hint,
         make_collectors=_collectors,

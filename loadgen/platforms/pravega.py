@@ -714,6 +714,7 @@ PLATFORMS = [
         address_example="tcp://HOST:9090",
         make_stack=_stack,
         docker_images=file_images("pravega.yml"),
+        lag_per_partition=True, keyed=True,
         make_driver=_driver,
         make_collectors=_collectors,
         optional_client=CLIENT,

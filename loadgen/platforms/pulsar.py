@@ -690,6 +690,7 @@ PLATFORMS = [
         address_example="pulsar://HOST:6650,http://HOST:8080",
         make_stack=_stack,
         docker_images=file_images("pulsar.yml"),
+        lag_per_partition=True, keyed=True, settings_read_back=("broker",),
         make_driver=_driver,
         make_collectors=_collectors,
         prerequisites=(JAVA, MAVEN),

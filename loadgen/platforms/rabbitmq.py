@@ -581,6 +581,7 @@ PLATFORMS = [
         broker_settings_runtimes=("docker", "local"),
         make_stack=_stack,
         docker_images=file_images("rabbitmq.yml"),
+        lag_per_partition=True, keyed=True, settings_read_back=("broker", "topic"),
         make_driver=_driver,
         make_collectors=_collectors,
         address_example=f"HOST:PORT (the stream port, e.g. 127.0.0.1:{5552})",

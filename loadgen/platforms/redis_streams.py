@@ -507,6 +507,7 @@ PLATFORMS = [
         broker_settings_runtimes=("docker", "local"),
         make_stack=_stack,
         docker_images=file_images("redis.yml"),
+        lag_per_partition=True, keyed=True, settings_read_back=("conf",),
         make_driver=_driver,
         make_collectors=_collectors,
         loss_hint=_loss_hint,

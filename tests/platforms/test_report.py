@@ -1,0 +1,47 @@
+"""Beside Redis in one report: every selected case's clean run (the platform beside Redis) in
+one PySpark report, built once for the session after test_contract.py made the runs (a report
+costs about a minute of Spark on a busy 2-core machine, so not one per platform)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import run_json
+from tests.platforms.conftest import RATE, Case, Runs
+
+pytestmark = pytest.mark.integration
+
+THIS_TEST = "test_beside_redis_in_one_report"
+
+
+@pytest.fixture(scope="session")
+def combined_report(request: pytest.FixtureRequest, runs: Runs, spark,
+                    tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The report's Markdown over the clean runs of every case this session selected."""
+    from analysis.report import build_report
+
+    cases: list[Case] = [item.callspec.params["case"] for item in request.session.items
+             if isinstance(item, pytest.Function) and item.originalname == THIS_TEST]
+    dirs = []
+    for case in dict.fromkeys(cases):
+        run = runs.clean(case)
+        assert run.result.returncode == 0, run.result.stderr[-3000:]
+        dirs.append(run.run_dir)
+    report = build_report(dirs, out_dir=tmp_path_factory.mktemp("report"), formats="md")
+    return (report if report.suffix == ".md" else report.parent / "report.md").read_text()
+
+
+def test_beside_redis_in_one_report(runs: Runs, case: Case, combined_report: str) -> None:
+    """The run in the runs table, completed, with its rate; each of its targets in the
+    targets table with its platform, runtime and the version the run recorded."""
+    run = runs.clean(case)
+    meta = run_json(run.run_dir)
+    run_id = re.escape(meta["run_id"])
+    assert re.search(rf"\| {run_id} \| platform-contract \| [^|]+ \| completed \| "
+                     rf"[^|]*{re.escape(case.platform)}[^|]* \| {RATE:,} \|", combined_report), run_id
+    for target in meta["targets"]:
+        assert re.search(rf"\| {re.escape(target['label'])} \| {run_id} \| "
+                         rf"{re.escape(target['platform'])} \| {case.runtime} \| "
+                         rf"{re.escape(target['version'])} \|", combined_report), target["label"]
