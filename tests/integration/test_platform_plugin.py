@@ -81,3 +81,18 @@ def test_a_fault_the_platform_does_not_take_is_refused_before_anything_starts(pl
     assert len(lines) == 1, lines
     assert "has no 'pause' fault here; it takes kill, start, restart" in lines[0]
     assert not out.exists()
+
+
+def test_the_platform_contract_takes_the_plugin(plugin_env):
+    """tests/platforms parametrises over the registry: with the plugin installed its cases are
+    collected, the pause it does not declare among the refusals and its kill/start fault run."""
+    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                          "no:cacheprovider", str(TESTS / "platforms"), "-k", "redis-capped-local"],
+                         capture_output=True, text=True, timeout=120, env=plugin_env,
+                         cwd=TESTS.parent, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    ids = [ln for ln in res.stdout.splitlines() if "::" in ln]
+    assert "tests/platforms/test_contract.py::test_faults_and_recovery[redis-capped-local]" in ids
+    assert ("tests/platforms/test_contract.py::test_an_undeclared_fault_is_refused"
+            "[redis-capped-local-pause]") in ids
+    assert all("[redis-capped-local" in i for i in ids) and len(ids) >= 10, ids

@@ -9,7 +9,6 @@ import asyncio
 import itertools
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -547,13 +546,11 @@ def _fails(args: list[str], fragment: str, env: dict[str, str] | None = None) ->
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["run", "pravega@tcp://127.0.0.1:1"],
-     "cannot reach the Pravega controller at tcp://127.0.0.1:1: connection refused"),
     (["run", "pravega@http://127.0.0.1:9090"], "bad Pravega address 'http://127.0.0.1:9090'"),
     (["run", "pravega:scope=a/b"], "expected a Pravega scope name"),
     (["run", "pravega:heap=lots"], "expected a JVM heap size"),
     (["run", "pravega@tcp://127.0.0.1:1:heap=1g"], "pravega"),
-], ids=["unreachable", "bad-address", "bad-scope", "bad-heap", "malformed"])
+], ids=["bad-address", "bad-scope", "bad-heap", "malformed"])
 def test_bad_input(args, fragment, nothing_left_running):
     _fails(args, fragment)
 
@@ -563,9 +560,3 @@ def test_java_missing(tmp_path, nothing_left_running):
            env={"PATH": str(tmp_path), "JAVA_HOME": ""})
 
 
-def test_port_taken(nothing_left_running):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
-        _fails(["run", f"pravega:runtime=local,port={port}"], f"port {port} on 127.0.0.1 is already in use")

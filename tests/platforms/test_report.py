@@ -5,6 +5,7 @@ costs about a minute of Spark on a busy 2-core machine, so not one per platform)
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import pytest
 
@@ -22,7 +23,7 @@ def combined_report(request: pytest.FixtureRequest, runs: Runs, spark,
     """The report's Markdown over the clean runs of every case this session selected."""
     from analysis.report import build_report
 
-    cases: list[Case] = [item.callspec.params["case"] for item in request.session.items
+    cases = [cast(Case, item.callspec.params["case"]) for item in request.session.items
              if isinstance(item, pytest.Function) and item.originalname == THIS_TEST]
     dirs = []
     for case in dict.fromkeys(cases):
