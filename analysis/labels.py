@@ -98,6 +98,8 @@ def ending(meta: Mapping[str, Any]) -> str:
         return "killed (no end recorded)"
     if meta.get("failed"):
         return f"failed: {str(meta['failed'])[:120]}"
+    if _truthy(meta.get("stopped_early")) and meta.get("stopped_for") == "hangup":
+        return "stopped early: the terminal hung up"
     if _truthy(meta.get("stopped_early")) and meta.get("stopped_for"):
         return "stopped early by streambench: the machine's memory ran low"
     return "stopped early" if _truthy(meta.get("stopped_early")) else "completed"

@@ -60,6 +60,9 @@ Subscriber = Callable[[BusItem], None]
 
 DRAIN_STALL_S = 5.0  # a drain that reads nothing this long, messages unread, is said to stall
 TICK_SLACK_S = 0.1
+# what an early stop from outside the run says in its event (Run.stop_for)
+STOP_REASONS = {"hangup": "the terminal hung up (SIGHUP): the run stopped early, drained and "
+                          "wrote its files; --headless under tmux or nohup runs to the end"}
 # a drain whose broker shows nothing left to read while messages are unread, and that reads
 # nothing for this long, ends for that target: the broker no longer has them (lost)
 LOSS_AFTER_S = 3.0
@@ -258,10 +261,8 @@ class Run:
             self.brokers[t.label] = {**names, **broker_names(t.label, own)}
             memory = t.options.get("memory") if t.runtime == "docker" else None
             if memory:
-                trim = ("the target option maxlen= trims a Redis stream"
-                        if t.platform.startswith("redis") else "")
                 limits[t.label] = ContainerLimit(memory_bytes(str(memory)), max(len(own), 1),
-                                                 str(memory), trim)
+                                                 str(memory), PLATFORMS[t.platform].memory_relief)
         self._container_memory = ContainerMemoryWatch(limits)
         # the faults each target's platform takes on its runtime
         self.faults = {t.label: PLATFORMS[t.platform].fault_actions(t.runtime) for t in targets}
@@ -284,6 +285,7 @@ class Run:
         self.broker_failures: list[str] = []
         self._memory = MemoryGuard(min_free_memory)
         self.stopped_for: str | None = None
+        self._stop_reason: str | None = None  # stop_for's reason, until its event is published
         self._consumers_stopped: set[str] = set()  # targets whose consumers the user stopped
         # seconds of the drain each target has read nothing with messages unread, and why a
         # platform's drain can stand still (said once, in a drain-stalled event)
@@ -326,6 +328,14 @@ class Run:
         """First call: end the load at the next tick and drain. Second: skip the drain."""
         self._stop_requests += 1
         self._stop_event.set()
+
+    def stop_for(self, reason: str) -> None:
+        """Why the run is stopped early from outside (`hangup`: the terminal was lost): kept as
+        run.json's stopped_for and published as an event of that kind at the next tick. Call it
+        before request_stop; safe in a signal handler (it only sets fields)."""
+        if self.stopped_for is None:
+            self.stopped_for = reason
+            self._stop_reason = reason
 
     @property
     def stop_requested(self) -> bool:
@@ -473,7 +483,7 @@ class Run:
             self._failed_meta(exc, measured)
             raise
         finally:
-            await asyncio.gather(*(r.close() for r in self.runners), return_exceptions=True)
+            await self._stop_targets()
             late = self._close_recorder()
             self.finished.set()  # brokers down, files closed (also after an error)
         if late is not None and not failed:
@@ -483,6 +493,23 @@ class Run:
             raise late
         self._set_phase(Phase.DONE, f"run files in {self.run_dir}")
         return summary
+
+    async def _stop_targets(self) -> None:
+        """Stop every target's load and brokers, saying so as the phase's progress: a JVM
+        broker takes 9-16 s to stop, which would otherwise read as writing the run files."""
+        total = len(self.runners)
+        down = 0
+        self.progress(f"stopping brokers: 0 of {total} target{'s' if total != 1 else ''} down")
+
+        async def stop(runner: TargetWorker) -> None:
+            nonlocal down
+            try:
+                await runner.close()
+            finally:
+                down += 1
+                self.progress(f"stopping brokers: {runner.label} down ({down} of {total})")
+
+        await asyncio.gather(*(stop(r) for r in self.runners), return_exceptions=True)
 
     def _failed_meta(self, exc: BaseException, measured: int | None) -> None:
         """run.json says the run failed and why, also when it never got to measure; with the
@@ -596,6 +623,10 @@ class Run:
                                                     t.time_ns / 1e9)
                 if near is not None:
                     self.publish(RunEvent(time.time_ns(), t.target, "broker-memory-high", near))
+            if self._stop_reason is not None:
+                self.publish(RunEvent(time.time_ns(), "", self._stop_reason,
+                                      STOP_REASONS.get(self._stop_reason, self._stop_reason)))
+                self._stop_reason = None
             if not self._stop_requests and phase is not Phase.DRAINING:
                 low = self._memory.check()
                 if low is not None:

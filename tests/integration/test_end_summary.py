@@ -39,6 +39,16 @@ def test_the_end_of_run_table_agrees_with_the_run_files(tmp_path: Path):
     assert set(table["drained"].values()) == {"yes"}
     assert "ratios to redis" in res.stdout
 
+    # after the files' last figures, the wait for the brokers to stop is said as such, per target
+    # (the events' detail is "PHASE: MESSAGE")
+    phases = [e["detail"] for e in pq.read_table(out / "events").to_pylist() if e["kind"] == "phase"]
+    after = phases[phases.index("writing: writing run files") + 1:]
+    assert after[0] == "writing: stopping brokers: 0 of 2 targets down"
+    assert sorted(after[1:]) == ["writing: stopping brokers: redis down (1 of 2)",
+                                 "writing: stopping brokers: redis:aof down (2 of 2)"] or sorted(
+        after[1:]) == ["writing: stopping brokers: redis down (2 of 2)",
+                       "writing: stopping brokers: redis:aof down (1 of 2)"]
+
     ticks = {k: np.array(v) for k, v in pq.read_table(out / "ticks").to_pydict().items()}
     latency = {k: np.array(v) for k, v in pq.read_table(out / "latency").to_pydict().items()}
     for target in ("redis", "redis:aof"):
