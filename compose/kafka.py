@@ -39,7 +39,7 @@ from compose.process import (
     stop_process,
     tail,
 )
-from loadgen.core.errors import StackError
+from loadgen.core.errors import StackError, TargetError
 from loadgen.core.security import PLAINTEXT, ClientSecurity
 from loadgen.core.settings import settings_of, text
 from loadgen.core.stack import Progress, Stack, StackDescription, announce_runtime
@@ -88,10 +88,10 @@ def parse_bootstrap(address: str) -> list[tuple[str, int]]:
         try:
             servers.append(split_host_port(item, DEFAULT_PORT))
         except ValueError as exc:
-            raise StackError(f"bad address {item!r}: {exc}; expected HOST:PORT[,HOST:PORT…], "
+            raise TargetError(f"bad address {item!r}: {exc}; expected HOST:PORT[,HOST:PORT…], "
                              "e.g. 127.0.0.1:9092") from None
     if not servers:
-        raise StackError(f"bad address {address!r}: expected HOST:PORT[,HOST:PORT…]")
+        raise TargetError(f"bad address {address!r}: expected HOST:PORT[,HOST:PORT…]")
     return servers
 
 
@@ -660,7 +660,7 @@ def _kafka_image(target: Target) -> dict[str, str]:
 def _cluster_size(target: Target) -> int:
     count = int(target.options.get("brokers") or 1)
     if count not in SHAPES:
-        raise StackError(f"target {target.spec!r}: the docker runtime runs 1 or 3 brokers "
+        raise TargetError(f"target {target.spec!r}: the docker runtime runs 1 or 3 brokers "
                          f"(compose files of those shapes); use brokers=1 or brokers=3, or "
                          "runtime=local for other sizes")
     return count

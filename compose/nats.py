@@ -33,7 +33,7 @@ from compose.process import (
     port_in_use,
     tail,
 )
-from loadgen.core.errors import StackError
+from loadgen.core.errors import StackError, TargetError
 from loadgen.core.settings import settings_of
 from loadgen.core.stack import Progress, Stack, StackDescription, announce_runtime
 from loadgen.core.target import Target, split_host_port
@@ -70,7 +70,7 @@ def parse_address(address: str, default_port: int = DEFAULT_PORT) -> tuple[str, 
     try:
         return split_host_port(text, default_port)
     except ValueError as exc:
-        raise StackError(f"bad address {address!r}: {exc}; expected HOST:PORT, "
+        raise TargetError(f"bad address {address!r}: {exc}; expected HOST:PORT, "
                          "e.g. 127.0.0.1:4222") from None
 
 

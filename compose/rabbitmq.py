@@ -33,7 +33,7 @@ from compose.process import (
     stop_process,
     tail,
 )
-from loadgen.core.errors import StackError
+from loadgen.core.errors import StackError, TargetError
 from loadgen.core.security import read_secret
 from loadgen.core.settings import settings_of, text
 from loadgen.core.stack import Progress, Stack, StackDescription, announce_runtime
@@ -54,7 +54,7 @@ def parse_address(address: str, default_port: int = STREAM_PORT) -> tuple[str, i
     try:
         return split_host_port(address, default_port)
     except ValueError as exc:
-        raise StackError(f"bad address {address!r}: {exc}; expected HOST:PORT, "
+        raise TargetError(f"bad address {address!r}: {exc}; expected HOST:PORT, "
                          f"e.g. 127.0.0.1:{STREAM_PORT}") from None
 
 

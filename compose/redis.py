@@ -23,7 +23,7 @@ from compose.process import (
     port_in_use,
     tail,
 )
-from loadgen.core.errors import StackError
+from loadgen.core.errors import StackError, TargetError
 from loadgen.core.security import PLAINTEXT, ClientSecurity
 from loadgen.core.settings import settings_of
 from loadgen.core.stack import Progress, Stack, StackDescription, announce_runtime
@@ -42,7 +42,7 @@ def parse_address(address: str, default_port: int = 6379) -> tuple[str, int]:
     try:
         return split_host_port(address, default_port)
     except ValueError as exc:
-        raise StackError(f"bad address {address!r}: {exc}; expected HOST:PORT, "
+        raise TargetError(f"bad address {address!r}: {exc}; expected HOST:PORT, "
                          "e.g. 127.0.0.1:6379") from None
 
 

@@ -38,7 +38,7 @@ from compose.kafka import (
 from compose.net import connect_failure
 from loadgen.core.collector import Collector
 from loadgen.core.driver import Consumer, Driver, OutMessage, Producer, ReceivedBatch
-from loadgen.core.errors import DriverError, StackError
+from loadgen.core.errors import DriverError, TargetError
 from loadgen.core.platform import Platform, parse_non_negative, parse_port
 from loadgen.core.security import KAFKA_SECURITY_OPTIONS, ClientSecurity
 from loadgen.core.settings import (
@@ -490,11 +490,11 @@ class KafkaDriver(Driver):
         if "replication" not in self._target.explicit:
             replication = have_r
         if (have_p, have_r) != (partitions, replication):
-            raise DriverError(f"topic {topic} exists with {have_p} partitions and replication "
+            raise TargetError(f"topic {topic} exists with {have_p} partitions and replication "
                               f"{have_r}, but the run needs {partitions} partitions and replication "
                               f"{replication}: choose another topic= or match its shape")
         if not self._opts.reuse_topic:
-            raise DriverError(f"topic {topic} already exists on {self._where()}; add reuse_topic "
+            raise TargetError(f"topic {topic} already exists on {self._where()}; add reuse_topic "
                               "to run on it, or choose another topic=")
 
     async def _wait_leaders(self, topic: str, partitions: int) -> None:
@@ -734,7 +734,7 @@ def _check_client(target: Target) -> None:
 def _external(target: Target, product: str) -> Stack:
     misplaced = sorted(target.explicit & set(LOCAL_ONLY))
     if misplaced:
-        raise StackError(f"target {target.spec!r}: {', '.join(misplaced)} shape a cluster "
+        raise TargetError(f"target {target.spec!r}: {', '.join(misplaced)} shape a cluster "
                          "streambench starts; an @ADDRESS target uses an existing one")
     return KafkaExternalStack(target, target.label, product)
 

@@ -31,7 +31,7 @@ from aiokafka import TopicPartition
 
 from collectors.kafka import TopicActivity
 from loadgen.core.driver import Acknowledged, Consumer, OutMessage, Producer, ReceivedBatch
-from loadgen.core.errors import DriverError, StackError
+from loadgen.core.errors import DriverError, TargetError
 from loadgen.core.security import ClientSecurity
 from loadgen.core.target import Target
 
@@ -67,7 +67,7 @@ def check_settings(target: Target, settings: dict[str, dict[str, Any]]) -> None:
     for space, given in settings.items():
         for name in given:
             if name not in RDKAFKA_NAMES:
-                raise StackError(f"target {target.spec!r}: {space}.{name} has no librdkafka "
+                raise TargetError(f"target {target.spec!r}: {space}.{name} has no librdkafka "
                                  f"property streambench maps it to (client=librdkafka takes "
                                  f"{', '.join(sorted(RDKAFKA_NAMES))}); use client=aiokafka")
 

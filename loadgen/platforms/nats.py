@@ -54,7 +54,7 @@ from compose.nats import (
 from compose.nats import open_connection as _open_connection
 from loadgen.core.collector import Collector
 from loadgen.core.driver import Consumer, Driver, OutMessage, Producer, ReceivedBatch
-from loadgen.core.errors import DriverError, StackError
+from loadgen.core.errors import DriverError, TargetError
 from loadgen.core.platform import Platform, Prerequisite, parse_non_negative, parse_port, tool_version
 from loadgen.core.settings import (
     SettingsRecord,
@@ -553,16 +553,16 @@ def _stack(target: Target) -> Stack:
     misplaced = sorted(target.explicit & set(LOCAL_ONLY))
     if target.runtime == "external":
         if misplaced:
-            raise StackError(f"target {target.spec!r}: {', '.join(misplaced)} configure a server "
+            raise TargetError(f"target {target.spec!r}: {', '.join(misplaced)} configure a server "
                              "streambench starts; an @ADDRESS target uses an existing one")
         return NatsExternalStack(target, target.label)
     if target.runtime == "docker":
         if misplaced:
-            raise StackError(f"target {target.spec!r}: {', '.join(misplaced)} apply to the local "
+            raise TargetError(f"target {target.spec!r}: {', '.join(misplaced)} apply to the local "
                              "runtime; the container runs with the image's JetStream limits")
         return NatsDockerStack(target, target.label)
     if "monitor" in target.explicit:
-        raise StackError(f"target {target.spec!r}: monitor= names the monitoring endpoint of an "
+        raise TargetError(f"target {target.spec!r}: monitor= names the monitoring endpoint of an "
                          "existing server (nats:monitor=URL@HOST:PORT); streambench finds its own")
     return NatsLocalStack(target, target.label)
 

@@ -527,7 +527,7 @@ class PulsarDriver(Driver):
         assert self._client is not None
         kind = self._config.subscription
         if kind == "exclusive" and index > 0:
-            raise DriverError("pulsar:subscription=exclusive admits one consumer per subscription; "
+            raise TargetError("pulsar:subscription=exclusive admits one consumer per subscription; "
                               "use consumerPerSubscription 1 (--consumers 1) or subscription=shared, "
                               "key_shared or failover")
         try:

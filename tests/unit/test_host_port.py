@@ -12,7 +12,7 @@ from compose.kafka import bootstrap_text, parse_bootstrap
 from compose.nats import parse_address as nats_address
 from compose.rabbitmq import parse_address as rabbitmq_address
 from compose.redis import parse_address as redis_address
-from loadgen.core.errors import StackError
+from loadgen.core.errors import TargetError
 from loadgen.core.target import split_host_port
 
 
@@ -57,7 +57,7 @@ def test_bad_addresses_say_why(text, reason):
     (rabbitmq_address, "127.0.0.1:5552"),
 ])
 def test_each_platform_names_the_address_the_reason_and_an_example(parse, example):
-    with pytest.raises(StackError) as err:
+    with pytest.raises(TargetError) as err:
         parse("[::1")
     assert str(err.value) == (f"bad address '[::1': a [ with no ] after the IPv6 address; "
                               f"expected HOST:PORT, e.g. {example}")
@@ -72,5 +72,5 @@ def test_kafka_bootstrap_list():
     assert text == "[::1]:9093,[::1]:9092,b:9092"
     assert collect_hosts(text, randomize=False) == [
         ("::1", 9093, socket.AF_INET6), ("::1", 9092, socket.AF_INET6), ("b", 9092, socket.AF_UNSPEC)]
-    with pytest.raises(StackError, match=r"bad address 'b:x': port 'x' is not a number"):
+    with pytest.raises(TargetError, match=r"bad address 'b:x': port 'x' is not a number"):
         parse_bootstrap("a:1,b:x")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.core.errors import StackError
+from loadgen.core.errors import TargetError
 from loadgen.platforms import PLATFORMS, resolve_target
 from loadgen.platforms.kafka import KafkaDriver
 
@@ -31,7 +31,7 @@ def test_options_and_profiles_become_librdkafka_properties():
 
 def test_a_setting_without_a_librdkafka_property_is_refused_before_anything_starts():
     target = resolve_target("kafka:client=librdkafka,consumer.max_poll_records=10@127.0.0.1:9092")
-    with pytest.raises(StackError, match=r"consumer\.max_poll_records has no librdkafka "
+    with pytest.raises(TargetError, match=r"consumer\.max_poll_records has no librdkafka "
                                          r"property.*use client=aiokafka"):
         PLATFORMS["kafka"].make_stack(target)
     # the same setting is aiokafka's own: accepted with the default client

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from compose.nats import check_version, endpoint_of, parse_address
-from loadgen.core.errors import StackError, StreambenchError
+from loadgen.core.errors import StackError, StreambenchError, TargetError
 from loadgen.platforms import PLATFORMS, resolve_target
 from loadgen.platforms.nats import _parse_size, _stream_sequence, stream_name, subjects
 
@@ -43,7 +43,7 @@ def test_addresses(address, expected):
 
 @pytest.mark.parametrize("address", ["127.0.0.1:0", "127.0.0.1:99999", "host:port", "a/b:4222"])
 def test_bad_addresses(address):
-    with pytest.raises(StackError, match="expected HOST:PORT"):
+    with pytest.raises(TargetError, match="expected HOST:PORT"):
         parse_address(address)
 
 
