@@ -12,7 +12,7 @@ import pytest
 
 from compose.kafka import parse_bootstrap, parse_version
 from compose.process import free_port, port_in_use
-from loadgen.core.errors import StackError
+from loadgen.core.errors import TargetError
 from loadgen.core.workload import load_workload
 from loadgen.platforms import resolve_target
 from loadgen.platforms.kafka import topic_name
@@ -31,7 +31,14 @@ def _cli(args: list[str], env: dict[str, str] | None = None,
 
 
 def _fails(res: subprocess.CompletedProcess[str], fragment: str) -> None:
+    """A refused TARGET: one error line, exit 2."""
     assert res.returncode == 2, res.stderr
+    _one_error_line(res.stderr, fragment)
+
+
+def _cannot_start(res: subprocess.CompletedProcess[str], fragment: str) -> None:
+    """A broker that cannot be started or reached: one error line, exit 3."""
+    assert res.returncode == 3, res.stderr
     _one_error_line(res.stderr, fragment)
 
 
@@ -60,7 +67,7 @@ def test_java_missing(nothing_left_running):  # noqa: F811
     res = _cli(["run", "kafka:runtime=local", "--headless", "--duration", "1"],
                env={"PATH": "/nonexistent"},
                drop=("JAVA_HOME",))
-    _fails(res, "java not found: install a Java 17 runtime")
+    _cannot_start(res, "java not found: install a Java 17 runtime")
 
 
 def test_jar_cache_unwritable(tmp_path, nothing_left_running):  # noqa: F811
@@ -68,7 +75,7 @@ def test_jar_cache_unwritable(tmp_path, nothing_left_running):  # noqa: F811
     blocker.write_text("not a directory")
     res = _cli(["run", "kafka:runtime=local", "--headless", "--duration", "1"],
                env={"STREAMBENCH_CACHE": str(blocker / "cache")})
-    _fails(res, f"cannot write the jar cache {blocker / 'cache'}")
+    _cannot_start(res, f"cannot write the jar cache {blocker / 'cache'}")
     assert "STREAMBENCH_CACHE" in res.stderr
 
 
@@ -80,7 +87,7 @@ def test_maven_missing(tmp_path, kafka_39, nothing_left_running):  # noqa: F811
     res = _cli(["run", "kafka:runtime=local", "--headless", "--duration", "1"],
                env={"PATH": str(bin_dir), "STREAMBENCH_CACHE": str(tmp_path / "cache")},
                drop=("JAVA_HOME",))
-    _fails(res, "mvn not found: Maven fetches the Kafka 3.9.1 jars from Maven Central once")
+    _cannot_start(res, "mvn not found: Maven fetches the Kafka 3.9.1 jars from Maven Central once")
 
 
 def test_port_taken(kafka_39, nothing_left_running):  # noqa: F811
@@ -90,7 +97,7 @@ def test_port_taken(kafka_39, nothing_left_running):  # noqa: F811
         s.bind(("127.0.0.1", port))
         s.listen()
         res = _cli(["run", f"kafka:runtime=local,port={port}", "--headless", "--duration", "1"])
-    _fails(res, f"port {port} on 127.0.0.1 is already in use; choose another with kafka:port=N")
+    _cannot_start(res, f"port {port} on 127.0.0.1 is already in use; choose another with kafka:port=N")
 
 
 def test_second_broker_port_taken(kafka_39, nothing_left_running):  # noqa: F811
@@ -102,20 +109,20 @@ def test_second_broker_port_taken(kafka_39, nothing_left_running):  # noqa: F811
             pytest.skip("the port below a free one is in use")
         res = _cli(["run", f"kafka-zk:runtime=local,brokers=3,port={taken - 1}", "--headless",
                     "--duration", "1"])
-    _fails(res, f"port {taken} on 127.0.0.1 is already in use (broker 2 of 3 takes port {taken})")
+    _cannot_start(res, f"port {taken} on 127.0.0.1 is already in use (broker 2 of 3 takes port {taken})")
 
 
 def test_broker_that_cannot_start(kafka_39, nothing_left_running):  # noqa: F811
     """A heap too small for the JVM: the broker exits and its log says why."""
     res = _cli(["run", "kafka:runtime=local,heap=1m", "--headless", "--duration", "1"])
-    _fails(res, "kafka:runtime=local,heap=1m: broker-1 exited (code 1) before Kafka was ready")
+    _cannot_start(res, "kafka:runtime=local,heap=1m: broker-1 exited (code 1) before Kafka was ready")
     assert "heap" in res.stderr.splitlines()[-1].lower()
 
 
 def test_unreachable_cluster_fails_fast(nothing_left_running):  # noqa: F811
     started = time.monotonic()
     res = _cli(["run", "kafka@127.0.0.1:1", "--headless", "--duration", "1"])
-    _fails(res, "cannot reach kafka at 127.0.0.1:1: connection refused")
+    _cannot_start(res, "cannot reach kafka at 127.0.0.1:1: connection refused")
     assert time.monotonic() - started < 15
 
 
@@ -123,7 +130,7 @@ def test_option_values_and_names():
     assert parse_version("3.9") == "3.9.1" and parse_version("4") == "4.1.0"
     assert parse_version("4.0.0") == "4.0.0"
     assert parse_bootstrap("a:1, b") == [("a", 1), ("b", 9092)]
-    with pytest.raises(StackError):
+    with pytest.raises(TargetError):
         parse_bootstrap("a:x")
     target = resolve_target("kafka:topic=orders")
     assert topic_name(target, "streambench-20260101T000000Z-0-0") == "orders"

@@ -4,7 +4,9 @@ streambench."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,19 +37,27 @@ def cli(args: list[str], env: dict[str, str] | None = None) -> subprocess.Comple
 def test_platforms_lists_the_plugin_and_where_each_platform_comes_from(plugin_env):
     res = cli(["platforms"], plugin_env)
     assert res.returncode == 0, res.stderr
-    blocks: dict[str, str] = {}  # platform -> its lines
-    name = ""
-    for line in res.stdout.splitlines():
-        if not line[:1].isspace():
-            name = line.split(":", 1)[0]
-        blocks[name] = blocks.get(name, "") + line + "\n"
-    capped = blocks["redis-capped"]
+    rows = {cells[0]: cells for cells in (re.split(r"\s{2,}", line) for line in
+                                         res.stdout.splitlines()[1:] if line and line[0] != "`")}
+    assert rows["redis-capped"] == ["redis-capped", "Redis Streams, each stream capped at about "
+                                    "100,000 entries", "docker, local, external", "bundled"]
+    assert rows["redis"] == ["redis", "Redis Streams", "docker, local, external", "bundled"]
+    res = cli(["platforms", "redis-capped"], plugin_env)
+    assert res.returncode == 0, res.stderr
+    capped = res.stdout
     assert ("from: streambench-redis-capped 0.2.0 "
             "(redis-capped = streambench_redis_capped:PLATFORMS)") in capped
     assert "faults: local: kill, start, restart" in capped
-    assert "maxlen: trim each stream to about this many entries (default 100000)" in capped
-    assert "from: streambench 0.1.0 (redis = loadgen.platforms.redis_streams:PLATFORMS)" in blocks["redis"]
-    assert "faults: docker: pause, resume, kill, start, restart; local: pause" in blocks["redis"]
+    assert "maxlen=VALUE: trim each stream to about this many entries (default 100000)" in capped
+    res = cli(["platforms", "redis"], plugin_env)
+    assert res.returncode == 0, res.stderr
+    assert "from: streambench 0.1.0 (redis = loadgen.platforms.redis_streams:PLATFORMS)" in res.stdout
+    assert "faults: docker: pause, resume, kill, start, restart; local: pause" in res.stdout
+    res = cli(["platforms", "--json"], plugin_env)
+    assert res.returncode == 0, res.stderr
+    origin = {p["name"]: p["origin"] for p in json.loads(res.stdout)}
+    assert origin["redis-capped"] == ("streambench-redis-capped 0.2.0 "
+                                      "(redis-capped = streambench_redis_capped:PLATFORMS)")
 
 
 def test_without_the_package_the_platform_is_unknown():

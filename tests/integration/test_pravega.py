@@ -530,9 +530,11 @@ def test_beside_redis_in_one_report(standalone, spark, tmp_path):
     assert re.search(rf"\| {re.escape(label)} \| \d{{8}}T\d{{6}}Z \| pravega \| external \|", text)
 
 
-# ---- mistakes: one line, exit 2, nothing left running -----------------------------------------
+# ---- mistakes: one line, exit 2 (3: no broker starts), nothing left running -------------------
 
-def _fails(args: list[str], fragment: str, env: dict[str, str] | None = None) -> None:
+def _fails(args: list[str], fragment: str, env: dict[str, str] | None = None,
+           code: int = 2) -> None:
+    """One error line and `code`: 2 for a refused TARGET, 3 for a broker that cannot start."""
     import os
     import subprocess
 
@@ -541,7 +543,7 @@ def _fails(args: list[str], fragment: str, env: dict[str, str] | None = None) ->
     res = subprocess.run([*CLI, *args, "--headless", "--duration", "1"], capture_output=True,
                          text=True, timeout=CLI_TIMEOUT_S, stdin=subprocess.DEVNULL,
                          env={**os.environ, **(env or {})})
-    assert res.returncode == 2, res.stderr
+    assert res.returncode == code, res.stderr
     _one_error_line(res.stderr, fragment)
 
 
@@ -557,6 +559,6 @@ def test_bad_input(args, fragment, nothing_left_running):
 
 def test_java_missing(tmp_path, nothing_left_running):
     _fails(["run", "pravega:runtime=local"], "java not found",
-           env={"PATH": str(tmp_path), "JAVA_HOME": ""})
+           env={"PATH": str(tmp_path), "JAVA_HOME": ""}, code=3)
 
 

@@ -68,8 +68,9 @@ def _cli(args: list[str], env: dict[str, str] | None = None,
                           stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
 
 
-def _fails(res: subprocess.CompletedProcess[str], fragment: str) -> None:
-    assert res.returncode == 2, res.stderr
+def _fails(res: subprocess.CompletedProcess[str], fragment: str, code: int = 2) -> None:
+    """One error line and `code`: 2 for a refused TARGET, 3 for a broker that cannot start."""
+    assert res.returncode == code, res.stderr
     _one_error_line(res.stderr, fragment)
 
 
@@ -244,12 +245,12 @@ def test_non_persistent_topics_run_and_are_labelled(standalone, tmp_path):
     assert target["config"]["topic_domain"] == "non-persistent"
 
 
-# ---- mistakes: one line, exit 2, nothing left running -----------------------------------------
+# ---- mistakes: one line, exit 2 (3: no broker starts), nothing left running -------------------
 
 def test_java_missing(tmp_path, nothing_left_running):
     res = _cli(["run", "pulsar:runtime=local", "--headless", "--duration", "1"],
                env={"PATH": str(tmp_path), "JAVA_HOME": ""})
-    _fails(res, "java not found")
+    _fails(res, "java not found", code=3)
 
 
 def test_bad_subscription_type(nothing_left_running):

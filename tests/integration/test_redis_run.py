@@ -240,7 +240,6 @@ BAD_INPUTS = [
     (["run", "kafak"], "unknown platform"),
     (["run", "redis:aoff"], "unknown option"),
     (["run", "redis", "--headless", "--out", "/proc/streambench-run"], "/proc/streambench-run"),
-    (["run", "redis@127.0.0.1:1", "--headless", "--duration", "1"], "cannot reach redis"),
     (["report", "/nonexistent-run"], "/nonexistent-run"),
 ]
 
@@ -259,6 +258,12 @@ def test_bad_input_one_line_exit_2(args, fragment, no_leftover_redis):
     res = run_cli(args)
     assert res.returncode == 2, res.stderr
     _one_error_line(res.stderr, fragment)
+
+
+def test_unreachable_server_one_line_exit_3(no_leftover_redis):
+    res = run_cli(["run", "redis@127.0.0.1:1", "--headless", "--duration", "1"])
+    assert res.returncode == 3, res.stderr  # the platform cannot be reached
+    _one_error_line(res.stderr, "cannot reach redis")
 
 
 def test_malformed_workload_file(tmp_path, no_leftover_redis):

@@ -171,26 +171,28 @@ def test_other_mechanisms(broker, tmp_path, mechanism, listener):
     assert_nowhere(PASSWORD, out, res.stdout, res.stderr)
 
 
+# (id, TARGET, what the error line says, exit code: 3 the broker cannot be reached with it,
+#  2 the TARGET is refused before anything starts)
 FAILURES = [
     ("wrong-password", "sasl=scram-sha-512,user={user},password_file={wrong},{tls}@127.0.0.1:{ssl}",
-     "authentication failed"),
+     "authentication failed", 3),
     ("wrong-ca", "sasl=plain,user={user},password_file={pw},{wrong_ca}@127.0.0.1:{ssl}",
-     "certificate is not trusted"),
+     "certificate is not trusted", 3),
     ("host-mismatch", "sasl=plain,user={user},password_file={pw},{tls}@localhost:{ssl}",
-     "does not match the host"),
+     "does not match the host", 3),
     ("tls-to-plaintext", "sasl=plain,user={user},password_file={pw},{tls}@127.0.0.1:{plain}",
-     "does the port take TLS"),
+     "does the port take TLS", 3),
     ("plaintext-to-tls", "sasl=plain,user={user},password_file={pw}@127.0.0.1:{ssl}",
-     "a TLS listener?"),
+     "a TLS listener?", 3),
     ("no-client-cert", "sasl=plain,user={user},password_file={pw},ca={ca}@127.0.0.1:{ssl}",
-     "client certificate"),
+     "client certificate", 3),
     ("password-on-command-line", "sasl=plain,user={user},password=" + PASSWORD
-     + "@127.0.0.1:{ssl}", "password_file=PATH or password_env=NAME"),
+     + "@127.0.0.1:{ssl}", "password_file=PATH or password_env=NAME", 2),
 ]
 
 
-@pytest.mark.parametrize("form, cause", [f[1:] for f in FAILURES], ids=[f[0] for f in FAILURES])
-def test_failure_is_one_line_naming_target_and_cause(broker, tmp_path, form, cause):
+@pytest.mark.parametrize("form, cause, code", [f[1:] for f in FAILURES], ids=[f[0] for f in FAILURES])
+def test_failure_is_one_line_naming_target_and_cause(broker, tmp_path, form, cause, code):
     groups = set(broker.groups())
     target = "kafka:" + form.format(
         user=USER, pw=broker.password_file, wrong=broker.wrong_password_file, ca=broker.pki.ca,
@@ -198,5 +200,5 @@ def test_failure_is_one_line_naming_target_and_cause(broker, tmp_path, form, cau
         plain=broker.plain)
     res = run(["run", target, "--rate", "100", "--duration", "1", "--warmup", "0",
                "--headless", "--out", str(tmp_path / "run")])
-    assert_failed(res, cause, [broker.sasl_ssl, broker.plain], PASSWORD, tmp_path)
+    assert_failed(res, cause, [broker.sasl_ssl, broker.plain], PASSWORD, tmp_path, code)
     assert set(broker.groups()) == groups  # no consumer group was joined

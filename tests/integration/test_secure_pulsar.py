@@ -121,4 +121,4 @@ def test_failure_is_one_line_naming_target_and_cause(cluster, tmp_path, options,
     res = run(["run", f"pulsar:{options}@{cluster.address}", "--rate", "100", "--duration", "1",
                "--warmup", "0", "--headless", "--out", str(tmp_path / "run")])
     port = int(cluster.address.rsplit(":", 1)[1])
-    assert_failed(res, cause, [port], cluster.token, tmp_path)
+    assert_failed(res, cause, [port], cluster.token, tmp_path, code=3)  # refused by the broker

@@ -131,34 +131,36 @@ def test_password_from_the_environment_and_no_host_name_check(server, tmp_path):
     assert_nowhere(PASSWORD, out, res.stdout, res.stderr)
 
 
+# (id, TARGET, what the error line says, exit code: 3 the broker cannot be reached with it,
+#  2 the TARGET is refused before anything starts)
 FAILURES = [
     ("wrong-password", "user={user},password_file={wrong},{tls}@127.0.0.1:{tls_port}",
-     "authentication failed"),
-    ("no-credentials", "{tls}@127.0.0.1:{tls_port}", "requires authentication"),
+     "authentication failed", 3),
+    ("no-credentials", "{tls}@127.0.0.1:{tls_port}", "requires authentication", 3),
     ("wrong-ca", "user={user},password_file={pw},{wrong_ca}@127.0.0.1:{tls_port}",
-     "certificate is not trusted"),
+     "certificate is not trusted", 3),
     ("host-mismatch", "user={user},password_file={pw},{tls}@localhost:{tls_port}",
-     "does not match the host"),
+     "does not match the host", 3),
     ("no-client-cert", "user={user},password_file={pw},ca={ca}@127.0.0.1:{tls_port}",
-     "client certificate"),
+     "client certificate", 3),
     ("tls-to-plaintext", "user={user},password_file={pw},{tls}@127.0.0.1:{plain_port}",
-     "does the port take TLS"),
+     "does the port take TLS", 3),
     ("plaintext-to-tls", "user={user},password_file={pw}@127.0.0.1:{tls_port}",
-     "add tls or ca=PATH"),
+     "add tls or ca=PATH", 3),
     ("password-on-command-line", "user={user},password=" + PASSWORD + "@127.0.0.1:{tls_port}",
-     "password_file=PATH or password_env=NAME"),
+     "password_file=PATH or password_env=NAME", 2),
     ("missing-env", "user={user},password_env=STREAMBENCH_TEST_UNSET,{tls}@127.0.0.1:{tls_port}",
-     "STREAMBENCH_TEST_UNSET"),
+     "STREAMBENCH_TEST_UNSET", 2),
 ]
 
 
-@pytest.mark.parametrize("form, cause", [f[1:] for f in FAILURES], ids=[f[0] for f in FAILURES])
-def test_failure_is_one_line_naming_target_and_cause(server, tmp_path, form, cause):
+@pytest.mark.parametrize("form, cause, code", [f[1:] for f in FAILURES], ids=[f[0] for f in FAILURES])
+def test_failure_is_one_line_naming_target_and_cause(server, tmp_path, form, cause, code):
     target = "redis:" + form.format(
         user=USER, pw=server.password_file, wrong=server.wrong_password_file, ca=server.pki.ca,
         tls=server.tls_options(), wrong_ca=server.tls_options(server.pki.other_ca),
         tls_port=server.tls_port, plain_port=server.plain_port)
     res = run(["run", target, "--rate", "100", "--duration", "1", "--warmup", "0",
                "--headless", "--out", str(tmp_path / "run")])
-    assert_failed(res, cause, [server.tls_port, server.plain_port], PASSWORD, tmp_path)
+    assert_failed(res, cause, [server.tls_port, server.plain_port], PASSWORD, tmp_path, code)
     assert len(str(server.admin("CLIENT", "LIST")).strip().splitlines()) == 1

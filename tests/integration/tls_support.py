@@ -105,10 +105,12 @@ def assert_nowhere(secret: str, *places: Path | str) -> None:
             assert secret not in place
 
 
-def assert_failed(res: Outcome, cause: str, ports: list[int], secret: str, out: Path) -> None:
-    """Exit 2, one error line (the last, no traceback) with the cause and, unless the TARGET
-    was refused for holding a secret, one of the ports; the secret nowhere; nothing left."""
-    assert res.returncode == 2, res.stderr
+def assert_failed(res: Outcome, cause: str, ports: list[int], secret: str, out: Path,
+                  code: int) -> None:
+    """Exit `code` (2: the TARGET refused before anything starts; 3: the broker cannot be
+    reached with it), one error line (the last, no traceback) with the cause and, unless the
+    TARGET was refused for holding a secret, one of the ports; the secret nowhere; nothing left."""
+    assert res.returncode == code, res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("streambench: error")]
     assert len(errors) == 1 and lines[-1] == errors[0], res.stderr
