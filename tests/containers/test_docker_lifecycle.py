@@ -45,7 +45,8 @@ def _cli(args: list[str], env: dict[str, str] | None = None,
 
 
 def _one_error_line(res: subprocess.CompletedProcess[str], fragment: str) -> str:
-    assert res.returncode == 2, res.stderr
+    """Each of these is a stack that cannot start: exit 3 and one error line, the last."""
+    assert res.returncode == 3, res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("streambench: error")]
     assert len(errors) == 1 and lines[-1] == errors[0], res.stderr
