@@ -71,20 +71,28 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     from tui.app import DashboardApp, ReportProgress
 
-    # With --report, Spark starts in the background while the run goes on (in the one thread
-    # the report will run in, where the session stays active), so that the report is ready
-    # seconds after the run ends instead of waiting for a JVM then.
+    # With --report, Spark starts in the background as the run's measuring phase ends (in the
+    # one thread the report will run in, where the session stays active): its JVM is up while
+    # the run drains, writes its files and stops its brokers, and nothing of it runs while the
+    # run measures.
     reporter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="report") if args.report else None
+    warm = None
     if reporter is not None:
         from analysis.warmup import WarmUp
 
-        warm = WarmUp(run.workload.warmup_s)
-        run.subscribe(warm.follow)  # the warm-up never overlaps the measuring phase
-        reporter.submit(start_spark, run.run_dir / ".spark-start.log", warm)
+        executor = reporter
+
+        def start() -> None:
+            executor.submit(start_spark, run.run_dir / ".spark-start.log", warm)
+
+        warm = WarmUp(start)
+        run.subscribe(warm.follow)
 
     async def after_run(summary: RunSummary) -> str | None:
         if reporter is None or not summary.measured_ticks:
             return None
+        if warm is not None:
+            warm.stop()  # the report is due: what is left of the warm-up is skipped
         def progress(message: str) -> None:  # in the report's thread: shown by the dashboard
             with contextlib.suppress(RuntimeError):  # the app's loop has closed
                 app.post_message(ReportProgress(message))

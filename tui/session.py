@@ -226,14 +226,15 @@ class SessionApp(DashboardApp):
     def __init__(self, settings: LaunchSettings, reporter: Reporter | None = None,
                  warm_reports: Callable[[Path, WarmUp], None] | None = None) -> None:
         """`warm_reports(log, warm)` starts what the reporter needs (Spark) ahead of time and
-        warms it up until `warm` is stopped: it runs in the reports' thread as the session's
-        first run starts (stopped when that run starts measuring), so that a report asked for
-        at its end is ready in seconds, not after a JVM has started and loaded its code."""
+        warms it up until `warm` is stopped: it runs in the reports' thread once the measuring
+        phase of the session's first run with --report has ended (stopped when a report is
+        due), so that the JVM is up when the report is, and never runs while a run measures."""
         super().__init__(None, [], Workload())
         self.settings = settings
         self.reporter = reporter
         self._warm_reports = warm_reports
         self._warm_log: Path | None = None
+        self._warm: WarmUp | None = None
         self.runs: list[SessionRun] = []
         self.running = False
         self.hung_up = False  # the terminal is gone: quit once the run has ended
@@ -296,14 +297,19 @@ class SessionApp(DashboardApp):
         self.running = True
         run.subscribe(self._forward)
         self.run_worker(self._execute(), name="run", group="run")
-        if self._warm_reports is not None and self.reporter is not None and self._warm_log is None:
+        if (self._warm_reports is not None and self.reporter is not None
+                and after_run is not None and self._warm is None):
             # (the run makes its directory later: the log of Spark's start is a file of its own)
             fd, name = tempfile.mkstemp(prefix="streambench-spark-start-", suffix=".log")
             os.close(fd)
-            self._warm_log = Path(name)
-            warm = WarmUp(run.workload.warmup_s)
+            log, warm_reports, thread = Path(name), self._warm_reports, self._report_thread
+            self._warm_log = log
+
+            def start() -> None:  # once the run has measured: nothing of Spark runs before
+                thread.submit(warm_reports, log, warm)
+
+            warm = self._warm = WarmUp(start)
             run.subscribe(warm.follow)
-            self._report_thread.submit(self._warm_reports, self._warm_log, warm)
 
     def run_ended(self, result: RunSummary | StreambenchError) -> None:
         self.running = False
@@ -346,6 +352,8 @@ class SessionApp(DashboardApp):
         if self.reporter is None:
             raise StreambenchError("reports are not available here")
         reporter = self.reporter
+        if self._warm is not None:
+            self._warm.stop()  # a report is due: what is left of the warm-up is skipped
         loop = asyncio.get_running_loop()
 
         def progress(message: str) -> None:

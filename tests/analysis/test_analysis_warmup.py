@@ -1,6 +1,7 @@
 """The warm-up of a report's Spark session (analysis/warmup.py): its tiny run is a run the
 report reads like any other (figures as written), the warm-up runs to its end in a session,
-and a stop cancels it part-way, leaving the session fit for the real report."""
+it is started only once the followed run's measuring phase is over, and a stop cancels it
+part-way, leaving the session fit for the real report."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from analysis.compute import compute_report
 from analysis.runs import load_runs
-from analysis.warmup import MEASURING_TICKS, RATE, STOP_LEAD_S, WarmUp, write_tiny_run
+from analysis.warmup import MEASURING_TICKS, RATE, WarmUp, write_tiny_run
 from loadgen.core.events import PhaseChange
 from loadgen.core.ticks import Phase
 
@@ -40,34 +43,38 @@ def test_a_warm_up_runs_to_its_end(spark):
     assert _leftovers() == before  # its tiny run is deleted
 
 
+@pytest.mark.parametrize("after", [Phase.DRAINING, Phase.WRITING])
+def test_started_once_the_run_has_measured(after: Phase) -> None:
+    """Nothing starts in the run's start, warm-up or measuring phase: `start` is called once,
+    as the run leaves its measuring phase (the drain, or the files for a run without one)."""
+    started: list[int] = []
+    warm = WarmUp(lambda: started.append(1))
+    for phase in (Phase.STARTING, Phase.WARMUP, Phase.MEASURING):
+        warm.follow(PhaseChange(phase, 0))
+        assert not started and not warm.started
+    warm.follow(PhaseChange(after, 0))
+    assert started == [1] and warm.started
+    for phase in (Phase.WRITING, Phase.REPORT, Phase.DONE):
+        warm.follow(PhaseChange(phase, 0))
+    assert started == [1]  # once
+
+
+def test_not_started_for_a_run_that_never_measured():
+    """A run stopped in its warm-up drains and writes its files, and gets no report: no Spark."""
+    started: list[int] = []
+    warm = WarmUp(lambda: started.append(1))
+    for phase in (Phase.STARTING, Phase.WARMUP, Phase.DRAINING, Phase.WRITING, Phase.DONE):
+        warm.follow(PhaseChange(phase, 0))
+    assert not started and not warm.started
+
+
 def test_stopped_before_it_starts():
-    warm = WarmUp(warmup_s=60)
-    warm.follow(PhaseChange(Phase.STARTING, 0))
-    warm.follow(PhaseChange(Phase.WARMUP, 0))  # a minute of warm-up ahead: it goes on
-    assert not warm.stopped
-    warm.follow(PhaseChange(Phase.MEASURING, 0))
+    """The report was due before Spark was up: the warm-up then does nothing."""
+    warm = WarmUp()
+    warm.stop()
     assert warm.stopped
     warm.run(None)  # type: ignore[arg-type]  # (never touches the session)
     assert warm.outcome == "stopped"
-
-
-def test_it_ends_before_the_runs_warm_up_does():
-    """Stopped STOP_LEAD_S before the followed run's warm-up phase ends; at once when the
-    warm-up phase is shorter than that."""
-    warm = WarmUp(warmup_s=STOP_LEAD_S + 0.3)
-    warm.follow(PhaseChange(Phase.WARMUP, 0))
-    assert not warm.stopped
-    deadline = time.monotonic() + 5
-    while not warm.stopped and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert warm.stopped
-    short = WarmUp(warmup_s=STOP_LEAD_S / 2)
-    short.follow(PhaseChange(Phase.WARMUP, 0))
-    time.sleep(0.05)
-    assert short.stopped
-    none = WarmUp(warmup_s=None)  # nothing known of the run's warm-up: stopped as it begins
-    none.follow(PhaseChange(Phase.WARMUP, 0))
-    assert none.stopped
 
 
 def test_a_stop_cancels_the_jobs_under_way(spark, tmp_path):
@@ -82,7 +89,7 @@ def test_a_stop_cancels_the_jobs_under_way(spark, tmp_path):
         time.sleep(0.01)
     assert not warm.wait(0), "the warm-up ended before a job of it was seen"
     stopped_at = time.monotonic()
-    warm.follow(PhaseChange(Phase.MEASURING, 0))
+    warm.stop()
     thread.join(30)
     assert not thread.is_alive()
     assert warm.outcome == "stopped"

@@ -292,22 +292,24 @@ async def test_with_report_each_run_is_reported_when_it_ends_and_o_shows_it(
 
 
 @pytest.mark.integration
-async def test_what_reports_need_starts_with_the_first_run_in_the_reports_thread(
+async def test_what_reports_need_starts_after_the_first_reported_run_has_measured(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The session warms the reporter (the CLI passes Spark's start) once, as its first run
-    starts, in the thread its reports run in, with a warm-up that the run stops when it starts
-    measuring; the second run does not start it again, and the end of the session removes its
-    log."""
+    """The session warms the reporter (the CLI passes Spark's start) once, in the thread its
+    reports run in, and only once the measuring phase of its first run with --report is over
+    (a run without --report starts nothing); the report due stops the warm-up, the next run
+    does not start it again, and the end of the session removes its log."""
     monkeypatch.chdir(tmp_path)
     import threading
 
-    warmed: list[tuple[Path, str, int]] = []
+    import pyarrow.parquet as pq
+
+    warmed: list[tuple[Path, str, int, float]] = []
     warm_ups: list[WarmUp] = []
     reported: list[str] = []
 
     def warm(log: Path, warm_up: WarmUp) -> None:
         log.write_text("started\n")
-        warmed.append((log, threading.current_thread().name, len(app.runs)))
+        warmed.append((log, threading.current_thread().name, len(app.runs), time.time()))
         warm_ups.append(warm_up)
 
     def reporter(run_dirs: Sequence[Path], progress: Callable[[str], None]) -> Path:
@@ -322,15 +324,24 @@ async def test_what_reports_need_starts_with_the_first_run_in_the_reports_thread
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: isinstance(app.screen, EndScreen) and not app.running,
                          "the first run's end", timeout_s=60)
-        await pilot.press("r")
+        assert not warmed  # no --report
+        await pilot.press("e")
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen), "the launcher")
+        app.screen.query_one("#extra", Input).value = "--warmup 0 --report"
+        await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: isinstance(app.screen, EndScreen) and len(app.runs) == 2
                          and not app.running, "the second run's end", timeout_s=60)
-        await pilot.press("o")
-        await wait_until(pilot, lambda: isinstance(app.screen, ReportScreen), "the report")
-    ((log, thread, runs),) = warmed
-    assert runs == 1 and log.name.startswith("streambench-spark-start-")
-    assert warm_ups[0].stopped  # by the first run's measuring phase
-    assert reported == [thread]
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen, EndScreen) and len(app.runs) == 3
+                         and not app.running, "the third run's end", timeout_s=60)
+    ((log, thread, runs, at),) = warmed
+    assert runs == 2 and log.name.startswith("streambench-spark-start-")
+    events = pq.read_table(app.runs[1].run_dir / "events").to_pylist()
+    drained = next(e["time"].timestamp() for e in events
+                   if e["kind"] == "phase" and e["detail"].startswith("draining"))
+    assert at >= drained  # after the measuring phase
+    assert warm_ups[0].stopped  # by the report due
+    assert reported == [thread, thread]  # the second and third runs' reports, in its thread
     assert log.exists()
     app.close_reports(lambda: None)
     assert not log.exists()
