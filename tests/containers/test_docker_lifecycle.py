@@ -1,7 +1,7 @@
 """The docker runtime's life cycle through the command line: Ctrl-C and SIGKILL followed by
 `streambench stacks prune` leave nothing labelled with the run; every failure a user can cause
 (Docker missing, daemon down, image missing offline, port taken, a broker that never becomes
-ready or crashes) is one line, exit 2, nothing left. And the fault hooks and the per-broker
+ready or crashes) is one line, exit 3, nothing left. And the fault hooks and the per-broker
 limits on a real container."""
 
 from __future__ import annotations

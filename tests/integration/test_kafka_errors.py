@@ -1,5 +1,5 @@
-"""Mistakes a user can make with the Kafka targets: each ends in one clear line, exit code 2, and
-nothing left running."""
+"""Mistakes a user can make with the Kafka targets: each ends in one clear line, exit code 2 for
+a refused TARGET or 3 for a broker that cannot be started or reached, and nothing left running."""
 
 from __future__ import annotations
 

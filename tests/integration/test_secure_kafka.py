@@ -2,8 +2,8 @@
 release) with a SASL_SSL listener (PEM key store, client certificates required; PLAIN and SCRAM
 users), a SASL_PLAINTEXT listener and a plaintext one: runs through
 `kafka:sasl=…,user=…,password_file=…,ca=…@HOST:PORT` in every client streambench opens, the
-secret never written anywhere, and the failures each one line and exit 2 with nothing left
-running."""
+secret never written anywhere, and the failures each one line and exit 3 (a TARGET refused
+before anything starts: exit 2) with nothing left running."""
 
 from __future__ import annotations
 

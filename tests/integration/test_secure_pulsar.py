@@ -1,7 +1,7 @@
 """An existing Pulsar (a standalone started by the module) with TLS ports and token
 authentication (AuthenticationProviderToken with a secret key): a run through
 `pulsar:token_file=…,ca=…@pulsar+ssl://…,https://…`, the token written nowhere, and a
-refused token and an untrusted certificate each one line and exit 2."""
+refused token and an untrusted certificate each one line and exit 3."""
 
 from __future__ import annotations
 

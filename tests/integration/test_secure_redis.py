@@ -1,7 +1,8 @@
 """An existing Redis that takes TLS only (client certificates required) and an ACL user, with
 the default user off: runs through `redis:user=…,password_file=…,ca=…@HOST:PORT`, the secret
 never written anywhere, and the failures (wrong password, wrong CA, host name mismatch, TLS to
-a plaintext port and back, no credentials) each one line and exit 2 with nothing left behind.
+a plaintext port and back, no credentials) each one line and exit 3 (a TARGET refused before
+anything starts: exit 2) with nothing left behind.
 One redis-server for the module, with a TLS port and a plaintext port."""
 
 from __future__ import annotations
