@@ -151,6 +151,14 @@ def one(args: argparse.Namespace, report: bool) -> Outcome:
                        any(start <= t <= end for t in java_seen), report_s)
 
 
+def row(without: Outcome, with_: Outcome) -> str:
+    """The pair's p99, p99.9 and broker CPU side by side, each with its ratio with / without."""
+    return (f"{without.p99_ms:9.2f}{with_.p99_ms:9.2f}{with_.p99_ms / without.p99_ms:8.2f}x"
+            f"{without.p999_ms:9.2f}{with_.p999_ms:9.2f}{with_.p999_ms / without.p999_ms:8.2f}x"
+            f"{without.broker_cpu:8.1f}{with_.broker_cpu:6.1f}"
+            f"{with_.broker_cpu / without.broker_cpu:6.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
@@ -162,21 +170,18 @@ def main() -> None:
           f"{args.duration:.0f} s measured, dashboard on a 120x40 pty; without / with --report; "
           "e2e percentiles from the latency table (numpy), broker CPU from the measuring ticks",
           flush=True)
-    header = (f"{'pair':<6}{'e2e p99 ms':>22}{'e2e p99.9 ms':>22}{'broker CPU %':>20}"
-              f"{'report s':>10}  Spark JVM while measuring  load")
+    header = (f"{'pair':<7}{'e2e p99 ms':^27}{'e2e p99.9 ms':^27}{'broker CPU %':^21}"
+              f"{'report s':>9}  JVM while measuring  load")
     print(header)
-    print(f"{'':<6}{'without  with  ratio':>22}{'without  with  ratio':>22}"
-          f"{'without with ratio':>20}")
+    print(f"{'':<7}{'without     with   ratio':>27}{'without     with   ratio':>27}"
+          f"{'without  with ratio':>21}")
     pairs: list[tuple[Outcome, Outcome]] = []
     for n in range(1, args.pairs + 1):
         without = one(args, report=False)
         with_ = one(args, report=True)
         pairs.append((without, with_))
-        print(f"{n:<6}{without.p99_ms:8.2f}{with_.p99_ms:7.2f}{with_.p99_ms / without.p99_ms:6.2f}x"
-              f"{without.p999_ms:9.2f}{with_.p999_ms:7.2f}{with_.p999_ms / without.p999_ms:6.2f}x"
-              f"{without.broker_cpu:8.1f}{with_.broker_cpu:6.1f}"
-              f"{with_.broker_cpu / without.broker_cpu:5.2f}x"
-              f"{with_.report_s or 0:10.1f}  {'yes' if with_.spark_in_measuring else 'no':<25}"
+        print(f"{n:<7}{row(without, with_)}{with_.report_s or 0:9.1f}  "
+              f"{'yes' if with_.spark_in_measuring else 'no':<19}"
               f"  {without.load:.2f} / {with_.load:.2f}", flush=True)
 
     def med(values: list[float]) -> float:
@@ -189,9 +194,9 @@ def main() -> None:
               med([b.p999_ms / a.p999_ms for a, b in pairs]),
               med([b.broker_cpu / a.broker_cpu for a, b in pairs])]
     report_s = med([b.report_s or 0.0 for _, b in pairs])
-    print(f"{'median':<6}{p99[0]:8.2f}{p99[1]:7.2f}{ratios[0]:6.2f}x"
-          f"{p999[0]:9.2f}{p999[1]:7.2f}{ratios[1]:6.2f}x"
-          f"{cpu[0]:8.1f}{cpu[1]:6.1f}{ratios[2]:5.2f}x{report_s:10.1f}  "
+    print(f"{'median':<7}{p99[0]:9.2f}{p99[1]:9.2f}{ratios[0]:8.2f}x"
+          f"{p999[0]:9.2f}{p999[1]:9.2f}{ratios[1]:8.2f}x"
+          f"{cpu[0]:8.1f}{cpu[1]:6.1f}{ratios[2]:6.2f}x{report_s:9.1f}  "
           f"{sum(b.spark_in_measuring for _, b in pairs)} of {len(pairs)} runs")
     print("(ratios: the median of the pairs' ratios; each p99 matched the end-of-run table's "
           f"within {CHECK_TOLERANCE:.0%})")
