@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,8 @@ DEFAULT_PORT = 9092
 EXTERNAL_TIMEOUT_S = 15.0
 ZOOKEEPER_HEAP = "512M"
 ZOOKEEPER_NODE = "zookeeper"  # the fault hooks' name of the ZooKeeper node
+ZK_TICK_MS = 2000  # the local ZooKeeper's tickTime
+ZK_SESSION_TIMEOUT_MS = 18000  # Kafka's default zookeeper.session.timeout.ms
 TOOL_HEAP = "256M"
 # kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS
 JVM_PERFORMANCE = ["-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
@@ -288,6 +291,8 @@ class KafkaLocalStack(Stack):
         self._brokers: list[LocalNode] = []
         self._layout: _Layout | None = None
         self._written: dict[str, str] = {}  # the first broker's server.properties
+        # ZooKeeper mode: when each broker was killed (its ZooKeeper session outlives it)
+        self._killed_at: dict[str, float] = {}
 
     @property
     def _mode(self) -> str:
@@ -419,7 +424,7 @@ class KafkaLocalStack(Stack):
             "clientPortAddress": "127.0.0.1",
             "maxClientCnxns": 0,
             "admin.enableServer": "false",
-            "tickTime": 2000,
+            "tickTime": ZK_TICK_MS,
         }))
         logging_config = runtime.write_logging(zk_dir / "logging.properties", "INFO")
         self._zk = LocalNode(ZOOKEEPER_NODE,
@@ -532,7 +537,34 @@ class KafkaLocalStack(Stack):
         node = next((n for n in self._nodes() if n.name == broker), None)
         if node is None:
             raise StackError(f"{self._label}: {broker} is not running (the stack is not up)")
-        return await node_fault(self._label, node, action, self._node_ready)
+        waited = 0.0
+        if action == "start" and not node.running and broker in self._killed_at:
+            waited = await self._session_gone(broker)
+        done = await node_fault(self._label, node, action, self._node_ready)
+        if action == "kill" and self._zookeeper and node is not self._zk:
+            self._killed_at[broker] = time.monotonic()
+        elif action in ("start", "restart"):
+            self._killed_at.pop(broker, None)
+        if waited:
+            done += (f" (after {waited:.1f} s for ZooKeeper to expire the killed broker's "
+                     "session)")
+        return done
+
+    async def _session_gone(self, broker: str) -> float:
+        """ZooKeeper mode: a broker killed holds its registration (/brokers/ids/N, an ephemeral
+        node) until ZooKeeper expires its session, and a broker started before that exits with
+        NodeExists. Waits out the rest of the session timeout since the kill; the seconds
+        waited."""
+        timeout_ms = settings_of(self._target, "broker").get("zookeeper.session.timeout.ms",
+                                                             ZK_SESSION_TIMEOUT_MS)
+        # ZooKeeper grants at most 20 ticks (tickTime 2,000 ms) and expires a session within
+        # a tick of its timeout
+        granted_s = min(float(str(timeout_ms)), 20 * ZK_TICK_MS) / 1000 + ZK_TICK_MS / 1000
+        left = self._killed_at[broker] + granted_s - time.monotonic()
+        if left <= 0:
+            return 0.0
+        await asyncio.sleep(left)
+        return left
 
     async def down(self) -> None:
         try:

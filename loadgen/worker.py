@@ -74,6 +74,28 @@ class _OncePerSecond(logging.Filter):
         return True
 
 
+class _OneLine(logging.Formatter):
+    """A library's log record (asyncio's "Future exception was never retrieved" after a broker
+    died, say) as one line: its message, and for an exception its type and text, without the
+    traceback, which belongs to the library, not to the run on the terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            text += f" ({type(exc).__name__}: {exc})"
+        return " ".join(text.split())
+
+
+def _quiet_asyncio_log() -> None:
+    logger = logging.getLogger("asyncio")
+    logger.addFilter(_OncePerSecond())
+    handler = logging.StreamHandler()
+    handler.setFormatter(_OneLine())
+    logger.addHandler(handler)
+    logger.propagate = False
+
+
 def _open_files_to_hard_limit() -> None:
     """A load process holds a socket per producer and consumer (10,000 subscriptions: 10,000
     of them): its limit of open files goes up to the hard limit, which the system lets any
@@ -95,7 +117,7 @@ def _worker_main(conn: Connection, index: int, target: Target, workload: Workloa
     # close and stops by itself.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    logging.getLogger("asyncio").addFilter(_OncePerSecond())
+    _quiet_asyncio_log()
     _open_files_to_hard_limit()
     run_precise(_serve(conn, TargetLoad(index, target.label, target, workload, run_id, record_raw,
                                         track_ids, lambda e: _send(conn, e), share, log_dir)))

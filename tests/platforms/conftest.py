@@ -170,7 +170,7 @@ def fault_run(case: Case, folder: Path) -> FaultRun:
                 proc.stdin.flush()
             elif recovered == len(plan):
                 proc.send_signal(signal.SIGINT)
-        elif rest and kind == f"fault-{rest[recovered - 1][0]}" and 0 < recovered <= len(rest):
+        elif 0 < recovered <= len(rest) and kind == f"fault-{rest[recovered - 1][0]}":
             proc.stdin.write(f"{rest[recovered - 1][1]}={name}\n")
             proc.stdin.flush()
     found.code = proc.wait()
