@@ -109,7 +109,7 @@ class Stack(ABC):
         finally:
             if name != "kill":
                 self._expected().discard(broker)
-        self.context.events(fault_kind(action), detail)
+        self.context.events(fault_kind(name), detail)
 
     # -- brokers that die --
 

@@ -222,7 +222,7 @@ def test_fault_hooks_and_limits(docker_images):
 
     asyncio.run(scenario())
     kinds = [e.kind for e in events]
-    assert kinds.index("stack-up") < kinds.index("fault-pause") < kinds.index("fault-unpause") \
+    assert kinds.index("stack-up") < kinds.index("fault-pause") < kinds.index("fault-resume") \
         < kinds.index("fault-kill") < kinds.index("fault-start") < kinds.index("fault-restart") \
         < kinds.index("stack-down")
     assert all(e.target == target.label for e in events)
@@ -270,5 +270,5 @@ def test_fault_during_a_run_is_in_the_run_files(tmp_path, docker_images):
     assert t.consumed == t.produced == 3500 and t.send_errors == 0
     events = ds.dataset(run_dir / "events", format="parquet").to_table().to_pydict()
     kinds = events["kind"]
-    assert kinds.index("fault-pause") < kinds.index("fault-unpause")
+    assert kinds.index("fault-pause") < kinds.index("fault-resume")
     nothing_labelled(run.run_id)

@@ -160,7 +160,7 @@ def test_redis_pause_resume_kill_start_restart():
         asyncio.run(stack.down())
     assert gone(started), "a redis-server the test started is still running"
     assert events.kinds == ["fault-pause", "fault-resume", "fault-kill", "fault-start",
-                            "fault-restart", "fault-unpause", "fault-pause"]
+                            "fault-restart", "fault-resume", "fault-pause"]
     assert "SIGSTOP" in events.items[0][1] and "pid" in events.items[3][1]
 
 
