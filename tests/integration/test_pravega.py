@@ -527,7 +527,8 @@ def test_beside_redis_in_one_report(standalone, spark, tmp_path):
         assert all(2900 <= c <= 3100 for c in counts), line
     (line,) = [ln for ln in throughput.splitlines() if ln.startswith("| produce mean (msg/s) |")]
     assert all(abs(float(c.strip().replace(",", "")) - 1000) < 20 for c in line.split("|")[2:4]), line
-    assert re.search(rf"\| {re.escape(label)} \| \d{{8}}T\d{{6}}Z \| pravega \| external \|", text)
+    run_id = r"\d{8}T\d{6}Z-[0-9a-f]{6}"
+    assert re.search(rf"\| {re.escape(label)} \| {run_id} \| pravega \| external \|", text)
 
 
 # ---- mistakes: one line, exit 2 (3: no broker starts), nothing left running -------------------
