@@ -23,8 +23,10 @@ def combined_report(request: pytest.FixtureRequest, runs: Runs, spark,
     """The report's Markdown over the clean runs of every case this session selected."""
     from analysis.report import build_report
 
+    # this module's test only: other modules have tests of the same name, not parametrised
     cases = [cast(Case, item.callspec.params["case"]) for item in request.session.items
-             if isinstance(item, pytest.Function) and item.originalname == THIS_TEST]
+             if isinstance(item, pytest.Function) and item.originalname == THIS_TEST
+             and "case" in getattr(getattr(item, "callspec", None), "params", {})]
     dirs = []
     for case in dict.fromkeys(cases):
         run = runs.clean(case)
