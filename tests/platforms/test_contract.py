@@ -195,7 +195,7 @@ def test_settings_read_back(runs: Runs, case: Case) -> None:
 # ---- the fault run --------------------------------------------------------------------------
 
 # Open bug: a local RabbitMQ node killed and started again gets its producer back but, in
-# some runs (1 of 3 so far, under the whole suite's load), not its consumers, and the run is
+# 2 of the last 3 runs (alone and under the whole suite), not its consumers, and the run is
 # never healthy again. Kept visible as an expected failure until it is fixed.
 KNOWN_BROKEN = {"rabbitmq-local": "RabbitMQ consumers do not always come back after kill/start"}
 
