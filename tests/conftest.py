@@ -134,6 +134,17 @@ def server_pids(name: str) -> set[int]:
     return found
 
 
+def pids_gone(pids: list[int], timeout_s: float = 10) -> bool:
+    """Whether every process of `pids` has exited (zombies count as gone) within the time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                   for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def redis_pids() -> set[int]:
     return server_pids("redis-server")
 

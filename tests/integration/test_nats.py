@@ -32,9 +32,9 @@ from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.platforms.nats import NatsConsumer, NatsDriver, stream_name
 from loadgen.run import Run, RunSummary
-from tests.conftest import none_left
+from tests.conftest import none_left, pids_gone
 from tests.integration.conftest import run_cli, run_json
-from tests.integration.test_redis_run import _one_error_line, _wait_gone
+from tests.integration.test_redis_run import _one_error_line
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +68,7 @@ def test_local_runtime_runs_and_cleans_up(tmp_path, nothing_left_running):
     (totals,) = meta["totals"]
     assert totals["consumed"] == totals["produced"] == 4000 and totals["drained"]
     assert totals["duplicates"] == 0 and len(meta["load_placement"]) == 2
-    assert _wait_gone(target["pids"], 15)
+    assert pids_gone(target["pids"], 15)
     assert not Path(target["config"]["data_dir"]).exists()
     for endpoint in (target["endpoints"]["nats"], target["endpoints"][MONITOR_ENDPOINT]):
         port = int(endpoint.rsplit(":", 1)[1])
@@ -112,7 +112,7 @@ def test_kill_and_start_the_server(tmp_path, nothing_left_running):
              if p == "measuring" and e > 8.5]
     assert after and all(n > 400 for n in after), after  # back at the rate after the start
     (target,) = meta["targets"]
-    assert _wait_gone(target["pids"], 15)
+    assert pids_gone(target["pids"], 15)
 
 
 def test_pause_resume_and_restart_keep_the_stream(nothing_left_running):

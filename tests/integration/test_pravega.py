@@ -34,8 +34,9 @@ from loadgen.platforms.pravega import PravegaDriver, partition_keys, segment_of
 from loadgen.platforms.pravega_host import EVENT_FRAME_BYTES, HEADER
 from loadgen.platforms.pravega_telemetry import PravegaTelemetry, reader_group_name
 from loadgen.run import Run, RunSummary
+from tests.conftest import pids_gone
 from tests.integration.conftest import run_cli, run_json
-from tests.integration.test_redis_run import _one_error_line, _wait_gone
+from tests.integration.test_redis_run import _one_error_line
 
 pytestmark = pytest.mark.integration
 
@@ -126,7 +127,7 @@ def test_kill_fault_on_the_local_standalone(tmp_path, nothing_left_running):
     assert totals["produced"] > 0 and not totals["drained"]
     # the slots due after the kill failed without a write, each once
     assert 0 < totals["send_errors"] <= 500 * 3.5
-    assert _wait_gone(target["pids"])
+    assert pids_gone(target["pids"])
     assert not Path(target["config"]["data_dir"]).exists()
     for url in target["endpoints"].values():
         assert not port_in_use(int(url.rsplit(":", 1)[1]))
@@ -256,7 +257,7 @@ def test_pause_over_the_drain_keeps_the_clock(tmp_path, nothing_left_running):
     assert "drain-skipped" not in kinds and "drain-incomplete" in kinds
     (totals,) = meta["totals"]
     assert totals["produced"] > 0 and not totals["drained"]
-    assert _wait_gone(meta["targets"][0]["pids"])
+    assert pids_gone(meta["targets"][0]["pids"])
 
 
 # ---- one standalone for the rest of the module -------------------------------------------------

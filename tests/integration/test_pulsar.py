@@ -29,6 +29,7 @@ from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.platforms.pulsar import PulsarDriver
 from loadgen.run import Run, RunSummary
+from tests.conftest import pids_gone
 from tests.integration.backlog_support import WORKLOAD_FIELDS, assert_backlog_phase
 from tests.integration.conftest import CLI, run_cli, run_json
 from tests.integration.test_redis_run import _one_error_line
@@ -74,14 +75,6 @@ def _fails(res: subprocess.CompletedProcess[str], fragment: str, code: int = 2) 
     _one_error_line(res.stderr, fragment)
 
 
-def _wait_gone(pids: list[int], timeout_s: float = 30) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                   for p in pids):
-            return True
-        time.sleep(0.2)
-    return False
 
 
 # ---- the local runtime, started and stopped by the run ---------------------------------------
@@ -102,7 +95,7 @@ def test_local_runtime_runs_and_cleans_up(tmp_path, nothing_left_running):
     assert target["config"]["journalSyncData"] == "true"
     (totals,) = meta["totals"]
     assert totals["consumed"] == totals["produced"] == 2000 and totals["drained"]
-    assert _wait_gone(target["pids"])
+    assert pids_gone(target["pids"], 30)
     assert not Path(target["config"]["data_dir"]).exists()
     for url in target["endpoints"].values():
         assert not port_in_use(int(url.rsplit(":", 1)[1]))

@@ -24,6 +24,7 @@ from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import DRAIN_FIRST_LOOK_S, Run, RunSummary
+from tests.conftest import pids_gone
 from tests.integration.conftest import CliRun, port_listening, run_cli, run_json
 
 pytestmark = pytest.mark.integration
@@ -171,14 +172,6 @@ def test_cpu_and_memory_recorded(fixed_rate_run):
     assert all(m > 1_000_000 for m in mem)
 
 
-def _wait_gone(pids: list[int], timeout_s: float = 10) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                   for p in pids):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.mark.parametrize("sig, code, group", [
@@ -204,7 +197,7 @@ def test_signal_during_measuring_flushes_and_cleans(tmp_path, sig, code, group, 
     assert meta["stopped_early"] is True
     assert "ended" in meta and meta["totals"][0]["drained"] is True
     (target,) = meta["targets"]
-    assert _wait_gone(target["pids"])
+    assert pids_gone(target["pids"])
     assert not Path(target["config"]["data_dir"]).exists()
     ticks = _table(run_dir, "ticks").to_pydict()
     assert "measuring" in ticks["phase"]
@@ -223,7 +216,7 @@ def test_sigkill_leaves_readable_files(tmp_path, no_leftover_redis):
     cli.proc.kill()
     cli.finish(timeout_s=30)
     meta = run_json(run_dir)
-    assert _wait_gone(meta["targets"][0]["pids"])  # the broker dies with streambench
+    assert pids_gone(meta["targets"][0]["pids"])  # the broker dies with streambench
     # files renamed into place are complete; at most the last rotation interval is lost
     ticks = _table(run_dir, "ticks").to_pydict()
     assert max(ticks["elapsed_s"]) >= last_elapsed - ROTATE_S - 1

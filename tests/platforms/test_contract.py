@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import re
 import socket
-import time
 from pathlib import Path
 
 import psutil
 import pyarrow.dataset as ds
 import pytest
 
-from tests.conftest import run_cli, run_json
+from tests.conftest import pids_gone, run_cli, run_json
 from tests.platforms.conftest import (
     DURATION_S,
     FAULT_RATE,
@@ -73,14 +72,6 @@ def _ports(endpoint: str) -> list[int]:
     return [int(p) for p in re.findall(r"(?:\[[0-9a-f:.]+\]|[\w.-]+):(\d+)", endpoint)]
 
 
-def _gone(pids: list[int], timeout_s: float = GONE_TIMEOUT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                   for p in pids):
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def _listening(port: int) -> bool:
@@ -112,7 +103,8 @@ def test_runs_and_cleans_up(runs: Runs, case: Case) -> None:
     for target in meta["targets"]:
         assert target["runtime"] == case.runtime and target["version"], target
         assert target["pids"] or target["containers"], target
-        assert _gone(target["pids"]), f"{target['label']}: a broker process is still running"
+        assert pids_gone(target["pids"], GONE_TIMEOUT_S), (
+            f"{target['label']}: a broker process is still running")
         data_dir = target["config"].get("data_dir")
         if case.runtime == "local":
             assert data_dir, target["config"]
@@ -227,7 +219,7 @@ def test_faults_and_recovery(request: pytest.FixtureRequest, runs: Runs, case: C
         produced = sum(t["produced"] for t in after)
         assert produced >= 0.9 * FAULT_RATE * sum(t["interval_s"] for t in after), after
     (target,) = meta["targets"]
-    assert _gone(target["pids"])
+    assert pids_gone(target["pids"], GONE_TIMEOUT_S)
 
 
 @pytest.mark.parametrize("fault", ["pause", "kill"])
