@@ -113,18 +113,3 @@ class ContainerMemoryWatch:
                 f"{limit.text}{each}){growing}; at the limit the broker stalls while the kernel "
                 "reclaims its memory, then the kernel kills it (the run reports it as died)"
                 f"{'; ' + limit.hint if limit.hint else ''}")
-
-
-def parse_size(text: str) -> int:
-    """A size in bytes from `0`, `1073741824`, `512m`, `2.5g` (k, m, g, t: powers of 1,024)."""
-    units = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    t = text.strip().lower()
-    number = t.rstrip("kmgtb")
-    unit = t[len(number):]
-    try:
-        value = float(number)
-    except ValueError:
-        value = -1.0
-    if unit not in units or not value >= 0 or value != value or value == float("inf"):
-        raise ValueError("expected a size like 2g, 512m, 1073741824 or 0 (no floor)")
-    return int(value * units[unit])

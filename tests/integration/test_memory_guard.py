@@ -7,10 +7,9 @@ from pathlib import Path
 
 import psutil
 import pyarrow.dataset as ds
-import pytest
 
 from analysis.labels import ending
-from loadgen.memguard import DEFAULT_MIN, MemoryGuard, default_floor, parse_size
+from loadgen.memguard import DEFAULT_MIN, MemoryGuard, default_floor
 from tests.conftest import run_cli, run_json
 
 
@@ -63,18 +62,6 @@ def test_no_floor_and_the_default_floor() -> None:
     assert guard.check() is not None and guard.check() is None  # says it once
     assert default_floor(8 << 30) == max(DEFAULT_MIN, int((8 << 30) * 0.05))
     assert default_floor(1 << 30) == DEFAULT_MIN
-
-
-@pytest.mark.parametrize(("text", "size"), [("0", 0), ("1073741824", 1 << 30), ("512m", 512 << 20),
-                                            ("2.5G", int(2.5 * (1 << 30))), ("64k", 64 << 10)])
-def test_sizes(text: str, size: int) -> None:
-    assert parse_size(text) == size
-
-
-@pytest.mark.parametrize("text", ["", "x", "2x", "-1g", "nan", "inf", "1gb2"])
-def test_bad_sizes(text: str) -> None:
-    with pytest.raises(ValueError, match="expected a size"):
-        parse_size(text)
 
 
 def test_a_redis_container_whose_limit_will_not_hold_the_stream_is_warned(capsys) -> None:

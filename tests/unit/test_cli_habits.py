@@ -104,10 +104,16 @@ def test_durations(text: str, unit: str, seconds: float) -> None:
 
 @pytest.mark.parametrize("text, size", [
     ("1k", 1024), ("1KiB", 1024), ("1MiB", 1 << 20), ("2.5g", int(2.5 * (1 << 30))),
-    ("1024", 1024), ("64kb", 65536)])
+    ("1024", 1024), ("64kb", 65536), ("0", 0), ("512m", 512 << 20)])
 def test_sizes(text: str, size: int) -> None:
     assert units.parse_size(text) == size
     assert units.parse_size(units.size_text(size)) == size
+
+
+@pytest.mark.parametrize("text", ["", "x", "2x", "-1g", "nan", "inf", "1gb2"])
+def test_bad_sizes(text: str) -> None:
+    with pytest.raises(ValueError, match="expected a size"):
+        units.parse_size(text)
 
 
 def _one_line(res: subprocess.CompletedProcess[str], code: int) -> str:
