@@ -320,6 +320,12 @@ def _cmd_suite_checked(args: argparse.Namespace, _argv: Sequence[str]) -> int:
 
 
 def _cmd_report_checked(args: argparse.Namespace, _argv: Sequence[str]) -> int:
+    if args.hdr_log:
+        from tui.bench.hdrlogs import write_logs
+
+        for path in write_logs([Path(r) for r in args.runs], args.out):
+            print(path)
+        return exits.OK
     require_report_extra()
     return _cmd_report(args)
 

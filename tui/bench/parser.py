@@ -271,6 +271,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                           "difference in %% (default target: the same label, or its only one)")
     run.add_argument("--record-raw-samples", action="store_true",
                      help="also keep every latency sample (large; for verifying the report)")
+    run.add_argument("--hdr-log", action="store_true",
+                     help="also write each target's latency as an HdrHistogram interval log, "
+                          "hdr/TARGET.hlog in the run directory (tags e2e, publish, "
+                          "publish-delay; nanoseconds)")
     run.add_argument("--driver", metavar="FILE",
                      help="an OpenMessaging Benchmark driver file (producerConfig, consumerConfig, "
                           "topicConfig, commonConfig, replicationFactor; Pulsar's client/producer/"
@@ -307,6 +311,9 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
     rep.add_argument("--format", default="md,html,json", metavar="md,html,json",
                      help="documents to write (default: all three); charts and "
                           "summary.parquet/.csv are always written")
+    rep.add_argument("--hdr-log", action="store_true",
+                     help="instead of the report, write each run's HdrHistogram interval logs "
+                          "from its run files (into its hdr/, or --out DIR); no PySpark needed")
     rep.add_argument("--master", metavar="URL",
                      help="Spark master (default local[*]; spark-submit's when run under it)")
 

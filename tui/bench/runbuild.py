@@ -171,6 +171,7 @@ def build_run(args: argparse.Namespace,
               argv: Sequence[str]) -> tuple[Run, dict[str, Baseline] | None]:
     """The Run `streambench run` would start for these arguments (nothing started yet), and
     the baselines its dashboard draws; raises the error the command line prints."""
+    from analysis.hdrlog import with_interval_logs
     from analysis.sink import ParquetSink
     from loadgen.core.target import unique_labels
     from loadgen.placement import auto_processes
@@ -191,7 +192,7 @@ def build_run(args: argparse.Namespace,
                     record_raw=args.record_raw_samples, track_ids=args.track_delivery,
                     processes=args.processes, argv=["streambench", *argv],
                     min_free_memory=args.min_free_memory)
-    run = Run(**run_args, recorder=ParquetSink)
+    run = Run(**run_args, recorder=with_interval_logs(ParquetSink) if args.hdr_log else ParquetSink)
     if args.baseline and args.headless:
         raise StreambenchError("--baseline draws in the dashboard: not with --headless")
     return run, baselines(args.baseline, run.labels)
