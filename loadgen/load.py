@@ -63,6 +63,11 @@ def _nan_if_none(x: float | None) -> float:
     return float("nan") if x is None else float(x)
 
 
+# the share of the process that owns a target's stack and runs none of its clients (they run
+# on a cluster's nodes: loadgen.cluster)
+STACK_ONLY = (0, 0)
+
+
 @dataclass
 class TargetTotals:
     """A target's counters at the end of the run."""
@@ -123,15 +128,18 @@ class TargetLoad:
 
     A target can spread its load over several processes (`share` = (this one, how many)): the
     first owns the stack, the topics and the collectors; every process runs the producers and
-    consumers whose number modulo the count is its own."""
+    consumers whose number modulo the count is its own. On a cluster (loadgen.cluster) the
+    clients run in actors that are not primary, and the local process that owns the stack
+    takes the share STACK_ONLY: no clients of its own."""
 
     def __init__(self, index: int, label: str, target: Target, workload: Workload, run_id: str,
                  record_raw: bool, track_ids: bool, publish: Publish,
-                 share: tuple[int, int] = (0, 1), log_dir: Path | None = None) -> None:
+                 share: tuple[int, int] = (0, 1), log_dir: Path | None = None,
+                 primary: bool | None = None) -> None:
         self.index = index
         self.share, self.shares = share
         self._log_dir = log_dir
-        self.primary = self.share == 0
+        self.primary = self.share == 0 if primary is None else primary
         self.label = label
         self.target = target
         self.platform = PLATFORMS[target.platform]
@@ -226,6 +234,8 @@ class TargetLoad:
     async def _start_clients(self) -> None:
         """This process's producers and consumers, as loadgen.placement deals them."""
         assert self.driver is not None
+        if (self.share, self.shares) == STACK_ONLY:
+            return
         w = self.workload
         subs = len(self.subscriptions)
         mine = place(len(self.topics) * w.producers, len(self.topics) * subs * w.consumers,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from compose.docker import memory_bytes
 from loadgen.backlog import BacklogWatch
@@ -55,6 +55,9 @@ from loadgen.platforms import PLATFORMS
 from loadgen.ratesearch import START_RATE, RateSearch
 from loadgen.recovery import Backlog, DrainWatch, RecoveryWatch
 from loadgen.worker import TargetWorker
+
+if TYPE_CHECKING:
+    from loadgen.cluster import Cluster
 
 Subscriber = Callable[[BusItem], None]
 
@@ -219,9 +222,12 @@ class Run:
                  record_raw: bool = False, track_ids: bool = False, tick_s: float = 1.0,
                  argv: list[str] | None = None, run_id: str | None = None,
                  processes: int = 1, recorder: RecorderFactory | None = None,
-                 min_free_memory: int | None = None) -> None:
+                 min_free_memory: int | None = None, cluster: Cluster | None = None) -> None:
         """`min_free_memory`: the machine's available memory (bytes) under which the run
-        stops itself (None: 5 % of the machine's memory, at least 256 MiB; 0: never)."""
+        stops itself (None: 5 % of the machine's memory, at least 256 MiB; 0: never).
+        `cluster`: a connected Ray cluster whose nodes run the load (loadgen.cluster); the run
+        leaves it when it ends."""
+        self.cluster = cluster
         self.workload = workload
         self.targets = targets
         self.started = datetime.now(UTC)
@@ -281,7 +287,7 @@ class Run:
         self._measure_start_ns: int | None = None  # wall time the measuring phase started
         w = workload
         self.placement = place(w.topics * w.producers, w.topics * w.subscriptions * w.consumers,
-                               processes)  # the same for every target
+                               processes if cluster is None else cluster.workers)
         self.broker_failures: list[str] = []
         self._memory = MemoryGuard(min_free_memory)
         self.stopped_for: str | None = None
@@ -302,8 +308,10 @@ class Run:
 
     def _make_runners(self) -> list[TargetWorker]:
         driven, record_raw, track_ids, processes = self._runner_args
+        if self.cluster is not None:
+            self.cluster.handles.clear()  # runners made again (another run directory)
         return [TargetWorker(i, t, driven, self.run_id, record_raw, track_ids, self.publish,
-                             processes, log_dir(self.run_dir, i, t.label))
+                             processes, log_dir(self.run_dir, i, t.label), self.cluster)
                 for i, t in enumerate(self.targets)]
 
     @property
@@ -445,6 +453,8 @@ class Run:
                      "python": host_platform.python_version(), "system": host_platform.platform()},
             "streambench_version": sb_version,
         }
+        if self.cluster is not None:
+            meta["cluster_placement"] = self.cluster.placement()
         meta.update(extra or {})
         return meta
 
@@ -484,6 +494,8 @@ class Run:
             raise
         finally:
             await self._stop_targets()
+            if self.cluster is not None:
+                self.cluster.close()
             late = self._close_recorder()
             self.finished.set()  # brokers down, files closed (also after an error)
         if late is not None and not failed:

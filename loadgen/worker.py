@@ -39,8 +39,11 @@ from loadgen.core.stack import StackDescription
 from loadgen.core.target import Target
 from loadgen.core.ticks import LoadgenHealth, Phase, Tick
 from loadgen.core.workload import Workload
-from loadgen.load import DROPPED_SLOTS, LoadHandle, Publish, TargetLoad, TargetTotals
+from loadgen.load import DROPPED_SLOTS, STACK_ONLY, LoadHandle, Publish, TargetLoad, TargetTotals
 from loadgen.pacing import run_precise
+
+if TYPE_CHECKING:
+    from loadgen.cluster import Cluster, LoadActorHandle
 
 _CLOSE_TIMEOUT_S = 120.0
 ORPHAN_CLOSE_S = 2.0  # what an orphaned worker gives its clients and stack to close
@@ -372,7 +375,10 @@ class TargetWorker:
 
     def __init__(self, index: int, target: Target, workload: Workload, run_id: str,
                  record_raw: bool, track_ids: bool, publish: Publish,
-                 processes: int = 1, log_dir: Path | None = None) -> None:
+                 processes: int = 1, log_dir: Path | None = None,
+                 cluster: Cluster | None = None) -> None:
+        """`cluster`: the clients run in actors on its nodes (loadgen.cluster) and a local
+        process owns only the stack; `processes` is then not used."""
         self.index = index
         self.target = target
         self.label: str = target.label
@@ -380,9 +386,14 @@ class TargetWorker:
         self._publish = publish
         self._described: dict[str, Any] | None = None
         self._assignments = AssignmentWatch()
-        self._procs = [_LoadProcess(self.label, (index, target, workload, run_id, record_raw,
-                                                 track_ids, (k, processes), log_dir), publish)
-                       for k in range(processes)]
+        args = (index, target, workload, run_id, record_raw, track_ids)
+        self._procs: list[_LoadProcess | LoadActorHandle]
+        if cluster is None:
+            self._procs = [_LoadProcess(self.label, (*args, (k, processes), log_dir), publish)
+                           for k in range(processes)]
+        else:
+            self._procs = [_LoadProcess(self.label, (*args, STACK_ONLY, log_dir), publish),
+                           *cluster.load_workers(*args, log_dir, publish)]
 
     def spawn(self) -> None:
         """Start the worker processes. Done before a dashboard takes over the terminal:

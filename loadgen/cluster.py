@@ -1,0 +1,396 @@
+"""Ray as a placement of a target's load (`streambench run --cluster`): each target's producers
+and consumers run in Ray actors on the cluster's nodes, one actor per node of a placement group,
+dealt over them as over local worker processes (loadgen.placement). The coordinator, the
+dashboard, the run files and the stacks stay where streambench runs: a local worker process
+owns each target's stack and collectors (share STACK_ONLY) and runs no client.
+
+The coordinator reaches an actor through `LoadActorHandle`, which answers the requests of a
+local worker process (loadgen.worker), so TargetWorker drives both alike. Bus items an actor
+publishes come back with its replies and through a poll that also serves as its lease: an actor
+that hears nothing from its coordinator for LEASE_S (the coordinator killed, its connection
+lost) closes its clients and exits; Ray itself ends the actors of a driver that is gone.
+
+Ray is imported only here, and only when a run asks for a cluster: the local placement needs
+none of it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from loadgen.core.errors import StackError, StreambenchError
+from loadgen.core.target import Target
+from loadgen.core.workload import Workload
+from loadgen.load import Publish, TargetLoad, TargetTotals
+from loadgen.pacing import run_precise
+from loadgen.worker import (
+    HANDLERS,
+    ORPHAN_CLOSE_S,
+    _open_files_to_hard_limit,
+    _picklable,
+    _quiet_asyncio_log,
+)
+
+NAMESPACE = "streambench"
+LEASE_S = 10.0  # an actor that hears nothing from its coordinator for this long ends itself
+POLL_S = 1.0  # how long a poll waits for bus items before it answers empty
+CONNECT_TIMEOUT_S = 30.0  # for the cluster to answer and the placement group to be placed
+_CLOSE_TIMEOUT_S = 60.0
+_CLOCK_EXCHANGES = 5
+STRATEGIES = {"spread": "STRICT_SPREAD", "pack": "PACK"}
+
+
+class ClusterError(StreambenchError):
+    """The cluster cannot be used: unreachable, another Ray version, too few nodes."""
+
+
+def _boot_id() -> str:
+    """The kernel's boot id: two processes with the same one share CLOCK_MONOTONIC."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _check_answers(address: str) -> None:
+    """One TCP connection to the head first: Ray itself retries an address nothing answers
+    at for a minute, saying so in lines of its own."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=3):
+            pass
+    except ValueError:
+        raise ClusterError(f"--cluster {address}: expected ray://HOST:PORT, HOST:PORT or auto") from None
+    except OSError as exc:
+        raise ClusterError(f"cannot reach the Ray cluster at {address}: "
+                           f"{exc.strerror or exc}") from None
+
+
+class LoadActor:
+    """One share of a target's clients on a node of the cluster (made a Ray actor by
+    Cluster). The load runs on a precise event loop in a thread of its own, as in a worker
+    process; Ray's calls hand their requests over to it."""
+
+    def __init__(self, index: int, target: Target, workload: Workload, run_id: str,
+                 record_raw: bool, track_ids: bool, share: tuple[int, int],
+                 log_dir: Path | None) -> None:
+        self._items: list[object] = []  # bus items not yet handed to the coordinator
+        self._heard = time.monotonic()
+        self._started = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._closed: asyncio.Event | None = None
+        make = partial(TargetLoad, index, target.label, target, workload, run_id, record_raw,
+                       track_ids, self._publish, share, log_dir, primary=False)
+        threading.Thread(target=self._main, args=(make,), name="streambench-load",
+                         daemon=True).start()
+        self._started.wait()
+
+    # ---- the load's thread ----------------------------------------------------------------
+
+    def _main(self, make: Callable[[], TargetLoad]) -> None:
+        _quiet_asyncio_log()
+        _open_files_to_hard_limit()
+        run_precise(self._serve(make))
+
+    async def _serve(self, make: Callable[[], TargetLoad]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake, self._closed = asyncio.Event(), asyncio.Event()
+        self.load = make()
+        self._started.set()
+        while not self._closed.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), 1.0)
+            if time.monotonic() - self._heard > LEASE_S:  # the coordinator is gone
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.load.close(), ORPHAN_CLOSE_S)
+                os._exit(0)
+
+    def _publish(self, item: object) -> None:
+        self._items.append(item)
+        assert self._wake is not None
+        self._wake.set()
+
+    def _take(self) -> list[object]:
+        items, self._items = self._items, []
+        assert self._wake is not None
+        self._wake.clear()
+        return items
+
+    async def _handle(self, op: str, args: tuple[Any, ...]) -> tuple[list[object], bool, Any]:
+        try:
+            if op == "close":
+                await self.load.close()
+                assert self._closed is not None
+                self._closed.set()
+                return self._take(), True, self.load.totals
+            handler = HANDLERS.get(op)
+            if handler is None or op == "start":  # the stack is the coordinator's, not here
+                raise StackError(f"unknown request {op!r}")
+            value = await handler(self.load, None, *args)
+            return self._take(), True, value
+        except Exception as exc:
+            return self._take(), False, _picklable(exc)
+
+    async def _wait_items(self) -> list[object]:
+        assert self._wake is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), POLL_S)
+        return self._take()
+
+    # ---- what Ray calls -------------------------------------------------------------------
+
+    async def call(self, op: str, args: tuple[Any, ...]) -> tuple[list[object], bool, Any]:
+        """One request of the worker protocol: (bus items, ok, value or error)."""
+        self._heard = time.monotonic()
+        assert self._loop is not None
+        return await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(self._handle(op, args), self._loop))
+
+    async def poll(self) -> list[object]:
+        """The bus items published since the last answer, within POLL_S; renews the lease."""
+        self._heard = time.monotonic()
+        assert self._loop is not None
+        return await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(self._wait_items(), self._loop))
+
+    def clock(self) -> int:
+        return time.monotonic_ns()
+
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(),
+                "hostname": socket.gethostname(), "pid": os.getpid(),
+                "ray_version": ray.__version__, "boot_id": _boot_id()}
+
+
+class LoadActorHandle:
+    """The coordinator's end of one LoadActor: the requests of loadgen.worker's _LoadProcess
+    (request, close), so TargetWorker cannot tell them apart. Monotonic times cross as they
+    are to a node of this machine and shifted by the node's estimated offset to another."""
+
+    def __init__(self, cluster: Cluster, label: str, share: int, args: tuple[Any, ...],
+                 publish: Publish) -> None:
+        self.cluster = cluster
+        self.label = label
+        self.share = share
+        self._args = args
+        self._publish = publish
+        self.progress: Callable[[str], None] = lambda _msg: None
+        self._actor: Any = None
+        self._ready: asyncio.Task[None] | None = None
+        self._poller: asyncio.Task[None] | None = None
+        self._offset_ns = 0  # the actor's monotonic clock minus the coordinator's
+        self.where: dict[str, Any] = {}
+
+    def spawn(self) -> None:
+        if self._actor is None:
+            self._actor = self.cluster.create_actor(self.share, self._args)
+
+    async def _prepare(self) -> None:
+        import ray
+
+        where = await self._actor.where.remote()
+        if where["boot_id"] != _boot_id() or not where["boot_id"]:
+            best: tuple[int, int] | None = None  # (round trip, offset) of the fastest exchange
+            for _ in range(_CLOCK_EXCHANGES):
+                t1 = time.monotonic_ns()
+                t2 = await self._actor.clock.remote()
+                t4 = time.monotonic_ns()
+                if best is None or t4 - t1 < best[0]:
+                    best = (t4 - t1, t2 - (t1 + t4) // 2)
+            assert best is not None
+            self._offset_ns = best[1]
+        node = self.cluster.node(where["node_id"])
+        self.where = {"node_id": where["node_id"], "hostname": where["hostname"],
+                      "ip": node.get("NodeManagerAddress", ""),
+                      "cpus": node.get("Resources", {}).get("CPU", 0),
+                      "ray_version": where["ray_version"], "pid": where["pid"]}
+        if where["ray_version"] != ray.__version__:
+            raise StackError(f"{self.label}: Ray {where['ray_version']} on node "
+                             f"{where['node_id'][:12]}, {ray.__version__} here")
+        self._poller = asyncio.create_task(self._poll())
+
+    async def _poll(self) -> None:
+        while True:
+            try:
+                items = await self._actor.poll.remote()
+            except Exception:
+                return  # the actor is gone: the next request says so
+            for item in items:
+                self._publish(item)
+
+    def _shifted(self, op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        if op == "start_load":
+            t0_mono, t0_wall, end_mono = args
+            return (t0_mono + self._offset_ns, t0_wall, end_mono + self._offset_ns)
+        if op == "stop_producing_at":
+            return (args[0] + self._offset_ns,)
+        return args
+
+    async def _call(self, op: str, args: tuple[Any, ...]) -> Any:
+        self.spawn()
+        if self._ready is None:
+            self._ready = asyncio.create_task(self._prepare())
+        try:
+            await asyncio.shield(self._ready)
+            items, ok, value = await self._actor.call.remote(op, self._shifted(op, args))
+        except StreambenchError:
+            raise
+        except Exception as exc:
+            where = self.where.get("hostname") or "its node"
+            raise StackError(f"{self.label}: the load actor on {where} ended unexpectedly "
+                             f"({type(exc).__name__})") from None
+        for item in items:
+            self._publish(item)
+        if not ok:
+            raise value
+        return value
+
+    def request(self, op: str, *args: Any) -> asyncio.Future[Any]:
+        return asyncio.ensure_future(self._call(op, args))
+
+    async def close(self) -> TargetTotals | None:
+        """Stop the actor's load and the actor; never raises. Returns its final counts when it
+        could still give them."""
+        if self._actor is None:
+            return None
+        final = None
+        with contextlib.suppress(Exception):
+            final = await asyncio.wait_for(self._call("close", ()), _CLOSE_TIMEOUT_S)
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+        self.cluster.kill(self._actor)
+        self._actor = None
+        return final
+
+
+@dataclass
+class Cluster:
+    """A Ray cluster the run's load goes to: the connection, the placement group (one bundle
+    per node the load takes) and the actors made in it."""
+
+    address: str  # ray://HOST:PORT (Ray Client), HOST:PORT (the head's GCS) or auto
+    nodes: int | None = None  # nodes the load takes; None: every node alive
+    strategy: str = "spread"  # spread: one bundle per node; pack: as few nodes as fit
+    targets: int = 1
+    ray_version: str = ""
+    _group: Any = None
+    _nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _actor_class: Any = None
+    handles: list[LoadActorHandle] = field(default_factory=list)
+
+    @property
+    def workers(self) -> int:
+        assert self.nodes is not None, "connect() first"
+        return self.nodes
+
+    def connect(self) -> None:
+        """Reach the cluster and place the group; raises ClusterError with one line."""
+        try:
+            import ray
+            from ray.util.placement_group import placement_group
+        except ImportError:
+            raise ClusterError("--cluster needs Ray: pip install 'streambench[cluster]'") from None
+        self.ray_version = ray.__version__
+        address = self._resolved_address()
+        _check_answers(address)
+        try:
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
+                     configure_logging=False)
+        except Exception as exc:
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            raise ClusterError(f"cannot use the Ray cluster at {address}: {text[:300]}") from None
+        self._nodes = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+        alive = len(self._nodes)
+        self.nodes = self.nodes or alive
+        if self.strategy == "spread" and self.nodes > alive:
+            self.close()
+            raise ClusterError(f"--nodes {self.nodes} --placement spread: the cluster at "
+                               f"{address} has {alive} node{'s' if alive != 1 else ''} alive")
+        bundle = {"CPU": float(self.targets)}  # one actor per target on each bundle's node
+        self._group = placement_group([dict(bundle) for _ in range(self.nodes)],
+                                      strategy=STRATEGIES[self.strategy],
+                                      name=f"streambench-{os.getpid()}")
+        try:
+            ray.get(self._group.ready(), timeout=CONNECT_TIMEOUT_S)
+        except Exception:
+            self.close()
+            raise ClusterError(f"the Ray cluster at {address} cannot place {self.nodes} × "
+                               f"{bundle['CPU']:g} CPU ({self.strategy}) within "
+                               f"{CONNECT_TIMEOUT_S:.0f} s: too few free CPUs or nodes") from None
+        self._actor_class = ray.remote(num_cpus=1, max_restarts=0)(LoadActor)
+
+    def _resolved_address(self) -> str:
+        if self.address != "auto":
+            return self.address
+        return os.environ.get("RAY_ADDRESS") or "auto"
+
+    def node(self, node_id: str) -> dict[str, Any]:
+        return self._nodes.get(node_id, {})
+
+    def create_actor(self, share: int, args: tuple[Any, ...]) -> Any:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        strategy = PlacementGroupSchedulingStrategy(self._group,
+                                                    placement_group_bundle_index=share)
+        return self._actor_class.options(scheduling_strategy=strategy).remote(*args)
+
+    def kill(self, actor: Any) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.kill(actor, no_restart=True)
+
+    def load_workers(self, index: int, target: Target, workload: Workload, run_id: str,
+                     record_raw: bool, track_ids: bool, log_dir: Path | None,
+                     publish: Publish) -> list[LoadActorHandle]:
+        """The actors of one target, one per bundle, share k of `workers` on bundle k."""
+        made = [LoadActorHandle(self, target.label, k,
+                                (index, target, workload, run_id, record_raw, track_ids,
+                                 (k, self.workers), log_dir), publish)
+                for k in range(self.workers)]
+        self.handles += made
+        return made
+
+    def placement(self) -> dict[str, Any]:
+        """run.json's cluster_placement: where every load actor ran."""
+        return {"address": self.address, "strategy": self.strategy, "nodes": self.workers,
+                "ray_version": self.ray_version,
+                "workers": [{"target": h.label, "worker": h.share, **h.where}
+                            for h in self.handles]}
+
+    def close(self) -> None:
+        """Remove the placement group and leave the cluster; never raises."""
+        with contextlib.suppress(Exception):
+            import ray
+            from ray.util.placement_group import remove_placement_group
+
+            if self._group is not None:
+                remove_placement_group(self._group)
+            self._group = None
+            ray.shutdown()
+
+
+def describe(placement: dict[str, Any]) -> list[str]:
+    """The end summary's lines for a run on a cluster: one per load actor."""
+    lines = [f"cluster {placement['address']} (Ray {placement['ray_version']}, "
+             f"{placement['nodes']} node(s), {placement['strategy']}):"]
+    for w in placement["workers"]:
+        lines.append(f"  {w['target']} worker {w['worker']}: node {str(w.get('node_id', ''))[:12]} "
+                     f"{w.get('hostname', '?')} {w.get('ip', '?')}, {w.get('cpus', 0):g} CPU")
+    return lines
+
