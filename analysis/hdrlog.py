@@ -85,9 +85,13 @@ def header(target: str, start_ms: int, run_id: str = "") -> str:
 
 def tick_times_us(tick: Tick) -> tuple[int, int, int]:
     """(the load's start, the interval's start, its end), integer microseconds since the epoch:
-    what the run files keep, so a log written from them is the live run's, line for line."""
+    what the run files keep, so a log written from them is the live run's, line for line. The
+    first interval can begin a little before the load (it runs from the last tick of the
+    start-up): the load's start is then taken at the interval's, so that no interval of the
+    log starts before its StartTime (the readers leave such an interval out)."""
     end = tick.time_ns // 1000
-    return end - round(tick.elapsed_s * 1e6), end - round(tick.interval_s * 1e6), end
+    begin = end - round(tick.interval_s * 1e6)
+    return min(end - round(tick.elapsed_s * 1e6), begin), begin, end
 
 
 def interval_lines(hist: HdrHistogram, tick: Tick, start_ms: int) -> str:
