@@ -193,6 +193,7 @@ class LoadActorHandle:
         self._ready: asyncio.Task[None] | None = None
         self._poller: asyncio.Task[None] | None = None
         self._offset_ns = 0  # the actor's monotonic clock minus the coordinator's
+        self._closing = False
         self.where: dict[str, Any] = {}
 
     def spawn(self) -> None:
@@ -224,7 +225,7 @@ class LoadActorHandle:
         self._poller = asyncio.create_task(self._poll())
 
     async def _poll(self) -> None:
-        while True:
+        while not self._closing:
             try:
                 items = await self._actor.poll.remote()
             except Exception:
@@ -270,9 +271,12 @@ class LoadActorHandle:
         final = None
         with contextlib.suppress(Exception):
             final = await asyncio.wait_for(self._call("close", ()), _CLOSE_TIMEOUT_S)
+        # the poll under way ends by itself within POLL_S: Ray Client reports a call given up
+        # on (a cancelled await) as a traceback of its own
+        self._closing = True
         if self._poller is not None:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._poller), POLL_S + 5)
         self.cluster.kill(self._actor)
         self._actor = None
         return final
@@ -383,14 +387,4 @@ class Cluster:
                 remove_placement_group(self._group)
             self._group = None
             ray.shutdown()
-
-
-def describe(placement: dict[str, Any]) -> list[str]:
-    """The end summary's lines for a run on a cluster: one per load actor."""
-    lines = [f"cluster {placement['address']} (Ray {placement['ray_version']}, "
-             f"{placement['nodes']} node(s), {placement['strategy']}):"]
-    for w in placement["workers"]:
-        lines.append(f"  {w['target']} worker {w['worker']}: node {str(w.get('node_id', ''))[:12]} "
-                     f"{w.get('hostname', '?')} {w.get('ip', '?')}, {w.get('cpus', 0):g} CPU")
-    return lines
 

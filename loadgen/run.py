@@ -136,6 +136,7 @@ class RunSummary:
     measured_ticks: int = 0
     broker_failures: list[str] = field(default_factory=list)  # brokers that died unbidden
     stopped_for: str | None = None  # why the run stopped itself early (the machine's memory)
+    placement: dict[str, Any] | None = None  # run.json's cluster_placement (--cluster)
 
 
 # room for the files inside a run directory: its path may use this much less than PATH_MAX
@@ -473,6 +474,7 @@ class Run:
             summary.stopped_early = self.stop_requested
             summary.broker_failures = list(self.broker_failures)
             summary.stopped_for = self.stopped_for
+            summary.placement = self.cluster.placement() if self.cluster is not None else None
             self._set_phase(Phase.WRITING, "writing run files")
             summary.targets = [r.totals for r in self.runners]
             if self._search is not None:

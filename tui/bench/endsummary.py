@@ -218,7 +218,23 @@ def render(summary: Any, end: EndSummary, marks: dict[str, str] | None = None) -
             names = list(table[chunk[0]])
             lines += _table(chunk, [(name, [table[label][name] for label in chunk]) for name in names])
         lines.append("")
+    placement = getattr(summary, "placement", None)
+    if placement:
+        lines += placement_lines(placement)
     return "\n".join(lines)
+
+
+def placement_lines(placement: dict[str, Any]) -> list[str]:
+    """Where a run on a cluster had its load: one line per load actor (run.json's
+    cluster_placement)."""
+    lines = [f"load on the Ray cluster {placement['address']} (Ray {placement['ray_version']}, "
+             f"{placement['nodes']} node(s), {placement['strategy']})"]
+    for w in placement["workers"]:
+        lines.append(f"  {_fit(w['target'], NAME - 1)} worker {w['worker']}: node "
+                     f"{str(w.get('node_id', ''))[:12]} on {w.get('hostname', '?')} "
+                     f"({w.get('ip', '?')}, {w.get('cpus', 0):g} CPU)")
+    lines.append("")
+    return lines
 
 
 def recorded_rows(run_dir: Path) -> dict[str, dict[str, str]]:

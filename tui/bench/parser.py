@@ -256,6 +256,17 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                      help="load processes per target, its producers and consumers dealt over "
                           "them (a Python process drives about one core); auto (the default): "
                           "one per producer and consumer while the host has cores to spare")
+    run.add_argument("--cluster", metavar="ADDRESS",
+                     help="run each target's producers and consumers as Ray actors on a Ray "
+                          "cluster's nodes (the cluster extra): ray://HOST:PORT, the head's "
+                          "HOST:PORT, or auto (RAY_ADDRESS, else the head started here); the "
+                          "brokers, the dashboard and the run files stay here (docs/cluster.md)")
+    run.add_argument("--nodes", type=_positive_int, metavar="N",
+                     help="--cluster: nodes the load takes, one load actor per node and target "
+                          "(default: every node alive)")
+    run.add_argument("--placement", choices=("spread", "pack"), metavar="spread|pack",
+                     help="--cluster: spread (the default): every actor of a target on another "
+                          "node; pack: on as few nodes as have the CPUs")
     run.add_argument("--at", action="append", default=[], metavar="TIME:ACTION=VALUE",
                      help="an intervention at a time of the measuring phase (repeatable): "
                           "30s:rate=5000, 45s:rate=max@redis, 60s:kill=kafka-2, 90s:start=kafka-2, "

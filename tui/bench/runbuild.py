@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from loadgen.core.errors import StreambenchError, WorkloadError
 
 if TYPE_CHECKING:
+    from loadgen.cluster import Cluster
     from loadgen.core.target import Target
     from loadgen.core.workload import Workload
     from loadgen.run import Run
@@ -167,6 +168,22 @@ def check_target(spec: str, args: argparse.Namespace, workload: Workload | None 
                              args.keep)
 
 
+def connect_cluster(args: argparse.Namespace, targets: int) -> Cluster | None:
+    """--cluster: the Ray cluster the load goes to, reached and its nodes placed (one load
+    actor per node and target: args.processes becomes their number); None without it. Raises
+    ClusterError (one line, exit 2) for a cluster that cannot be used."""
+    if not getattr(args, "cluster", None):
+        if getattr(args, "nodes", None) is not None or getattr(args, "placement", None):
+            raise WorkloadError("--nodes and --placement choose nodes of a --cluster")
+        return None
+    from loadgen.cluster import Cluster
+
+    cluster = Cluster(args.cluster, args.nodes, args.placement or "spread", targets)
+    cluster.connect()
+    args.processes = cluster.workers
+    return cluster
+
+
 def build_run(args: argparse.Namespace,
               argv: Sequence[str]) -> tuple[Run, dict[str, Baseline] | None]:
     """The Run `streambench run` would start for these arguments (nothing started yet), and
@@ -188,11 +205,13 @@ def build_run(args: argparse.Namespace,
     targets = unique_labels([check_target(spec, args, workload) for spec in args.targets])
     check_backlog_room(workload, targets)
     check_memory_room(workload, targets, args.min_free_memory)
+    cluster = connect_cluster(args, len(targets))
     run_args = dict(workload=workload, targets=targets, out_dir=args.out,
                     record_raw=args.record_raw_samples, track_ids=args.track_delivery,
                     processes=args.processes, argv=["streambench", *argv],
                     min_free_memory=args.min_free_memory)
-    run = Run(**run_args, recorder=with_interval_logs(ParquetSink) if args.hdr_log else ParquetSink)
+    run = Run(**run_args, cluster=cluster,
+              recorder=with_interval_logs(ParquetSink) if args.hdr_log else ParquetSink)
     if args.baseline and args.headless:
         raise StreambenchError("--baseline draws in the dashboard: not with --headless")
     return run, baselines(args.baseline, run.labels)
