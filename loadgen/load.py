@@ -41,6 +41,14 @@ MAX_RATE_BATCH_BYTES = 1 << 20  # large messages go in smaller batches at maximu
 SEND_ERRORS_SAID = 5
 # how a rate change that dropped slots says so (a worker process's answer, summed over them)
 DROPPED_SLOTS = "slots owed at the old rate dropped"
+
+
+def dropped_slots(detail: str) -> int:
+    """The slots a rate change's text says it dropped (`…; 1,200 slots owed at the old rate
+    dropped`); 0 when it dropped none."""
+    if not detail.endswith(DROPPED_SLOTS):
+        return 0
+    return int(detail.rpartition("; ")[2].split(" ", 1)[0].replace(",", ""))
 # a client whose connection was lost is opened again after this pause, doubling up to the max
 RECONNECT_FIRST_S = 0.1
 # receive errors are said once per kind: the first this many characters of `Type: message`

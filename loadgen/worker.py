@@ -39,7 +39,15 @@ from loadgen.core.stack import StackDescription
 from loadgen.core.target import Target
 from loadgen.core.ticks import LoadgenHealth, Phase, Tick
 from loadgen.core.workload import Workload
-from loadgen.load import DROPPED_SLOTS, STACK_ONLY, LoadHandle, Publish, TargetLoad, TargetTotals
+from loadgen.load import (
+    DROPPED_SLOTS,
+    STACK_ONLY,
+    LoadHandle,
+    Publish,
+    TargetLoad,
+    TargetTotals,
+    dropped_slots,
+)
 from loadgen.pacing import run_precise
 
 if TYPE_CHECKING:
@@ -447,7 +455,7 @@ class TargetWorker:
         dropped = [d.split("; ", 1) for d in details if d.endswith(DROPPED_SLOTS)]
         if not dropped:
             return details[0]
-        count = sum(int(tail.split(" ", 1)[0].replace(",", "")) for _, tail in dropped)
+        count = sum(dropped_slots(d) for d in details)
         return f"{dropped[0][0]}; {count:,} {DROPPED_SLOTS}"
 
     async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:

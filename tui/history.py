@@ -60,19 +60,13 @@ def _lag(tick: Tick) -> float:
     return float(tick.lag.total) if tick.lag is not None else math.nan
 
 
-def _lag_s(tick: Tick) -> float:
-    """Seconds behind: the lag over the consume rate (NaN when nothing is consumed)."""
-    rate = tick.consume_rate
-    return _lag(tick) / rate if rate > 0 else math.nan
-
-
 METRICS: dict[str, Metric] = {
     "produce_rate": Metric("produce", "/s", lambda t: t.produce_rate, mean_of),
     "e2e_p99": Metric("e2e p99", "ms", _e2e_p99_ms, max_of),
     "lag": Metric("lag", "", _lag, max_of),
     "cpu": Metric("cpu", "%", lambda t: t.resources.cpu_percent, mean_of),
     "consume_rate": Metric("consume", "/s", lambda t: t.consume_rate, mean_of),
-    "lag_s": Metric("behind", "s", _lag_s, max_of),
+    "lag_s": Metric("behind", "s", lambda t: t.lag_s, max_of),
 }
 
 

@@ -138,6 +138,13 @@ class Tick:
         return self.consumed / self.interval_s if self.interval_s > 0 else 0.0
 
     @property
+    def lag_s(self) -> float:
+        """Seconds behind: the lag over the consume rate (NaN when either is unknown or
+        nothing is consumed)."""
+        rate = self.consume_rate
+        return self.lag.total / rate if self.lag is not None and rate > 0 else float("nan")
+
+    @property
     def produce_mb_s(self) -> float:
         return self.produced_bytes / self.interval_s / 1e6 if self.interval_s > 0 else 0.0
 

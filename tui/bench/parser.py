@@ -212,6 +212,17 @@ def replay_speed(text: str) -> float:
     return value
 
 
+def metrics_address(text: str) -> tuple[str, int]:
+    """An argparse type: where --metrics serves (PORT on loopback, or ADDRESS:PORT)."""
+    from loadgen.core.errors import WorkloadError
+    from loadgen.exporter import parse_address
+
+    try:
+        return parse_address(text)
+    except WorkloadError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _processes(text: str) -> int | str:
     return "auto" if text.strip().lower() == "auto" else _positive_int(text)
 
@@ -276,6 +287,9 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                      help="no dashboard: one status line per target per second")
     run.add_argument("--out", type=Path, metavar="DIR",
                      help="run directory (default runs/<UTC time>-<workload>)")
+    run.add_argument("--metrics", type=metrics_address, metavar="[ADDRESS:]PORT",
+                     help="serve the live figures to Prometheus at http://ADDRESS:PORT/metrics "
+                          "from before the load to the end of the run (a bare PORT: 127.0.0.1)")
     run.add_argument("--report", action="store_true", help="write the report when the run ends")
     run.add_argument("--baseline", metavar="RUN_DIR[:TARGET]",
                      help="a recorded run drawn under each chart as a ghost series, with the "

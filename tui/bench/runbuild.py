@@ -214,7 +214,12 @@ def build_run(args: argparse.Namespace,
               recorder=with_interval_logs(ParquetSink) if args.hdr_log else ParquetSink)
     if args.baseline and args.headless:
         raise StreambenchError("--baseline draws in the dashboard: not with --headless")
-    return run, baselines(args.baseline, run.labels)
+    drawn = baselines(args.baseline, run.labels)
+    if getattr(args, "metrics", None):
+        from loadgen.exporter import serve
+
+        sys.stderr.write(f"streambench: metrics at {serve(run, *args.metrics).url}\n")
+    return run, drawn
 
 
 def baselines(spec: str | None, labels: list[str]) -> dict[str, Baseline] | None:

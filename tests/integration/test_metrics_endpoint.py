@@ -1,0 +1,209 @@
+"""`run --metrics`: a real Redis run served to Prometheus, scraped while it runs with plain HTTP
+and read back with prometheus_client's own text parser; its figures against the run's files."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.dataset as ds
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadgen.exporter import LATENCY_BOUNDS_S
+from tests.conftest import CLI, port_listening, run_cli, run_json
+
+pytestmark = pytest.mark.integration
+
+SIZE = 1024
+SCRAPE_EVERY_S = 0.1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_free(port: int) -> bool:
+    """Nothing listens there and a server can bind it again (connections the endpoint closed
+    may wait in TIME_WAIT, which SO_REUSEADDR, as every server sets it, passes)."""
+    if port_listening(port):
+        return False
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def scrape(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
+            return answer.read().decode()
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return None
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of a scrape by (name, labels), as prometheus_client parses the text."""
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(found: dict, name: str, **labels: str) -> float:
+    matches = [v for (n, ls), v in found.items() if n == name and labels.items() <= dict(ls).items()]
+    assert len(matches) == 1, (name, labels, matches)
+    return float(matches[0])
+
+
+def phase_of(found: dict) -> str:
+    (phase,) = [dict(ls)["phase"] for (n, ls), v in found.items()
+                if n == "streambench_phase" and v == 1.0]
+    return phase
+
+
+@dataclass
+class ServedRun:
+    run_dir: Path
+    port: int
+    returncode: int
+    stderr: str
+    scrapes: list[str]
+
+
+@pytest.fixture(scope="module")
+def served_run(tmp_path_factory) -> ServedRun:
+    """A 2 s warm-up + 4 s run at 1,000 msg/s of 1 KiB on a local redis-server, scraped every
+    0.1 s from before the load until the endpoint closes."""
+    run_dir = tmp_path_factory.mktemp("metrics") / "run"
+    port = free_port()
+    proc = subprocess.Popen(
+        [*CLI, "run", "redis", "--runtime", "local", "--headless", "--warmup", "2",
+         "--duration", "4", "--rate", "1000", "--size", str(SIZE), "--metrics", str(port),
+         "--out", str(run_dir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    scrapes: list[str] = []
+    deadline = time.monotonic() + 120
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if (text := scrape(port)) is not None:
+                scrapes.append(text)
+            time.sleep(SCRAPE_EVERY_S)
+        _, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return ServedRun(run_dir, port, proc.returncode, stderr, scrapes)
+
+
+def test_the_run_is_served_from_before_the_load_to_its_end(served_run: ServedRun) -> None:
+    assert served_run.returncode == 0, served_run.stderr
+    assert f"metrics at http://127.0.0.1:{served_run.port}/metrics" in served_run.stderr
+    phases: list[str] = []
+    for text in served_run.scrapes:
+        phase = phase_of(samples(text))
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
+    # the live phase moves forward through the run's phases; the drain of a run this small
+    # can be shorter than the scrape interval, so each phase's start time says it was entered
+    run_order = ["starting", "warm-up", "measuring", "draining", "writing", "done"]
+    assert phases == sorted(phases, key=run_order.index), phases
+    assert phases[0] == "starting" and {"warm-up", "measuring"} <= set(phases), phases
+    last = samples(served_run.scrapes[-1])
+    started = {p: value(last, "streambench_phase_start_time_seconds", phase=p) for p in run_order}
+    assert sorted(started, key=started.__getitem__) == run_order, started
+    ticks = ds.dataset(served_run.run_dir / "ticks", format="parquet").to_table().to_pydict()
+    draining = min(t for t, p in zip(ticks["time"], ticks["phase"], strict=True) if p == "draining")
+    assert started["measuring"] < started["draining"] <= draining.timestamp()
+    # the endpoint waited for one scrape of the final figures, then freed its port
+    assert phases[-1] == "done", phases
+    assert port_free(served_run.port)
+
+
+def test_counters_at_the_end_equal_the_run_files(served_run: ServedRun) -> None:
+    last = samples(served_run.scrapes[-1])
+    (totals,) = run_json(served_run.run_dir)["totals"]
+    target = {"target": totals["label"], "platform": "redis"}
+    produced = value(last, "streambench_produced_messages_total", **target)
+    assert produced == totals["produced"] > 0
+    assert value(last, "streambench_consumed_messages_total", **target) == totals["consumed"]
+    assert value(last, "streambench_produced_bytes_total", **target) == produced * SIZE
+    assert value(last, "streambench_send_errors_total", **target) == totals["send_errors"]
+    ticks = ds.dataset(served_run.run_dir / "ticks", format="parquet").to_table().to_pydict()
+    assert value(last, "streambench_broker_network_receive_bytes_total", **target) == sum(
+        ticks["net_rx_bytes"])
+    # the counters never went backwards between scrapes
+    seen = [value(samples(t), "streambench_produced_messages_total", **target)
+            for t in served_run.scrapes
+            if any(n == "streambench_produced_messages_total" for n, _ in samples(t))]
+    assert seen == sorted(seen)
+
+
+def test_events_are_counted_by_kind(served_run: ServedRun) -> None:
+    last = samples(served_run.scrapes[-1])
+    events = ds.dataset(served_run.run_dir / "events", format="parquet").to_table().to_pydict()
+    kinds = [k for k, t in zip(events["kind"], events["target"], strict=True) if t]
+    assert "assignment" in kinds
+    for kind in set(kinds):
+        served = sum(v for (n, ls), v in last.items()
+                     if n == "streambench_events_total" and dict(ls)["kind"] == kind)
+        assert served == kinds.count(kind), kind
+
+
+@pytest.mark.parametrize("kind, series", [("e2e", "end_to_end_latency"),
+                                          ("publish", "publish_latency"),
+                                          ("delay", "publish_delay")])
+def test_histograms_are_the_runs_own_buckets(served_run: ServedRun, kind: str, series: str) -> None:
+    """_count and _sum equal the ticks' samples; each bucket equals the latency table's
+    samples whose bucket value is at most its bound (numpy on the Parquet rows)."""
+    last = samples(served_run.scrapes[-1])
+    name = f"streambench_{series}_seconds"
+    latency = ds.dataset(served_run.run_dir / "latency", format="parquet").to_table().to_pydict()
+    mine = [i for i, k in enumerate(latency["kind"]) if k == kind]
+    values = np.array([latency["value_ns"][i] for i in mine], dtype=np.int64)
+    counts = np.array([latency["count"][i] for i in mine], dtype=np.int64)
+    ticks = ds.dataset(served_run.run_dir / "ticks", format="parquet").to_table().to_pydict()
+    assert value(last, f"{name}_count") == counts.sum() == sum(ticks[f"{kind}_count"]) > 0
+    assert value(last, f"{name}_sum") == pytest.approx(sum(ticks[f"{kind}_sum"]) / 1e9, rel=1e-12)
+    buckets = {dict(ls)["le"]: v for (n, ls), v in last.items() if n == f"{name}_bucket"}
+    assert len(buckets) == len(LATENCY_BOUNDS_S) + 1
+    for le, served in buckets.items():
+        bound = float(le)
+        assert served == (counts[values <= bound * 1e9].sum() if bound != float("inf")
+                          else counts.sum()), le
+
+
+BAD = [(["--metrics", "nine"], "expected PORT or ADDRESS:PORT"),
+       (["--metrics", "127.0.0.1:0"], "a port from 1 to 65535"),
+       (["--metrics", "somehost:9464"], "is not an IP address")]
+
+
+@pytest.mark.parametrize("args, fragment", BAD, ids=[a[1] for a, _ in BAD])
+def test_bad_metrics_address_one_line_exit_2(args: list[str], fragment: str) -> None:
+    res = run_cli(["run", "redis", "--runtime", "local", "--headless", "--duration", "1", *args])
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("streambench: error") and fragment in lines[0], \
+        res.stderr
+
+
+def test_a_taken_port_exit_2_before_anything_starts(no_leftover_redis) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = run_cli(["run", "redis", "--runtime", "local", "--headless", "--duration", "1",
+                       "--metrics", f"127.0.0.1:{port}"])
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "cannot listen there" in lines[0], res.stderr
