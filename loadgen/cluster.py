@@ -220,7 +220,7 @@ class LoadActorHandle:
                       "cpus": node.get("Resources", {}).get("CPU", 0),
                       "ray_version": where["ray_version"], "pid": where["pid"]}
         if where["ray_version"] != ray.__version__:
-            raise StackError(f"{self.label}: Ray {where['ray_version']} on node "
+            raise ClusterError(f"{self.label}: Ray {where['ray_version']} on node "
                              f"{where['node_id'][:12]}, {ray.__version__} here")
         self._poller = asyncio.create_task(self._poll())
 

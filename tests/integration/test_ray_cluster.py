@@ -1,0 +1,162 @@
+"""`run --cluster` on a real two-node Ray cluster of this machine (loopback): a Redis target's
+producers and consumers in Ray actors, one on each node, the broker and the coordinator here.
+The counts are checked against the broker's own (XLEN, XINFO GROUPS), the rate against the
+ticks, the placement against the cluster's own node list; a cluster nothing answers at is one
+line and exit 2; no actor outlives its run, however the run ends."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+import redis
+
+from analysis.sink import ParquetSink
+from loadgen.cluster import LEASE_S, Cluster
+from loadgen.core.events import PhaseChange
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Phase
+from loadgen.core.workload import Workload
+from loadgen.pacing import run_precise
+from loadgen.platforms import resolve_target
+from loadgen.run import Run, RunSummary
+from tests.conftest import CliRun, run_cli, run_json
+from tests.integration.ray_support import RayCluster, free_port, ray_cluster  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+RATE = 4000.0
+WARMUP_S = 1
+DURATION_S = 5
+
+
+@pytest.fixture(scope="module")
+def redis_port() -> Iterator[int]:
+    """A redis-server of its own, so that its streams can be read after the run's load."""
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                               "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(port=port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.1)
+        yield port
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+@pytest.fixture(scope="module")
+def spread_run(ray_cluster: RayCluster, redis_port: int,  # noqa: F811
+               tmp_path_factory: pytest.TempPathFactory
+               ) -> tuple[Path, RunSummary, dict[str, Any], dict[str, str], list[int]]:
+    """2 producers and 2 consumers of one topic (2 partitions) over the cluster's 2 nodes;
+    the broker's own counts read when the load is over, before the topic is deleted."""
+    run_dir = tmp_path_factory.mktemp("ray") / "run"
+    workload = Workload(name="ray", rate=RATE, duration_s=DURATION_S, warmup_s=WARMUP_S,
+                        partitions=2, producers=2, consumers=2, message_size=256)
+    cluster = Cluster(ray_cluster.gcs, nodes=2, strategy="spread")
+    cluster.connect()
+    import ray
+
+    # each node's id, by the resource the fixture gave it: the cluster's own account
+    nodes = {n["NodeID"]: next(r for r in n["Resources"] if r.startswith("sb_node_"))
+             for n in ray.nodes() if n["Alive"]}
+    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
+              out_dir=run_dir, track_ids=True, processes=cluster.workers, cluster=cluster,
+              recorder=ParquetSink)
+    broker: dict[str, Any] = {}
+    actors: list[int] = []
+
+    def watch(item: object) -> None:
+        if isinstance(item, PhaseChange) and item.phase is Phase.WRITING and not broker:
+            client = redis.Redis(port=redis_port)
+            ((_topic, layout),) = run.runners[0].describe()["layout"].items()
+            streams = layout["streams"]  # a partition is a stream
+            assert len(streams) == 2
+            broker["xlen"] = sum(client.xlen(s) for s in streams)
+            broker["groups"] = [g for s in streams for g in client.xinfo_groups(s)]
+        if isinstance(item, PhaseChange) and item.phase is Phase.MEASURING and not actors:
+            actors.extend(p.pid for p in ray_cluster.load_actors())
+
+    run.subscribe(watch)
+    summary = run_precise(run.execute())
+    return run_dir, summary, broker, nodes, actors
+
+
+def test_counts_equal_the_brokers_and_every_message_is_read_once(spread_run):
+    _, summary, broker, _, _ = spread_run
+    (t,) = summary.targets
+    assert t.send_errors == 0 and t.receive_errors == 0
+    assert t.produced == int(RATE * (WARMUP_S + DURATION_S))  # no slot of any producer skipped
+    assert broker["xlen"] == t.produced
+    groups = broker["groups"]
+    assert len(groups) == 2  # one consumer group on each stream
+    assert sum(g["entries-read"] for g in groups) == t.produced
+    assert all(g["lag"] == 0 and g["pending"] == 0 for g in groups)
+    assert t.consumed == t.produced and t.duplicates == 0
+    assert t.drained and t.final_lag == 0
+
+
+def test_the_rate_is_the_asked_one(spread_run):
+    run_dir, summary, _, _, _ = spread_run
+    ticks = ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pydict()
+    measuring = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
+    assert len(measuring) == DURATION_S
+    achieved = (sum(ticks["produced"][i] for i in measuring)
+                / sum(ticks["interval_s"][i] for i in measuring))
+    assert abs(achieved - RATE) / RATE < 0.01, f"achieved {achieved:.1f} msg/s"
+    assert sum(ticks["produced"]) == summary.targets[0].produced  # every actor's ticks merged
+
+
+def test_the_placement_names_both_nodes(spread_run, ray_cluster):  # noqa: F811
+    run_dir, summary, _, nodes, actors = spread_run
+    placement = run_json(run_dir)["cluster_placement"]
+    assert placement == summary.placement
+    assert placement["nodes"] == 2 and placement["strategy"] == "spread"
+    workers = placement["workers"]
+    assert sorted(w["worker"] for w in workers) == [0, 1]
+    assert {w["node_id"] for w in workers} == set(nodes)  # one actor on each node
+    assert all(w["ip"] and w["hostname"] and w["cpus"] == 1 and w["ray_version"] for w in workers)
+    assert sorted(w["pid"] for w in workers) == sorted(actors)  # the actors seen while measuring
+    assert ray_cluster.no_load_actor_within(5)  # none left once the run is over (ray.kill)
+
+
+def test_a_cluster_nothing_answers_at_is_one_line_and_exit_2(tmp_path):
+    res = run_cli(["run", "redis@127.0.0.1:1", "--headless", "--duration", "2",
+                   "--cluster", f"127.0.0.1:{free_port()}", "--out", str(tmp_path / "run")])
+    assert res.returncode == 2
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("streambench: error: cannot reach the Ray cluster at 127.0.0.1:")
+    assert not (tmp_path / "run").exists()  # nothing started
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_no_actor_outlives_its_coordinator(sig, ray_cluster, redis_port, tmp_path):  # noqa: F811
+    """Through Ray Client: SIGTERM ends the run (exit 143) with its actors closed; SIGKILL
+    leaves them to notice it themselves, within their lease."""
+    cli = CliRun(["run", f"redis@127.0.0.1:{redis_port}", "--headless", "--rate", "1000",
+                  "--warmup", "0", "--duration", "60", "--cluster", ray_cluster.client,
+                  "--out", str(tmp_path / "run")])
+    try:
+        cli.wait_for_line("measuring ", 90)
+        assert len(ray_cluster.load_actors()) == 2
+        cli.signal(sig)
+        code, _, err = cli.finish(60)
+        assert code == (143 if sig is signal.SIGTERM else -signal.SIGKILL), err[-2000:]
+        assert ray_cluster.no_load_actor_within(5 if sig is signal.SIGTERM else LEASE_S + 10)
+    finally:
+        if cli.proc.poll() is None:
+            cli.proc.kill()
