@@ -26,8 +26,9 @@ def _values(*kinds: EventKind) -> tuple[str, ...]:
 
 
 CHANGE_KINDS = _values(EventKind.RATE, EventKind.PRODUCERS, EventKind.CONSUMERS)
-# a fault: `fault-<action>` (EventKind.FAULT_*; a run of an older version may hold other actions)
-FAULT_PREFIX = "fault-"
+# a fault: `fault-<action>` on a broker (EventKind.FAULT_*; a run of an older version may hold
+# other actions), `net-<action>` on its links (EventKind.NET_*)
+FAULT_PREFIXES = ("fault-", "net-")
 RECOVERY_KINDS = _values(EventKind.RECOVERED, EventKind.NOT_RECOVERED)
 BACKLOG_KIND = EventKind.BACKLOG_DRAINED.value
 # listed beside the changes: they say which seconds describe streambench rather than the broker,
@@ -59,7 +60,7 @@ LOG_KINDS = _values(
 
 
 def is_fault(kind: str) -> bool:
-    return kind.startswith(FAULT_PREFIX)
+    return kind.startswith(FAULT_PREFIXES)
 
 
 def is_change(kind: str) -> bool:

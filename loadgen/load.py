@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -16,13 +17,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from compose.toxiproxy import VERSION, Toxiproxy
 from loadgen.core.bus import BusItem
 from loadgen.core.collector import Collector, Reading
 from loadgen.core.driver import Consumer, Driver, OutMessage, Producer, ReceivedBatch
 from loadgen.core.errors import StackError
 from loadgen.core.events import RunEvent
 from loadgen.core.histogram import Histogram
-from loadgen.core.interventions import Intervention
+from loadgen.core.interventions import PROXIED_OPTION, Intervention
 from loadgen.core.stack import Stack, StackContext, StackDescription
 from loadgen.core.target import Target
 from loadgen.core.ticks import ConsumerStat, Phase, RawSamples, Resources, Tick
@@ -118,6 +120,8 @@ class LoadHandle(Protocol):
 
     async def fault(self, action: str, broker: str) -> None: ...
 
+    async def network_fault(self, item: Intervention) -> str: ...
+
     async def control(self, item: Intervention) -> str:
         """Change the load (rate, producers or consumers stopped or started); returns what
         changed, as `old → new`."""
@@ -161,6 +165,10 @@ class TargetLoad:
         self.stack: Stack | None = None
         self._stack_watch: asyncio.Task[None] | None = None
         self.desc: StackDescription | None = None
+        # what the clients reach: the stack's description with its proxied endpoints replaced by
+        # the proxies' (the same as desc without network faults)
+        self.client_desc: StackDescription | None = None
+        self._toxiproxy: Toxiproxy | None = None
         self.driver: Driver | None = None
         self.producers: list[Producer] = []
         self._producer_numbers: list[int] = []  # each producer's number over all processes
@@ -214,7 +222,8 @@ class TargetLoad:
         await self.stack.ready(float(os.environ.get(READY_TIMEOUT_ENV) or READY_TIMEOUT_S), progress)
         self.desc = self.stack.describe()
         self._stack_watch = asyncio.create_task(self.stack.watch())  # brokers that die
-        self.driver = self.platform.make_driver(self.target, self.desc)
+        self.client_desc = await self._proxied(self.desc, progress)
+        self.driver = self.platform.make_driver(self.target, self.client_desc)
         self.driver.expect(self.workload.message_size)
         await self.driver.connect()
         w = self.workload
@@ -227,6 +236,21 @@ class TargetLoad:
             await c.start()
         await self._start_clients()
         progress(f"{self.label}: ready ({self.desc.runtime}, {self.desc.version or 'version unknown'})")
+
+    async def _proxied(self, desc: StackDescription, progress: Callable[[str], None]) -> StackDescription:
+        """With network faults asked for, a Toxiproxy in front of each of the platform's
+        proxied endpoints, and the description the clients get: the proxies' addresses."""
+        if not self.target.options.get(PROXIED_OPTION):
+            return desc
+        self._toxiproxy = Toxiproxy(self.label)
+        await self._toxiproxy.start(progress)
+        endpoints = dict(desc.endpoints)
+        for key in self.platform.proxied_endpoints:
+            link = await self._toxiproxy.proxy(key, desc.endpoints[key])
+            endpoints[key] = link.listen
+        links = "; ".join(f"{k} {v}" for k, v in self._toxiproxy.describe().items())
+        progress(f"{self.label}: clients through Toxiproxy {VERSION}: {links}")
+        return dataclasses.replace(desc, endpoints=endpoints)
 
     async def join(self, desc: StackDescription) -> None:
         """A further process: reach the stack the first one started, take its topics, start
@@ -273,6 +297,7 @@ class TargetLoad:
             "options": {k: v for k, v in self.target.options.items()},
             "runtime": desc.runtime if desc else self.target.runtime,
             "endpoints": desc.endpoints if desc else {},
+            **({"proxies": self._toxiproxy.describe()} if self._toxiproxy is not None else {}),
             "pids": list(desc.pids) if desc else [],
             "containers": list(desc.container_ids) if desc else [],
             "version": desc.version if desc else "",
@@ -292,6 +317,14 @@ class TargetLoad:
         if self.stack is None:
             raise StackError(f"{self.label}: no stack to {action} a broker of (not started here)")
         await self.stack.fault(action, broker)
+
+    async def network_fault(self, item: Intervention) -> str:
+        """One network fault (NETWORK_ACTIONS) on the target's proxied links; returns what it
+        did, for its event."""
+        if self._toxiproxy is None:
+            raise StackError(f"{self.label}: {item.describe()}: its clients do not go through a "
+                             "proxy (start the run with --network-faults)")
+        return await self._toxiproxy.apply(item)
 
     async def control(self, item: Intervention) -> str:
         """Change this process's share of the load; returns what changed (old → new). The run
@@ -729,6 +762,9 @@ class TargetLoad:
         if self._stack_watch is not None:
             self._stack_watch.cancel()
             await asyncio.gather(self._stack_watch, return_exceptions=True)
+        if self._toxiproxy is not None:
+            with contextlib.suppress(Exception):
+                await self._toxiproxy.stop(self._log_dir)
         if self.stack is not None:
             with contextlib.suppress(Exception):
                 await self.stack.down()

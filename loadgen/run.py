@@ -35,9 +35,10 @@ from loadgen.core.errors import (
     StreambenchError,
     WorkloadError,
 )
-from loadgen.core.events import PhaseChange, RunEvent, RunMeta
+from loadgen.core.events import PhaseChange, RunEvent, RunMeta, network_kind
 from loadgen.core.interventions import (
     FAULT_ACTIONS,
+    PROXIED_OPTION,
     Intervention,
     broker_names,
     check_fault,
@@ -272,7 +273,8 @@ class Run:
                                                  str(memory), PLATFORMS[t.platform].memory_relief)
         self._container_memory = ContainerMemoryWatch(limits)
         # the faults each target's platform takes on its runtime
-        self.faults = {t.label: PLATFORMS[t.platform].fault_actions(t.runtime) for t in targets}
+        self.faults = {t.label: PLATFORMS[t.platform].fault_actions(
+            t.runtime, bool(t.options.get(PROXIED_OPTION))) for t in targets}
         check_schedule(workload.schedule, self.labels, self.brokers, workload.duration_s, self.faults)
         self.rates = {t.label: driven.rate for t in targets}  # each target's rate now
         self._recovery = RecoveryWatch(workload.subscriptions)
@@ -787,6 +789,9 @@ class Run:
             await runner.fault(item.action, own)  # the stack records the fault as an event
             self._recovery.fault(label, f"{item.action} {item.broker}", time.time_ns())
             return
+        if item.network:
+            await self._network_fault(item)
+            return
         for runner in self._runners_for(item.target):
             detail = await runner.control(item)
             now = time.time_ns()  # the change's time, for its event and the drain watch
@@ -801,6 +806,24 @@ class Run:
                 else:
                     self._drain.stopped(runner.label, now)
                     self._consumers_stopped.add(runner.label)
+
+    async def _network_fault(self, item: Intervention) -> None:
+        """A network fault on the proxied links of one target, or of every target that has
+        them (heal with no target); recorded as a net-<action> event, and measured for
+        recovery like a broker fault (a heal as its end)."""
+        chosen = ([item.target] if item.target is not None
+                  else [label for label in self.labels if item.action in self.faults[label]])
+        if not chosen:
+            raise WorkloadError(f"{item.describe()}: no target's clients go through a proxy "
+                                "(start the run with --network-faults)")
+        for label in chosen:
+            check_fault(item.action, label, self.faults[label], item.describe())
+        for label in chosen:
+            (runner,) = self._runners_for(label)
+            began = time.time_ns()  # the fault acts as the proxy takes it, before it answers
+            detail = await runner.network_fault(item)
+            self.publish(RunEvent(began, label, network_kind(item.action), detail))
+            self._recovery.fault(label, f"{item.action} {label}", began)
 
     async def _restart_consumers(self) -> None:
         """The drain needs every consumer: those the user stopped start again."""

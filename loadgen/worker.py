@@ -145,7 +145,7 @@ Handler = Callable[..., Awaitable[Any]]
 
 async def _start(load: TargetLoad, conn: Connection) -> tuple[dict[str, Any], StackDescription | None]:
     await load.start(lambda msg: _send(conn, ("progress", msg)))
-    return load.describe(), load.desc
+    return load.describe(), load.client_desc  # further processes' clients go where its own go
 
 
 async def _join(load: TargetLoad, conn: Connection, desc: StackDescription) -> None:
@@ -175,6 +175,10 @@ async def _fault(load: TargetLoad, conn: Connection, action: str, broker: str) -
     await load.fault(action, broker)
 
 
+async def _network_fault(load: TargetLoad, conn: Connection, item: Intervention) -> str:
+    return await load.network_fault(item)
+
+
 async def _control(load: TargetLoad, conn: Connection, item: Intervention) -> str:
     return await load.control(item)
 
@@ -187,6 +191,7 @@ HANDLERS: dict[str, Handler] = {
     "start_load": _start_load,
     "stop_producing_at": _stop_producing_at,
     "fault": _fault,
+    "network_fault": _network_fault,
     "control": _control,
 }
 
@@ -446,6 +451,11 @@ class TargetWorker:
         """Pause, unpause, kill, start or restart one broker of the target (docker runtime);
         recorded as a run event."""
         await self._procs[0].request("fault", action, broker)
+
+    async def network_fault(self, item: Intervention) -> str:
+        """A network fault on the target's proxied links (the first process runs the proxy);
+        returns what it did."""
+        return str(await self._procs[0].request("network_fault", item))
 
     async def control(self, item: Intervention) -> str:
         """A change of the load (rate, producers or consumers stopped or started) in every

@@ -595,7 +595,8 @@ class DashboardApp(App[DashboardResult]):
             return
         brokers = [name for label in self.scope
                    for name in first_names(self.bench.brokers.get(label, {}))]
-        if not brokers:
+        proxied = [label for label in self.scope if "partition" in self.bench.faults.get(label, ())]
+        if not brokers and not proxied:
             self.notify("no broker to inject a fault into: an existing cluster has none here",
                         severity="warning")
             return
@@ -604,7 +605,7 @@ class DashboardApp(App[DashboardResult]):
             if item is not None:
                 self._intervene([item])
 
-        self.push_screen(FaultScreen(brokers), chosen)
+        self.push_screen(FaultScreen(brokers, proxied), chosen)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for command in super().get_system_commands(screen):

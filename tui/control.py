@@ -52,19 +52,31 @@ class RateScreen(ModalScreen[float | None]):
         self.dismiss(None)
 
 
+DASHBOARD_LATENCY_MS = 50.0  # the network faults the fault dialog offers
+DASHBOARD_BANDWIDTH = 1e6  # B/s
+
+
 class FaultScreen(ModalScreen[Intervention | None]):
-    """Picks a fault for one broker: every action for every broker of the targets in scope."""
+    """Picks a fault for one broker: every action for every broker of the targets in scope; and
+    for each target in scope whose links are proxied (`proxied`), the network faults, with the
+    dashboard's amounts (--at takes others)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "cancel")]
 
-    def __init__(self, brokers: list[str]) -> None:
+    def __init__(self, brokers: list[str], proxied: list[str] | None = None) -> None:
         super().__init__()
         self.choices = [Intervention(action, broker=b) for b in brokers for action in FAULT_ACTIONS]
+        for label in proxied or []:
+            self.choices += [Intervention("latency", label, latency_ms=DASHBOARD_LATENCY_MS),
+                             Intervention("bandwidth", label, bandwidth=DASHBOARD_BANDWIDTH),
+                             *(Intervention(action, label) for action in ("partition", "reset", "heal"))]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label("fault to inject (Enter), Esc cancels")
-            yield OptionList(*(Option(f"{c.action:<8} {c.broker}") for c in self.choices), id="faults")
+            yield OptionList(*(Option(f"{c.action:<8} {c.target if c.network else c.broker}"
+                                      + (f" ({c.describe()})" if c.latency_ms or c.bandwidth else ""))
+                               for c in self.choices), id="faults")
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(self.choices[event.option_index])

@@ -25,7 +25,7 @@ NS_PER_MS = 1e6
 EVENTS_KEPT = 200
 # events drawn as a marker on the charts: changes of the load and faults
 MARKED_KINDS = ("rate", "producers", "consumers")
-MARKED_PREFIX = "fault-"
+MARKED_PREFIX = ("fault-", "net-")  # a broker's faults and its links'
 
 Reducer = Callable[[Sequence[float]], float]
 

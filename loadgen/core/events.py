@@ -26,6 +26,12 @@ class EventKind(StrEnum):
     FAULT_START = "fault-start"
     FAULT_RESTART = "fault-restart"
     BROKER_DIED = "broker-died"
+    # a network fault on a target's proxied links (`net-<action>` for each of NETWORK_ACTIONS)
+    NET_LATENCY = "net-latency"
+    NET_BANDWIDTH = "net-bandwidth"
+    NET_PARTITION = "net-partition"
+    NET_RESET = "net-reset"
+    NET_HEAL = "net-heal"
     # what the run loop measured after a fault or a consumers' restart
     RECOVERED = "recovered"
     NOT_RECOVERED = "not-recovered"
@@ -66,9 +72,19 @@ class EventKind(StrEnum):
     PHASE = "phase"
 
 
+NETWORK_KINDS: frozenset[EventKind] = frozenset({
+    EventKind.NET_LATENCY, EventKind.NET_BANDWIDTH, EventKind.NET_PARTITION, EventKind.NET_RESET,
+    EventKind.NET_HEAL})
+
+
 FAULT_KINDS: frozenset[EventKind] = frozenset({
     EventKind.FAULT_PAUSE, EventKind.FAULT_RESUME, EventKind.FAULT_KILL, EventKind.FAULT_START,
-    EventKind.FAULT_RESTART})
+    EventKind.FAULT_RESTART}) | NETWORK_KINDS  # the faults a run injects, on brokers and links
+
+
+def network_kind(action: str) -> EventKind:
+    """The event of one network fault action (`partition` → `net-partition`)."""
+    return EventKind(f"net-{action}")
 
 
 def fault_kind(action: str) -> EventKind:

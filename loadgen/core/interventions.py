@@ -1,6 +1,7 @@
 """Interventions in a running benchmark: rate changes, producers and consumers stopped and
-started, broker faults. The same records come from the dashboard's keys, from `--at` flags and
-from a workload's `schedule:` list, so a session found interactively can be replayed exactly.
+started, broker faults, network faults on the links between clients and brokers. The same
+records come from the dashboard's keys, from `--at` flags and from a workload's `schedule:`
+list, so a session found interactively can be replayed exactly.
 
 Shared vocabulary: parsing and validation only; the run loop carries them out."""
 
@@ -15,8 +16,19 @@ from loadgen.core.errors import WorkloadError
 
 FAULT_ACTIONS = ("pause", "resume", "kill", "start", "restart")
 SWITCH_ACTIONS = ("producers", "consumers")  # = stop | start
-ACTIONS = ("rate", *SWITCH_ACTIONS, *FAULT_ACTIONS)
+# faults of a target's proxied links (latency=50ms[,jitter=10ms]@T, bandwidth=1MB/s@T,
+# partition@T, reset@T, heal@T, heal): Toxiproxy in front of each client listener
+NETWORK_ACTIONS = ("latency", "bandwidth", "partition", "reset", "heal")
+# the key of a target's options set when the run puts its client links behind proxies
+PROXIED_OPTION = "network_faults"
+ACTIONS = ("rate", *SWITCH_ACTIONS, *FAULT_ACTIONS, *NETWORK_ACTIONS)
 MAX_RATE = 1e9
+MAX_DELAY_MS = 60_000.0
+MIN_BANDWIDTH = 1000.0  # B/s: Toxiproxy's bandwidth toxic counts whole KB/s
+_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s)?\s*$", re.IGNORECASE)
+_DELAY_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+_BANDWIDTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?)?b/s\s*$", re.IGNORECASE)
+_BANDWIDTH_UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30}
 
 _TIME = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
 
@@ -34,6 +46,13 @@ class Intervention:
     at_s: float | None = None  # seconds after the measuring phase starts (scheduled ones)
     # "rate" from a rate search giving a rate up: slots owed at the old rate are dropped
     drop_owed: bool = False
+    latency_ms: float | None = None  # "latency": the delay added to each response, and its jitter
+    jitter_ms: float | None = None
+    bandwidth: float | None = None  # "bandwidth": B/s each way on each connection
+
+    @property
+    def network(self) -> bool:
+        return self.action in NETWORK_ACTIONS
 
     def describe(self) -> str:
         where = f"@{self.target}" if self.target else ""
@@ -43,7 +62,18 @@ class Intervention:
             return f"rate={value}{where}"
         if self.action in SWITCH_ACTIONS:
             return f"{self.action}={self.state}{where}"
+        if self.network:
+            return f"{self.action}{self._network_value()}{where}"
         return f"{self.action}={self.broker}"
+
+    def _network_value(self) -> str:
+        if self.action == "latency":
+            jitter = f",jitter={self.jitter_ms:g}ms" if self.jitter_ms else ""
+            return f"={self.latency_ms:g}ms{jitter}"
+        if self.action == "bandwidth":
+            assert self.bandwidth is not None
+            return f"={bandwidth_text(self.bandwidth)}"
+        return ""
 
     def to_schedule(self) -> dict[str, Any]:
         """As an entry of a workload's `schedule:` list."""
@@ -56,7 +86,72 @@ class Intervention:
             entry["rate"] = self.rate
         if self.state:
             entry["state"] = self.state
+        if self.latency_ms is not None:
+            entry["latency"] = f"{self.latency_ms:g}ms"
+        if self.jitter_ms:
+            entry["jitter"] = f"{self.jitter_ms:g}ms"
+        if self.bandwidth is not None:
+            entry["bandwidth"] = bandwidth_text(self.bandwidth)
         return entry
+
+
+def bandwidth_text(bytes_per_s: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if bytes_per_s >= size:
+            return f"{bytes_per_s / size:g}{unit}/s"
+    return f"{bytes_per_s:g}B/s"
+
+
+def parse_delay(text: str, what: str) -> float:
+    """'50ms', '50' (ms), '0.5s', '800us' → milliseconds."""
+    m = _DELAY.match(text)
+    if m is None:
+        raise WorkloadError(f"{what}: {text[:40]!r} is not a delay (e.g. 50ms, 0.5s, 800us)")
+    ms = float(m.group(1)) * _DELAY_UNITS[(m.group(2) or "ms").lower()]
+    if ms > MAX_DELAY_MS:
+        raise WorkloadError(f"{what}: {text[:40]!r}: at most {MAX_DELAY_MS / 1e3:g} s")
+    return ms
+
+
+def parse_bandwidth(text: str, what: str) -> float:
+    """'1MB/s', '512KB/s', '2MiB/s' → bytes per second."""
+    m = _BANDWIDTH.match(text)
+    if m is None:
+        raise WorkloadError(f"{what}: {text[:40]!r} is not a bandwidth (e.g. 1MB/s, 512KB/s, 2MiB/s)")
+    rate = float(m.group(1)) * _BANDWIDTH_UNITS[(m.group(2) or "").lower()]
+    if not MIN_BANDWIDTH <= rate <= 1e12:
+        raise WorkloadError(f"{what}: {text[:40]!r}: from 1KB/s up")
+    return rate
+
+
+def _parse_network(action: str, rest: str, what: str, at_s: float | None) -> Intervention:
+    """`latency=50ms[,jitter=10ms]`, `bandwidth=1MB/s`, `partition`, `reset`, `heal`, each with
+    an optional @TARGET (none: every target)."""
+    value, _, target = rest.partition("@")
+    target_label = target.strip() or None
+    value = value.strip()
+    if action in ("partition", "reset", "heal"):
+        if value:
+            raise WorkloadError(f"{what}: {action} takes no value ({action}@TARGET or {action})")
+        return Intervention(action, target_label, at_s=at_s)
+    if not value.startswith("="):
+        example = "latency=50ms,jitter=10ms" if action == "latency" else "bandwidth=1MB/s"
+        raise WorkloadError(f"{what}: {action} needs a value (e.g. {example}@redis)")
+    first, *more = value[1:].split(",")
+    if action == "bandwidth":
+        if more:
+            raise WorkloadError(f"{what}: bandwidth takes one value (e.g. bandwidth=1MB/s)")
+        return Intervention(action, target_label, at_s=at_s, bandwidth=parse_bandwidth(first, what))
+    jitter = 0.0
+    for part in more:
+        name, eq, amount = part.partition("=")
+        if name.strip().lower() != "jitter" or not eq:
+            raise WorkloadError(f"{what}: {part[:40]!r}: latency takes jitter=DELAY after its delay")
+        jitter = parse_delay(amount, what)
+    delay = parse_delay(first, what)
+    if delay <= 0:
+        raise WorkloadError(f"{what}: latency must be more than 0 ms")
+    return Intervention(action, target_label, at_s=at_s, latency_ms=delay, jitter_ms=jitter)
 
 
 def parse_seconds(text: str, what: str) -> float:
@@ -83,7 +178,11 @@ def parse_rate(text: str, what: str) -> float:
 
 
 def parse_action(text: str, what: str, at_s: float | None = None) -> Intervention:
-    """`ACTION=VALUE[@TARGET]`: rate=5000, rate=max@redis:aof, consumers=stop, kill=kafka-2."""
+    """`ACTION=VALUE[@TARGET]`: rate=5000, rate=max@redis:aof, consumers=stop, kill=kafka-2,
+    latency=20ms@redis, partition@redis, heal."""
+    name = re.split(r"[=@]", text, maxsplit=1)[0]
+    if name.strip().lower() in NETWORK_ACTIONS:
+        return _parse_network(name.strip().lower(), text[len(name):], what, at_s)
     action, _, rest = text.partition("=")
     action = action.strip().lower()
     if action not in ACTIONS:  # a known action without =VALUE is told what value it takes below
@@ -121,12 +220,19 @@ def parse_schedule(entries: Any, src: str) -> tuple[Intervention, ...]:
         what = f"{src}: schedule entry {i + 1}"
         if not isinstance(entry, dict) or "at" not in entry or "action" not in entry:
             raise WorkloadError(f"{what}: needs at and action")
-        unknown = set(entry) - {"at", "action", "target", "broker", "rate", "state"}
+        unknown = set(entry) - {"at", "action", "target", "broker", "rate", "state", "latency",
+                                "jitter", "bandwidth"}
         if unknown:
             raise WorkloadError(f"{what}: unknown field {sorted(map(str, unknown))[0][:40]!r}")
         at_s = parse_seconds(str(entry["at"]), what)
         action = str(entry["action"]).strip().lower()
         target = entry.get("target")
+        if action in NETWORK_ACTIONS:
+            value = {"latency": f"={entry.get('latency', '')}" + (
+                         f",jitter={entry['jitter']}" if "jitter" in entry else ""),
+                     "bandwidth": f"={entry.get('bandwidth', '')}"}.get(action, "")
+            out.append(parse_action(action + value + (f"@{target}" if target else ""), what, at_s))
+            continue
         if action == "rate":
             value = str(entry.get("rate", ""))
         elif action in SWITCH_ACTIONS:
@@ -150,6 +256,9 @@ def check_schedule(interventions: tuple[Intervention, ...], labels: list[str],
             raise WorkloadError(f"{what}: after the end of the measuring phase ({duration_s:g}s)")
         if item.target is not None and item.target not in labels:
             raise WorkloadError(f"{what}: no target {item.target!r}; targets: {', '.join(labels)}")
+        if item.network and faults is not None:
+            for label in [item.target] if item.target is not None else labels:
+                check_fault(item.action, label, faults.get(label, ()), what)
         if item.broker is not None:
             label, _ = find_broker(item.broker, brokers, what)
             if faults is not None:
@@ -158,6 +267,10 @@ def check_schedule(interventions: tuple[Intervention, ...], labels: list[str],
 
 def check_fault(action: str, label: str, allowed: tuple[str, ...], what: str) -> None:
     """WorkloadError unless the target's platform takes this fault on its runtime."""
+    if action in NETWORK_ACTIONS and action not in allowed:
+        raise WorkloadError(f"{what}: {label}'s clients do not reach it through a proxy: network "
+                            "faults need --network-faults (or one in --at or the schedule) when "
+                            "the run starts, on a target streambench starts")
     if action not in allowed:
         takes = f"it takes {', '.join(allowed)}" if allowed else "it takes no faults"
         raise WorkloadError(f"{what}: {label}'s platform has no {action!r} fault here; {takes}")

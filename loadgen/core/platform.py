@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from loadgen.core.collector import Collector
 from loadgen.core.driver import Driver
+from loadgen.core.interventions import NETWORK_ACTIONS
 from loadgen.core.stack import FAULTS, Stack, StackDescription
 from loadgen.core.target import INT64_MAX, OptionSpec, Target, parse_whole
 from loadgen.core.workload import Workload
@@ -74,6 +75,10 @@ class Platform:
     # the faults (loadgen.core.stack.FAULTS) its brokers take, per runtime; None: every fault on every
     # runtime streambench starts itself, none on an existing cluster
     faults: dict[str, tuple[str, ...]] | None = None
+    # the keys of its stack description's endpoints that are client listeners (HOST:PORT) a
+    # proxy can stand in front of, for network faults (--network-faults): the clients are given
+    # the proxy's address instead, the collectors keep the broker's own
+    proxied_endpoints: tuple[str, ...] = ()
     # the runtimes that take the platform's broker settings (`broker.`, `conf.`); the others
     # refuse them in one line
     broker_settings_runtimes: tuple[str, ...] = ("local",)
@@ -107,7 +112,13 @@ class Platform:
     # a broker it started itself (run.json's settings with read_back true):
     settings_read_back: tuple[str, ...] = ()
 
-    def fault_actions(self, runtime: str) -> tuple[str, ...]:
+    def fault_actions(self, runtime: str, proxied: bool = False) -> tuple[str, ...]:
+        """The faults a target takes: its brokers' on this runtime, and the network faults
+        when its links are proxied."""
+        network = NETWORK_ACTIONS if proxied and self.proxied_endpoints else ()
+        return self._broker_faults(runtime) + network
+
+    def _broker_faults(self, runtime: str) -> tuple[str, ...]:
         if self.faults is not None:
             return self.faults.get(runtime, ())
         return () if runtime == "external" else FAULTS

@@ -733,6 +733,7 @@ PLATFORMS = [
         make_stack=_stack,
         docker_images=file_images("nats.yml"),
         keyed=True, settings_read_back=("broker", "topic", "consumer"),
+        proxied_endpoints=("nats",),
         make_driver=_driver,
         drain_stall_hint=_drain_stall_hint,
         make_collectors=_collectors,

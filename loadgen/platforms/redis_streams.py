@@ -508,6 +508,7 @@ PLATFORMS = [
         make_stack=_stack,
         docker_images=file_images("redis.yml"),
         lag_per_partition=True, keyed=True, settings_read_back=("conf",),
+        proxied_endpoints=("redis",),
         make_driver=_driver,
         make_collectors=_collectors,
         loss_hint=_loss_hint,

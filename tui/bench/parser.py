@@ -282,7 +282,8 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                      help="an intervention at a time of the measuring phase (repeatable): "
                           "30s:rate=5000, 45s:rate=max@redis, 60s:kill=kafka-2, 90s:start=kafka-2, "
                           "16s:pause=redis, 18s:resume=redis, 120s:consumers=stop, "
-                          "150s:producers=start")
+                          "150s:producers=start, 20s:latency=50ms,jitter=10ms@redis, "
+                          "25s:bandwidth=1MB/s@redis, 30s:partition@redis, 35s:heal")
     run.add_argument("--headless", action="store_true",
                      help="no dashboard: one status line per target per second")
     run.add_argument("--out", type=Path, metavar="DIR",
@@ -305,6 +306,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                           "topicConfig, commonConfig, replicationFactor; Pulsar's client/producer/"
                           "consumer; Redis's and RabbitMQ's connection fields are named, not "
                           "acted on) for every target: the target option driver=FILE")
+    run.add_argument("--network-faults", action="store_true",
+                     help="clients reach each broker through a Toxiproxy on loopback, so that "
+                          "latency=, bandwidth=, partition, reset and heal can act on the links "
+                          "(implied by a network fault in --at or the schedule)")
     run.add_argument("--track-delivery", action="store_true",
                      help="check that every message is consumed exactly once (uses memory)")
     run.add_argument("--runtime", choices=("docker", "local"),

@@ -168,6 +168,32 @@ def check_target(spec: str, args: argparse.Namespace, workload: Workload | None 
                              args.keep)
 
 
+def with_network_faults(targets: Sequence[Target], workload: Workload, asked: bool) -> None:
+    """--network-faults, or a network fault in the schedule: every target's clients go through
+    a proxy (its options' PROXIED_OPTION). A target whose links cannot be proxied (an existing
+    cluster, a platform with no proxied endpoints) is refused in one line."""
+    from loadgen.core.errors import TargetError
+    from loadgen.core.interventions import PROXIED_OPTION
+    from loadgen.platforms import PLATFORMS
+
+    scheduled = [i for i in workload.schedule if i.network]
+    if not (asked or scheduled):
+        return
+    why = "--network-faults" if asked else f"the scheduled {scheduled[0].describe()}"
+    for t in targets:
+        if scheduled and not asked and all(i.target not in (None, t.label) for i in scheduled):
+            continue
+        if t.runtime == "external":
+            raise TargetError(f"target {t.label}: {why}: an existing cluster's links are not "
+                              "proxied by streambench; network faults need a broker streambench "
+                              "starts")
+        if not PLATFORMS[t.platform].proxied_endpoints:
+            raise TargetError(f"target {t.label}: {why}: {t.platform} has no links streambench "
+                              "can proxy yet (those that do: " + ", ".join(
+                                  n for n, p in PLATFORMS.items() if p.proxied_endpoints) + ")")
+        t.options[PROXIED_OPTION] = True
+
+
 def connect_cluster(args: argparse.Namespace, targets: int) -> Cluster | None:
     """--cluster: the Ray cluster the load goes to, reached and its nodes placed (one load
     actor per node and target: args.processes becomes their number); None without it. Raises
@@ -203,6 +229,7 @@ def build_run(args: argparse.Namespace,
         clients = workload.topics * (workload.producers + workload.subscriptions * workload.consumers)
         args.processes = min(MAX_PROCESSES, auto_processes(clients, len(args.targets)))
     targets = unique_labels([check_target(spec, args, workload) for spec in args.targets])
+    with_network_faults(targets, workload, getattr(args, "network_faults", False))
     check_backlog_room(workload, targets)
     check_memory_room(workload, targets, args.min_free_memory)
     cluster = connect_cluster(args, len(targets))
