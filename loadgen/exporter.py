@@ -145,6 +145,7 @@ class RunCollector:
         self._last_event: dict[tuple[str, str], str] = {}
         self._updated = time.monotonic()  # when the figures last changed
         self._scrapes: list[float] = []  # monotonic times of the last scrapes
+        self.scrapes_served = 0
         self._scraped = threading.Condition(self._lock)
 
     def __call__(self, item: BusItem) -> None:
@@ -187,6 +188,7 @@ class RunCollector:
         yield from families
         with self._lock:  # the scrape's text is written: its reader has the figures of `taken`
             self._scrapes = [*self._scrapes[-3:], taken]
+            self.scrapes_served += 1
             self._scraped.notify_all()
 
     def _families(self) -> list[Metric]:

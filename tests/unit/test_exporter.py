@@ -1,0 +1,126 @@
+"""The Prometheus collector of a run (loadgen/exporter.py) on made-up ticks and events, read
+back with prometheus_client's own exposition and parser; docs/metrics.md lists what it serves."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadgen.core.errors import WorkloadError
+from loadgen.core.events import PhaseChange, RunEvent
+from loadgen.core.histogram import Histogram
+from loadgen.core.ticks import LagSnapshot, LoadgenHealth, Phase, Resources, Tick
+from loadgen.exporter import LATENCY_BOUNDS_S, RunCollector, parse_address
+from loadgen.load import DROPPED_SLOTS
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+
+
+def snapshot(values_ns: list[int]):
+    h = Histogram()
+    h.record_many(values_ns)
+    return h.snapshot_and_reset()
+
+
+def tick(seq: int, produced: int, e2e_ns: list[int], phase: Phase = Phase.MEASURING) -> Tick:
+    return Tick(target="redis", seq=seq, time_ns=seq * 10**9, interval_s=1.0, phase=phase,
+                elapsed_s=float(seq), produced=produced, produced_bytes=produced * 100,
+                consumed=produced - 1, consumed_bytes=(produced - 1) * 100, send_errors=seq,
+                target_rate=1000.0, publish_latency=snapshot([1000] * produced),
+                publish_delay=snapshot([]), e2e_latency=snapshot(e2e_ns),
+                lag=LagSnapshot(total=50), resources=Resources(cpu_percent=25.0, memory_bytes=4096,
+                                                                net_rx_bytes=7),
+                loadgen=LoadgenHealth(cpu_percent=12.5, loop_lag_ms=3.0))
+
+
+def scrape(collector: RunCollector) -> dict[tuple[str, frozenset], float]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    text = generate_latest(registry).decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def one(found: dict, name: str, **labels: str) -> float:
+    (v,) = [v for (n, ls), v in found.items() if n == name and labels.items() <= dict(ls).items()]
+    return v
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("9464", ("127.0.0.1", 9464)), ("localhost:80", ("127.0.0.1", 80)),
+    ("0.0.0.0:9464", ("0.0.0.0", 9464)), ("[::1]:9464", ("::1", 9464)),
+    ("::1:9464", ("::1", 9464))])
+def test_addresses(text: str, expected: tuple[str, int]) -> None:
+    assert parse_address(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "x", "9464x", "0", "65536", "host:9464", "1.2.3:9", ":"])
+def test_bad_addresses_are_refused_in_one_line(text: str) -> None:
+    with pytest.raises(WorkloadError) as err:
+        parse_address(text)
+    assert "\n" not in str(err.value)
+
+
+def test_counters_gauges_and_histograms_from_the_ticks() -> None:
+    c = RunCollector({"redis": "redis"}, "run-1")
+    c(PhaseChange(Phase.WARMUP, 10**9))
+    e2e_a = [500, 1_500_000, 3_000_000]
+    e2e_b = [900_000, 25_000_000_000, 250_000_000_000]  # 25 s; 250 s is above every bound
+    c(tick(1, 10, e2e_a, Phase.WARMUP))
+    c(PhaseChange(Phase.MEASURING, 2 * 10**9))
+    c(tick(2, 20, e2e_b))
+    c(RunEvent(3, "redis", "rate", f"1,000 -> 2,000 msg/s; 1,234 {DROPPED_SLOTS}"))
+    c(RunEvent(4, "redis", "rate", "2,000 -> 500 msg/s"))
+    c(RunEvent(5, "", "hangup", "the terminal hung up"))
+    found = scrape(c)
+    target = {"target": "redis", "platform": "redis"}
+    assert one(found, "streambench_produced_messages_total", **target) == 30
+    assert one(found, "streambench_produced_bytes_total", **target) == 3000
+    assert one(found, "streambench_consumed_messages_total", **target) == 28
+    assert one(found, "streambench_send_errors_total", **target) == 3
+    assert one(found, "streambench_broker_network_receive_bytes_total", **target) == 14
+    assert one(found, "streambench_dropped_slots_total", **target) == 1234
+    assert one(found, "streambench_events_total", kind="rate", **target) == 2
+    assert one(found, "streambench_events_total", kind="hangup", target="") == 1
+    assert one(found, "streambench_last_event_info", kind="rate",
+               detail="2,000 -> 500 msg/s", **target) == 1
+    assert one(found, "streambench_broker_cpu_ratio", **target) == 0.25
+    assert one(found, "streambench_loadgen_cpu_ratio", **target) == 0.125
+    assert one(found, "streambench_loadgen_loop_lag_seconds", **target) == 0.003
+    assert one(found, "streambench_lag_messages", **target) == 50
+    assert one(found, "streambench_lag_seconds", **target) == pytest.approx(50 / 19)
+    assert one(found, "streambench_phase", phase="measuring") == 1
+    assert one(found, "streambench_phase", phase="warm-up") == 0
+    assert one(found, "streambench_phase_start_time_seconds", phase="measuring") == 2.0
+    assert one(found, "streambench_run_info", run_id="run-1") == 1
+    # the e2e histogram: the two ticks' samples, each bucket the samples at most its bound
+    samples = np.array(e2e_a + e2e_b)
+    name = "streambench_end_to_end_latency_seconds"
+    assert one(found, f"{name}_count") == len(samples)
+    assert one(found, f"{name}_sum") == pytest.approx(samples.sum() / 1e9)
+    for bound in LATENCY_BOUNDS_S:
+        le = next(dict(ls)["le"] for (n, ls) in found if n == f"{name}_bucket"
+                  and float(dict(ls)["le"]) == bound)
+        assert one(found, f"{name}_bucket", le=le) == (samples <= bound * 1e9).sum(), bound
+    assert one(found, f"{name}_bucket", le="+Inf") == len(samples)
+    assert one(found, "streambench_publish_latency_seconds_count") == 30
+    assert one(found, "streambench_publish_delay_seconds_count") == 0
+
+
+def test_the_docs_list_every_served_metric_and_no_other() -> None:
+    c = RunCollector({"redis": "redis"})
+    c(tick(1, 5, [1000]))
+    c(RunEvent(1, "redis", "rate", "x"))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(c)
+    served = set()
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        suffix = {"counter": "_total", "info": "_info"}.get(family.type, "")
+        served.add(family.name + suffix)
+    documented = set(re.findall(r"^\| `(streambench_\w+)` \|", DOCS.read_text(), re.MULTILINE))
+    assert served == documented
