@@ -35,9 +35,9 @@ from loadgen.pacing import run_precise
 from loadgen.worker import (
     HANDLERS,
     ORPHAN_CLOSE_S,
-    _open_files_to_hard_limit,
-    _picklable,
-    _quiet_asyncio_log,
+    open_files_to_hard_limit,
+    picklable,
+    quiet_asyncio_log,
 )
 
 NAMESPACE = "streambench"
@@ -100,8 +100,8 @@ class LoadActor:
     # ---- the load's thread ----------------------------------------------------------------
 
     def _main(self, make: Callable[[], TargetLoad]) -> None:
-        _quiet_asyncio_log()
-        _open_files_to_hard_limit()
+        quiet_asyncio_log()
+        open_files_to_hard_limit()
         run_precise(self._serve(make))
 
     async def _serve(self, make: Callable[[], TargetLoad]) -> None:
@@ -141,7 +141,7 @@ class LoadActor:
             value = await handler(self.load, None, *args)
             return self._take(), True, value
         except Exception as exc:
-            return self._take(), False, _picklable(exc)
+            return self._take(), False, picklable(exc)
 
     async def _wait_items(self) -> list[object]:
         assert self._wake is not None

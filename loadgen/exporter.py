@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from loadgen.core.errors import WorkloadError
-from loadgen.core.events import PhaseChange, RunEvent, RunMeta
+from loadgen.core.events import EventKind, PhaseChange, RunEvent, RunMeta
 from loadgen.core.histogram import HistogramSnapshot, bucket_value
 from loadgen.core.ticks import Phase, Tick
 from loadgen.load import dropped_slots
@@ -264,12 +264,16 @@ class RunCollector:
                                      labels=[*labels, "kind"])
         texts = InfoMetricFamily(name("last_event"), "The text of the latest event of each kind",
                                  labels=[*labels, "kind"])
-        for (target, kind), count in sorted(self._events.items()):
+        # every kind starts at 0 for every target, so that rate() and increase() see the first
+        # event of a kind too
+        kinds = {(label, str(kind)) for label in self._targets for kind in EventKind}
+        for target, kind in sorted(kinds | set(self._events)):
             owner = self._targets.get(target)
             platform = owner.platform if owner is not None else ""
-            events.add_metric([target, platform, kind], float(count))
-            texts.add_metric([target, platform, kind],
-                             {"detail": self._last_event[(target, kind)][:200]})
+            events.add_metric([target, platform, kind], float(self._events[(target, kind)]))
+            if (target, kind) in self._last_event:
+                texts.add_metric([target, platform, kind],
+                                 {"detail": self._last_event[(target, kind)][:200]})
         return [info, phase, started, *counters.values(), dropped, *gauges.values(), *hists.values(),
                 events, texts]
 

@@ -23,10 +23,10 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from compose.process import abandon
 from loadgen.assignments import AssignmentWatch
@@ -50,14 +50,11 @@ from loadgen.load import (
 )
 from loadgen.pacing import run_precise
 
-if TYPE_CHECKING:
-    from loadgen.cluster import Cluster, LoadActorHandle
-
 _CLOSE_TIMEOUT_S = 120.0
 ORPHAN_CLOSE_S = 2.0  # what an orphaned worker gives its clients and stack to close
 
 
-def _picklable(exc: BaseException) -> StreambenchError:
+def picklable(exc: BaseException) -> StreambenchError:
     if isinstance(exc, StreambenchError):
         return exc
     return StackError(f"{type(exc).__name__}: {exc}")
@@ -98,7 +95,7 @@ class _OneLine(logging.Formatter):
         return " ".join(text.split())
 
 
-def _quiet_asyncio_log() -> None:
+def quiet_asyncio_log() -> None:
     logger = logging.getLogger("asyncio")
     logger.addFilter(_OncePerSecond())
     handler = logging.StreamHandler()
@@ -107,7 +104,7 @@ def _quiet_asyncio_log() -> None:
     logger.propagate = False
 
 
-def _open_files_to_hard_limit() -> None:
+def open_files_to_hard_limit() -> None:
     """A load process holds a socket per producer and consumer (10,000 subscriptions: 10,000
     of them): its limit of open files goes up to the hard limit, which the system lets any
     process take (the soft limit is often 1,024)."""
@@ -128,8 +125,8 @@ def _worker_main(conn: Connection, index: int, target: Target, workload: Workloa
     # close and stops by itself.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    _quiet_asyncio_log()
-    _open_files_to_hard_limit()
+    quiet_asyncio_log()
+    open_files_to_hard_limit()
     run_precise(_serve(conn, TargetLoad(index, target.label, target, workload, run_id, record_raw,
                                         track_ids, lambda e: _send(conn, e), share, log_dir)))
 
@@ -219,7 +216,7 @@ async def _serve(conn: Connection, load: TargetLoad) -> None:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            _send(conn, (req_id, False, _picklable(exc)))
+            _send(conn, (req_id, False, picklable(exc)))
 
     while True:
         req_id, op, args = await inbox.get()
@@ -241,6 +238,27 @@ async def _serve(conn: Connection, load: TargetLoad) -> None:
         task = asyncio.create_task(handle(req_id, op, args))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+
+
+class LoadChannel(Protocol):
+    """What TargetWorker drives one share of a target's load through: a local worker
+    process (_LoadProcess) or an actor on a cluster (loadgen.cluster.LoadActorHandle)."""
+
+    progress: Callable[[str], None]
+
+    def spawn(self) -> None: ...
+
+    def request(self, op: str, *args: Any) -> asyncio.Future[Any]: ...
+
+    async def close(self) -> TargetTotals | None: ...
+
+
+class ClusterPlacement(Protocol):
+    """A cluster whose nodes run a target's clients (loadgen.cluster.Cluster)."""
+
+    def load_workers(self, index: int, target: Target, workload: Workload, run_id: str,
+                     record_raw: bool, track_ids: bool, log_dir: Path | None,
+                     publish: Publish) -> Sequence[LoadChannel]: ...
 
 
 class _LoadProcess:
@@ -389,7 +407,7 @@ class TargetWorker:
     def __init__(self, index: int, target: Target, workload: Workload, run_id: str,
                  record_raw: bool, track_ids: bool, publish: Publish,
                  processes: int = 1, log_dir: Path | None = None,
-                 cluster: Cluster | None = None) -> None:
+                 cluster: ClusterPlacement | None = None) -> None:
         """`cluster`: the clients run in actors on its nodes (loadgen.cluster) and a local
         process owns only the stack; `processes` is then not used."""
         self.index = index
@@ -400,7 +418,7 @@ class TargetWorker:
         self._described: dict[str, Any] | None = None
         self._assignments = AssignmentWatch()
         args = (index, target, workload, run_id, record_raw, track_ids)
-        self._procs: list[_LoadProcess | LoadActorHandle]
+        self._procs: list[LoadChannel]
         if cluster is None:
             self._procs = [_LoadProcess(self.label, (*args, (k, processes), log_dir), publish)
                            for k in range(processes)]

@@ -5,7 +5,8 @@ process, 5,000 msg/s of 1 KiB by default, 2 s warm-up, 15 s measured) alternatel
 with the metrics endpoint, the endpoint scraped once a second by a separate process (plain HTTP,
 as Prometheus does). Per run it prints the CPU over the measuring phase of the load worker
 process and of the coordinator (this process: the ticks, the bus, the collector, the HTTP
-server), as % of one core, the number of scrapes served, and the load average; then the medians
+server), as % of one core (beside the worker's CPU as its ticks report it, and the rate they measured),
+the number of scrapes served, and the load average; then the medians
 of each side and their difference. The goal: within noise, at most +1 % of a core."""
 
 from __future__ import annotations
@@ -52,16 +53,26 @@ while time.monotonic() < deadline:
 
 
 class MeasuringCpu:
-    """The worker's and this process's CPU-seconds at the first and last measuring tick."""
+    """The worker's and this process's CPU-seconds at the first and last measuring tick, and
+    the ticks themselves (their own reading of the worker's CPU, the cross-check)."""
 
     def __init__(self) -> None:
         self.marks: list[tuple[float, float, float]] = []
+        self.ticks: list[Tick] = []
         self.me = psutil.Process()
 
     def __call__(self, item: BusItem) -> None:
         if isinstance(item, Tick) and item.phase is Phase.MEASURING:
             t = self.me.cpu_times()
             self.marks.append((time.monotonic(), worker_cpu_s(), t.user + t.system))
+            self.ticks.append(item)
+
+    def ticks_say(self) -> tuple[float, float]:
+        """The measured rate and the worker's CPU % as the ticks after the first report them."""
+        counted = self.ticks[1:]
+        seconds = sum(t.interval_s for t in counted)
+        cpu_s = sum(t.loadgen.cpu_percent / 100 * t.interval_s for t in counted)
+        return sum(t.produced for t in counted) / seconds, cpu_s / seconds * 100
 
     def percent(self) -> tuple[float, float]:
         (w0, worker0, me0), (w1, worker1, me1) = self.marks[0], self.marks[-1]
@@ -94,8 +105,9 @@ def run_once(port: int, rate: float, size: int, seconds: float, out: Path,
     if totals.send_errors or totals.receive_errors:
         raise SystemExit(f"{totals.send_errors} send errors, {totals.receive_errors} receive errors")
     worker, coordinator = cpu.percent()
+    rate_seen, ticks_cpu = cpu.ticks_say()
     return {"worker": worker, "coordinator": coordinator, "scrapes": scrapes,
-            "load": float(load_average())}
+            "load": float(load_average()), "rate": rate_seen, "ticks_cpu": ticks_cpu}
 
 
 def main() -> int:
@@ -123,7 +135,8 @@ def main() -> int:
                                   work / f"run-{i}-{int(metrics)}", metrics)
                 rows.append((metrics, result))
                 print(f"{'with' if metrics else 'without':>7} --metrics: worker "
-                      f"{result['worker']:5.1f} %, coordinator {result['coordinator']:5.1f} %, "
+                      f"{result['worker']:5.1f} % (ticks: {result['ticks_cpu']:5.1f} %), "
+                      f"coordinator {result['coordinator']:5.1f} %, {result['rate']:,.0f} msg/s, "
                       f"{int(result['scrapes'])} scrapes, load {result['load']:.2f}", flush=True)
     finally:
         stop_process(proc)

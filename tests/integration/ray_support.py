@@ -39,12 +39,18 @@ class RayCluster:
     temp_dir: Path
     nodes: int
 
+    def _ours(self, part: str) -> bool:
+        # the Ray Client server names only the head's address (Ray puts the host's own address
+        # for 127.0.0.1), the other processes the temp dir
+        return str(self.temp_dir) in part or (part.startswith("--address=")
+                                              and part.endswith(":" + self.gcs.rsplit(":", 1)[1]))
+
     def processes(self) -> list[psutil.Process]:
-        """The cluster's processes: those that name its temp dir and what they started."""
+        """The cluster's processes: those that name its temp dir or head and what they started."""
         found: dict[int, psutil.Process] = {}
         for p in psutil.process_iter(["cmdline"]):
             with contextlib.suppress(psutil.Error):
-                if any(str(self.temp_dir) in part for part in p.info["cmdline"] or ()):
+                if any(self._ours(part) for part in p.info["cmdline"] or ()):
                     found[p.pid] = p
                     for child in p.children(recursive=True):
                         found[child.pid] = child
@@ -79,6 +85,13 @@ def _ray_start(args: list[str]) -> None:
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[RayCluster]:
+    with two_node_cluster() as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def two_node_cluster() -> Iterator[RayCluster]:
+    """The cluster, up while the block runs (also tests/bench/ray_placement.py's)."""
     # short: Ray's socket paths under it must stay within 107 characters
     temp_dir = Path(tempfile.mkdtemp(prefix="sbray-", dir="/tmp"))
     gcs, client = free_port(), free_port()

@@ -29,6 +29,8 @@ FOREIGN_OPTIONS = {
     "--conf": "spark-submit", "--deploy-mode": "spark-submit", "--tls-port": "redis-server",
     "--pairs": "tests/bench/redis_consume.py", "--pc-processes": "tests/bench/kafka_produce.py",
     "--snapshot-update": "pytest-textual-snapshot", "--strict": "mkdocs",
+    "--head": "ray start", "--address": "ray start", "--port": "ray start",
+    "--ray-client-server-port": "ray start",
 }
 # `word:thing` spans that are not TARGETs (Erlang functions named in the RabbitMQ notes)
 NOT_TARGETS = {"file"}
