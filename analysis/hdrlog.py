@@ -56,17 +56,21 @@ def new_histogram() -> HdrHistogram:
     return hist
 
 
-def fill(hist: HdrHistogram, snap: HistogramSnapshot) -> HdrHistogram:
-    """`hist` (from new_histogram) holding exactly the counts of `snap`, in place of what it
-    held: streambench's bucket index is the HdrHistogram's counts index."""
+def encoded(hist: HdrHistogram, snap: HistogramSnapshot) -> str:
+    """The compressed V2 encoding, in base64, of exactly the counts of `snap`, made with
+    `hist` (from new_histogram, all zeros, as it is left again): streambench's bucket index
+    is the HdrHistogram's counts index. Only the snapshot's buckets are written and cleared,
+    not the whole 434 kB array."""
     counts = np.ctypeslib.as_array(hist.counts)
-    counts[:] = 0
-    if snap.total:
-        counts[snap.index] = snap.count
-        hist.set_internal_tacking_values(int(snap.index.min()), int(snap.index.max()), snap.total)
-    else:  # the encoder then writes no counts (HdrHistogram.reset() would loop in Python)
+    if not snap.total:  # the encoder then writes no counts (reset() would loop in Python)
         hist.set_internal_tacking_values(-1, -1, 0)
-    return hist
+        return str(hist.encode().decode("ascii"))
+    counts[snap.index] = snap.count
+    hist.set_internal_tacking_values(int(snap.index.min()), int(snap.index.max()), snap.total)
+    try:
+        return str(hist.encode().decode("ascii"))
+    finally:
+        counts[snap.index] = 0
 
 
 def header(target: str, start_ms: int, run_id: str = "") -> str:
@@ -102,7 +106,7 @@ def interval_lines(hist: HdrHistogram, tick: Tick, start_ms: int) -> str:
     lines = []
     for tag, attr in SERIES:
         snap: HistogramSnapshot = getattr(tick, attr)
-        payload = fill(hist, snap).encode().decode("ascii")
+        payload = encoded(hist, snap)
         top = snap.max / MAX_VALUE_UNIT_RATIO if snap.total else 0.0
         lines.append(f"Tag={tag},{offset:.3f},{length:.3f},{top:.3f},{payload}\n")
     return "".join(lines)
