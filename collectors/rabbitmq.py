@@ -7,7 +7,15 @@ one is answered with the stream's last chunk of messages (never an offset-tracki
 whose first offset and record count give it. A subscription's lag on a partition is that offset
 minus the offset it stored (all of the stream when it stored none): 0 once it stored the last
 message. Offsets count RabbitMQ's offset-tracking records too (one per stored offset), so while
-a backlog remains the figure can exceed the messages left by the stores made since."""
+a backlog remains the figure can exceed the messages left by the stores made since. Consumers
+store their offset every `store_interval_s`, so on a target that keeps up the figure still
+counts up to that long of consumption, and the sample's own time (the tail first, then the
+stored offsets): the snapshot says so (trails_s) for the recovery's lag check.
+
+A tail reading that does not end cleanly (cut off by the sample's timeout while the broker is
+paused, a subscribe or unsubscribe that failed) may leave a subscription on the server that the
+next reading's subscribe of the same id would collide with, every tail staying where it was
+for good: the connection is dropped then, and the next sample opens a fresh one."""
 
 from __future__ import annotations
 
@@ -32,6 +40,7 @@ LAG_SOURCE = "stream tail (last chunk) - stored offset"
 # the tail it had, which the next sample brings up to date
 TAIL_WAIT_S = 0.5
 MAX_SUBSCRIPTIONS = 250  # per connection the protocol allows 256 subscription ids
+SAMPLE_TRAILS_S = 1.0  # beyond the store interval: a sample's tail is read before its offsets
 
 
 def management_get(base: str, path: str, user: str, password: str, timeout_s: float = 2.0) -> bytes:
@@ -48,7 +57,8 @@ class RabbitTelemetry(Collector):
     name = "rabbitmq"
 
     def __init__(self, host: str, port: int, user: str, password: str, streams: list[str],
-                 subscriptions: list[str], management: str | None) -> None:
+                 subscriptions: list[str], management: str | None,
+                 store_interval_s: float = 1.0) -> None:
         self._pool = ClientPool(host, port, vhost="/", username=user, password=password,
                                 frame_max=1024 * 1024, heartbeat=60, load_balancer_mode=False,
                                 max_retries=1)
@@ -59,10 +69,13 @@ class RabbitTelemetry(Collector):
         self._management = management
         self._tails = [-1] * len(streams)  # offsets never go back: keep the highest seen
         self._waiting: dict[int, asyncio.Future[int]] = {}
+        self._unclean = False  # a tail reading did not end cleanly: reconnect before the next
+        self._trails_s = store_interval_s + SAMPLE_TRAILS_S
         self._deltas = CounterDeltas()
 
     async def _connect(self) -> Client:
-        if self._client is None or not self._client.is_connection_alive():
+        if self._client is None or not self._client.is_connection_alive() or self._unclean:
+            self._unclean = False
             if self._client is not None:
                 with contextlib.suppress(Exception):
                     await self._pool.close()
@@ -86,6 +99,19 @@ class RabbitTelemetry(Collector):
         loop = asyncio.get_running_loop()
         for sid in range(count):
             self._waiting[sid] = loop.create_future()
+        clean = False
+        try:
+            clean = await self._read_tails(client, first, count)
+        finally:  # also when the sample's timeout cancels it
+            for waiter in self._waiting.values():
+                waiter.cancel()
+            self._waiting.clear()
+            if not clean:
+                self._unclean = True
+
+    async def _read_tails(self, client: Client, first: int, count: int) -> bool:
+        """One subscription at `last` per stream of the batch, its chunk's last offset read
+        and the subscription ended; False when a subscribe or unsubscribe failed."""
         answers = await asyncio.gather(*(
             client.subscribe(self._streams[first + sid], sid,
                              schema.OffsetSpec(constants.OffsetType.LAST), initial_credit=1)
@@ -105,7 +131,9 @@ class RabbitTelemetry(Collector):
                 self._tails[first + sid] = max(self._tails[first + sid], waiter.result())
             else:
                 waiter.cancel()
-        await asyncio.gather(*(client.unsubscribe(sid) for sid in subscribed), return_exceptions=True)
+        ended = await asyncio.gather(*(client.unsubscribe(sid) for sid in subscribed),
+                                     return_exceptions=True)
+        return len(subscribed) == count and not any(isinstance(e, BaseException) for e in ended)
 
     async def tails(self) -> list[int]:
         """The offset of each stream's last message (-1: none yet)."""
@@ -129,7 +157,8 @@ class RabbitTelemetry(Collector):
         per_partition = dict.fromkeys(range(len(self._streams)), 0)
         for (partition, _, _), offset in zip(pairs, stored, strict=True):
             per_partition[partition] += max(0, tails[partition] - offset)
-        return LagSnapshot(sum(per_partition.values()), per_partition, LAG_SOURCE)
+        return LagSnapshot(sum(per_partition.values()), per_partition, LAG_SOURCE,
+                           trails_s=self._trails_s)
 
     def _api(self, path: str) -> Any:
         assert self._management is not None

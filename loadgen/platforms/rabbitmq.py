@@ -527,7 +527,8 @@ def _collectors(target: Target, desc: StackDescription, topic: str, partitions: 
     opts = RabbitOptions.of(target)
     found: list[Collector] = [RabbitTelemetry(host, port, opts.user, opts.password,
                                               stream_names(topic, partitions), subscriptions,
-                                              desc.endpoints.get("management"))]
+                                              desc.endpoints.get("management"),
+                                              opts.store_interval_ms / 1000.0)]
     found[:0] = resource_collectors(target, desc)
     return found
 

@@ -177,6 +177,63 @@ def test_lag_equals_the_servers_figures(node):
     assert at_end == 0
 
 
+def test_tails_follow_the_streams_after_a_reading_cut_off(node):
+    """A lag sample cut off by its time-out while the node is paused (its subscriptions at
+    `last` sent, not yet answered) leaves the collector reading every tail again once the node
+    goes on: each stream's last offset as `rabbitmq-streams stream_status` shows it. (The
+    server takes those subscriptions after the resume; a reading of the same ids on the same
+    connection would collide with them, and the tails, hence the lag, would stay put.)"""
+    platform = PLATFORMS["rabbitmq"]
+    target = resolve_target(f"rabbitmq@127.0.0.1:{_port(node)}")
+    desc = node.describe()
+
+    async def scenario() -> tuple[list[int], list[int], list[int], float]:
+        driver = platform.make_driver(target, desc)
+        await driver.connect()
+        await driver.create_topic("tailcut", 2, ["sub"])
+        producer = await driver.producer("tailcut", 0)
+
+        async def send(batches: int) -> None:
+            for i in range(batches):  # keyed: both partitions get some
+                await producer.send_batch([OutMessage(b"x" * 50, b"k%d" % j, time.time_ns())
+                                           for j in range(100 * i, 100 * i + 100)])
+
+        await send(2)
+        (collector,) = [c for c in platform.make_collectors(target, desc, "tailcut", 2, ["sub"])
+                        if c.name == "rabbitmq"]
+        await collector.start()
+        before: list[int] = []
+        for _ in range(10):  # on a busy machine a last chunk can come after the wait for it
+            before = await collector.tails()  # type: ignore[attr-defined]
+            if min(before) >= 0:
+                break
+        await node.fault("pause", "rabbitmq")
+        try:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(collector.lag(), 0.3)  # type: ignore[attr-defined]
+        finally:
+            await node.fault("resume", "rabbitmq")
+        await send(3)
+        ends = [(await asyncio.to_thread(_status, node, f"tailcut-{p}"))["offset"] for p in (0, 1)]
+        tails: list[int] = []
+        for _ in range(10):
+            tails = await collector.tails()  # type: ignore[attr-defined]
+            if tails == ends:
+                break
+        trails_s = (await collector.lag()).trails_s  # type: ignore[attr-defined]
+        await producer.close()
+        await collector.close()
+        await driver.delete_topic("tailcut")
+        await driver.close()
+        return before, ends, tails, trails_s
+
+    before, ends, tails, trails_s = asyncio.run(scenario())
+    assert min(before) >= 0 and all(e > b for b, e in zip(before, ends, strict=True))
+    assert tails == ends
+    # the stored offsets it reads trail consumption by the store interval (1 s by default)
+    assert trails_s == 2.0
+
+
 def test_two_targets_through_the_report(node, tmp_path, spark):
     """rabbitmq beside redis in one run, then the PySpark report over it (the session's Spark,
     which `run --report` would start for itself)."""

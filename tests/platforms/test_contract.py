@@ -186,17 +186,9 @@ def test_settings_read_back(runs: Runs, case: Case) -> None:
 
 # ---- the fault run --------------------------------------------------------------------------
 
-# Open bug: a local RabbitMQ node killed and started again gets its producer back but, in
-# 2 of the last 3 runs (alone and under the whole suite), not its consumers, and the run is
-# never healthy again. Kept visible as an expected failure until it is fixed.
-KNOWN_BROKEN = {"rabbitmq-local": "RabbitMQ consumers do not always come back after kill/start"}
-
-
-def test_faults_and_recovery(request: pytest.FixtureRequest, runs: Runs, case: Case) -> None:
+def test_faults_and_recovery(runs: Runs, case: Case) -> None:
     """Each fault pair the platform takes on this runtime, then a `recovered` event before the
     next; the run goes on at its rate; the fault's kill is no broker death."""
-    if case.id in KNOWN_BROKEN:
-        request.applymarker(pytest.mark.xfail(reason=KNOWN_BROKEN[case.id], strict=False))
     plan = fault_plan(case)
     if not plan:  # it takes none of them: a fault is refused before anything starts
         _refused(case, "kill")
