@@ -287,7 +287,9 @@ class Cluster:
     """A Ray cluster the run's load goes to: the connection, the placement group (one bundle
     per node the load takes) and the actors made in it."""
 
-    address: str  # ray://HOST:PORT (Ray Client), HOST:PORT (the head's GCS) or auto
+    # ray://HOST:PORT (Ray Client), HOST:PORT (the head's GCS) or auto; once connected, auto
+    # becomes RAY_ADDRESS when that is set
+    address: str
     nodes: int | None = None  # nodes the load takes; None: every node alive
     strategy: str = "spread"  # spread: one bundle per node; pack: as few nodes as fit
     targets: int = 1
@@ -310,11 +312,16 @@ class Cluster:
         except ImportError:
             raise ClusterError("--cluster needs Ray: pip install 'streambench[cluster]'") from None
         self.ray_version = ray.__version__
-        address = self._resolved_address()
+        address = self.address = self._resolved_address()
         _check_answers(address)
         try:
             ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
                      configure_logging=False)
+        except ConnectionError:
+            if address != "auto":
+                raise ClusterError(f"cannot reach the Ray cluster at {address}") from None
+            raise ClusterError("--cluster auto: RAY_ADDRESS is not set and no Ray head runs on "
+                               "this machine (ray start --head)") from None
         except Exception as exc:
             text = " ".join(str(exc).split()) or type(exc).__name__
             raise ClusterError(f"cannot use the Ray cluster at {address}: {text[:300]}") from None

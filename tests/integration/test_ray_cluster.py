@@ -146,16 +146,27 @@ def test_a_cluster_nothing_answers_at_is_one_line_and_exit_2(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_no_actor_outlives_its_coordinator(sig, ray_cluster, redis_port, tmp_path):  # noqa: F811
     """Through Ray Client: SIGTERM ends the run (exit 143) with its actors closed; SIGKILL
-    leaves them to notice it themselves, within their lease."""
+    leaves them to notice it themselves, within their lease. The SIGTERM run finds the cluster
+    with --cluster auto in RAY_ADDRESS."""
+    auto = sig is signal.SIGTERM
     cli = CliRun(["run", f"redis@127.0.0.1:{redis_port}", "--headless", "--rate", "1000",
-                  "--warmup", "0", "--duration", "60", "--cluster", ray_cluster.client,
-                  "--out", str(tmp_path / "run")])
+                  "--warmup", "0", "--duration", "60",
+                  "--cluster", "auto" if auto else ray_cluster.client,
+                  "--out", str(tmp_path / "run")],
+                 env={"RAY_ADDRESS": ray_cluster.client} if auto else None)
     try:
         cli.wait_for_line("measuring ", 90)
         assert len(ray_cluster.load_actors()) == 2
         cli.signal(sig)
-        code, _, err = cli.finish(60)
+        code, out, err = cli.finish(60)
         assert code == (143 if sig is signal.SIGTERM else -signal.SIGKILL), err[-2000:]
+        if auto:  # the end summary says where the load ran, as run.json does
+            placement = run_json(tmp_path / "run")["cluster_placement"]
+            assert placement["address"] == ray_cluster.client  # auto: RAY_ADDRESS
+            assert (f"load on the Ray cluster {ray_cluster.client} (Ray "
+                    f"{placement['ray_version']}, 2 node(s), spread)") in out
+            for w in placement["workers"]:
+                assert f"worker {w['worker']}: node {w['node_id'][:12]} on {w['hostname']}" in out
         assert ray_cluster.no_load_actor_within(5 if sig is signal.SIGTERM else LEASE_S + 10)
     finally:
         if cli.proc.poll() is None:
