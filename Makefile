@@ -71,6 +71,7 @@ bench: setup-test
 	$(BIN)/python tests/bench/dashboard_cpu.py
 	$(BIN)/python tests/bench/report_effect.py
 	$(BIN)/python tests/bench/metrics_cost.py
+	$(BIN)/python tests/bench/ray_placement.py
 
 # 60 minutes at 10,000 msg/s on a local redis-server: RSS of every process per minute
 soak: setup-test
