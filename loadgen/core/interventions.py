@@ -96,10 +96,15 @@ class Intervention:
 
 
 def bandwidth_text(bytes_per_s: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if bytes_per_s >= size:
-            return f"{bytes_per_s / size:g}{unit}/s"
-    return f"{bytes_per_s:g}B/s"
+    """The shortest of the units that show the rate exactly (2MiB/s stays 2MiB/s): it parses
+    back to the same rate."""
+    texts = [f"{bytes_per_s:.15g}B/s"]
+    for unit, size in (("GB", 1e9), ("GiB", 2.0**30), ("MB", 1e6), ("MiB", 2.0**20), ("KB", 1e3),
+                       ("KiB", 2.0**10)):
+        value = f"{bytes_per_s / size:.15g}"
+        if bytes_per_s >= size and float(value) * size == bytes_per_s:
+            texts.append(f"{value}{unit}/s")
+    return min(texts, key=len)
 
 
 def parse_delay(text: str, what: str) -> float:

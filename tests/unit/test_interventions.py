@@ -222,3 +222,56 @@ def test_recovery_is_never_counted_from_before_the_fault() -> None:
         done = done or watch.tick(_tick(s, 1000, 1000, 0))
     assert done is not None and done.recovered_ns == 1_900_000_000
     assert "healthy again 0.0 s after start kafka-2" in done.detail()
+
+
+@pytest.mark.parametrize("text, expected, shown", [
+    ("4s:latency=20ms@redis", Intervention("latency", "redis", at_s=4, latency_ms=20.0, jitter_ms=0.0),
+     "latency=20ms@redis"),
+    ("4s:latency=0.5s,jitter=800us", Intervention("latency", at_s=4, latency_ms=500.0, jitter_ms=0.8),
+     "latency=500ms,jitter=0.8ms"),
+    ("5s:latency=50", Intervention("latency", at_s=5, latency_ms=50.0, jitter_ms=0.0), "latency=50ms"),
+    ("6s:bandwidth=1MB/s@nats", Intervention("bandwidth", "nats", at_s=6, bandwidth=1e6),
+     "bandwidth=1MB/s@nats"),
+    ("6s:bandwidth=2MiB/s", Intervention("bandwidth", at_s=6, bandwidth=2.0 * 2**20),
+     "bandwidth=2MiB/s"),
+    ("6s:bandwidth=1.5MB/s", Intervention("bandwidth", at_s=6, bandwidth=1.5e6), "bandwidth=1.5MB/s"),
+    ("6s:bandwidth=1234567B/s", Intervention("bandwidth", at_s=6, bandwidth=1234567.0),
+     "bandwidth=1234567B/s"),
+    ("7s:partition@redis", Intervention("partition", "redis", at_s=7), "partition@redis"),
+    ("8s:reset@redis", Intervention("reset", "redis", at_s=8), "reset@redis"),
+    ("9s:heal", Intervention("heal", at_s=9), "heal"),
+])
+def test_network_faults_at_flags(text: str, expected: Intervention, shown: str) -> None:
+    item = parse_at(text)
+    assert item == expected and item.network and item.describe() == shown
+    # as a workload's schedule entry and back
+    assert parse_schedule([item.to_schedule()], "w.yaml") == (item,)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("1s:latency@redis", "latency needs a value"),
+    ("1s:latency=fast", "'fast' is not a delay"),
+    ("1s:latency=0ms", "more than 0 ms"),
+    ("1s:latency=90s", "at most 60 s"),
+    ("1s:latency=20ms,spread=5ms", "latency takes jitter=DELAY"),
+    ("1s:bandwidth=10B/s", "from 1KB/s up"),
+    ("1s:bandwidth=1Mbit", "not a bandwidth"),
+    ("1s:bandwidth=1MB/s,2MB/s", "takes one value"),
+    ("1s:partition=3s@redis", "partition takes no value"),
+])
+def test_bad_network_faults(text: str, fragment: str) -> None:
+    with pytest.raises(WorkloadError) as exc:
+        parse_at(text)
+    assert fragment in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_network_faults_need_proxied_targets() -> None:
+    labels = ["redis", "kafka"]
+    brokers = {"redis": {"redis": "redis"}, "kafka": {"kafka": "kafka-1"}}
+    faults = {"redis": ("pause", "latency", "bandwidth", "partition", "reset", "heal"),
+              "kafka": ("pause",)}
+    check_schedule((parse_at("1s:partition@redis"),), labels, brokers, 30, faults)
+    for text in ("1s:partition@kafka", "1s:heal"):  # heal alone names kafka too
+        with pytest.raises(WorkloadError) as exc:
+            check_schedule((parse_at(text),), labels, brokers, 30, faults)
+        assert "kafka's clients do not reach it through a proxy" in str(exc.value)
