@@ -15,9 +15,10 @@ bucket, then 1024 sub-buckets per power of two) and numbers them the same way, s
 bucket's count lands in the one bucket of the same values. Percentiles read from the log
 carry the buckets' width (< 0.1 % of the value) and the reading tool's percentile definition.
 
-The header lines are written here: hdrhistogram's own log writer (0.10.8) formats the start
-time's date from milliseconds taken as seconds (and calls a method datetime lacks), writes no
-tags, and floors the Interval_Max column."""
+The lines are written here: hdrhistogram's own log writer (0.10.8) cannot write a StartTime
+line (its output_start_time takes the milliseconds it is given as seconds for the date, a
+ValueError for year 58888, and given seconds calls `datetime.iso_format`, which does not
+exist), writes no tags, and floors the Interval_Max column."""
 
 from __future__ import annotations
 
