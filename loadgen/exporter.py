@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -137,16 +137,27 @@ class RunCollector:
 
     def __init__(self, platforms: dict[str, str], run_id: str = "") -> None:
         self._lock = threading.Lock()
-        self._targets = {label: _Target(platform) for label, platform in platforms.items()}
-        self._phase = Phase.STARTING
-        self._phase_started: dict[Phase, float] = {}  # each phase's latest start, Unix seconds
+        self._platforms = dict(platforms)
         self._run_id = run_id
-        self._events: Counter[tuple[str, str]] = Counter()
-        self._last_event: dict[tuple[str, str], str] = {}
+        self._start()
         self._updated = time.monotonic()  # when the figures last changed
         self._scrapes: list[float] = []  # monotonic times of the last scrapes
         self.scrapes_served = 0
         self._scraped = threading.Condition(self._lock)
+
+    def _start(self) -> None:
+        self._targets = {label: _Target(platform) for label, platform in self._platforms.items()}
+        self._phase = Phase.STARTING
+        self._phase_started: dict[Phase, float] = {}  # each phase's latest start, Unix seconds
+        self._events: Counter[tuple[str, str]] = Counter()
+        self._last_event: dict[tuple[str, str], str] = {}
+
+    def clear(self) -> None:
+        """Back to the start of the run, every counter at 0 (a replay going back in time;
+        Prometheus reads the drop as a counter reset)."""
+        with self._lock:
+            self._start()
+            self._updated = time.monotonic()
 
     def __call__(self, item: BusItem) -> None:
         with self._lock:
@@ -374,3 +385,10 @@ def serve(run: Served, host: str, port: int) -> MetricsEndpoint:
     run.subscribe(collector)
     run.subscribe(close_at_end)
     return endpoint
+
+
+def replay_endpoint(meta: dict[str, Any], address: tuple[str, int]) -> MetricsEndpoint:
+    """The endpoint of `replay --metrics`: a recorded run's targets (run.json's meta), served
+    at the replay's clock by the collector the replay feeds."""
+    platforms = {str(t.get("label")): str(t.get("platform", "")) for t in meta.get("targets", [])}
+    return MetricsEndpoint(*address, RunCollector(platforms, str(meta.get("run_id", ""))))

@@ -225,9 +225,16 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     shown_under = baselines(args.baseline, recording.labels)
     if not is_terminal():
         raise StreambenchError("the dashboard needs a terminal")
+    from loadgen.exporter import replay_endpoint
     from tui.replay import ReplayApp
 
-    ReplayApp(recording, speed=args.speed, playing=not args.paused, baselines=shown_under).run()
+    endpoint = replay_endpoint(recording.meta, args.metrics) if args.metrics else None
+    try:
+        ReplayApp(recording, speed=args.speed, playing=not args.paused, baselines=shown_under,
+                  metrics=endpoint.collector if endpoint else None).run()
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     return 0
 
 

@@ -19,6 +19,7 @@ from textual.binding import BindingType
 from analysis.schema import SCHEMA_VERSION
 from loadgen.core.events import PhaseChange, RunEvent
 from loadgen.core.ticks import Phase, Tick
+from loadgen.exporter import RunCollector
 from tui import formatting as fmt
 from tui.app import DashboardApp
 from tui.bench.recording import Recording
@@ -58,8 +59,12 @@ class ReplayApp(DashboardApp, inherit_bindings=False):
 
     def __init__(self, recording: Recording, *, speed: float = 1.0, playing: bool = True,
                  monotonic: Callable[[], float] = time.monotonic,
-                 baselines: dict[str, Baseline] | None = None) -> None:
+                 baselines: dict[str, Baseline] | None = None,
+                 metrics: RunCollector | None = None) -> None:
+        """`metrics`: the collector of `replay --metrics`, fed the items as they are shown
+        (cleared when the replay goes back in time)."""
         self.recording = recording
+        self.metrics = metrics
         self.position_ns = recording.start_ns
         self.cursor = 0  # recording.items[:cursor] are shown
         self.speed = speed
@@ -127,6 +132,8 @@ class ReplayApp(DashboardApp, inherit_bindings=False):
         with self.batch_update():
             for i in range(self.cursor, stop):
                 item = r.items[i]
+                if self.metrics is not None:
+                    self.metrics(item)
                 if isinstance(item, Tick):
                     # a tick's chart values (an e2e percentile among them) are worked out once:
                     # going back in time replays the ticks again from the start
@@ -148,6 +155,8 @@ class ReplayApp(DashboardApp, inherit_bindings=False):
             self._show_status()
 
     def _restart(self) -> None:
+        if self.metrics is not None:
+            self.metrics.clear()
         for history in self.histories.values():
             history.clear()
         self._events.clear()

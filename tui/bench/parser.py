@@ -365,6 +365,9 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
     replay.add_argument("--paused", action="store_true", help="start paused at the beginning")
     replay.add_argument("--baseline", metavar="RUN_DIR[:TARGET]",
                         help="another recorded run drawn under each chart as a ghost series")
+    replay.add_argument("--metrics", type=metrics_address, metavar="[ADDRESS:]PORT",
+                        help="serve the replayed figures to Prometheus as run --metrics does, at "
+                             "the replay's clock")
 
     suite = sub.add_parser("suite", help="run a matrix of targets x workloads back to back")
     suite.add_argument("suite", metavar="NAME|FILE", help="a bundled suite (streambench suites) "
