@@ -314,11 +314,20 @@ def test_network_faults_refused_in_one_line(args: list[str], said: str) -> None:
 
 def test_latency_and_partition_on_a_local_nats_run(tmp_path: Path, toxiproxy: Path) -> None:
     """NATS JetStream through the proxy: a 20 ms latency toxic raises the publish p50 by 20 ms
-    within 10 %; a 3 s partition stops the flow within a tick and heal brings it back."""
+    within 10 %; a 3 s partition stops the flow within a tick and heal brings it back; after a
+    reset the flow goes on."""
     run_dir = tmp_path / "run"
     _out, events, at, ticks = _run("nats", run_dir, [
-        "4s:latency=20ms@nats", "8s:heal", "10s:partition@nats", "13s:heal@nats"], 20, 1024)
+        "4s:latency=20ms@nats", "8s:heal", "10s:partition@nats", "13s:heal@nats",
+        "21s:reset@nats"], 24, 1024)
     _latency_added(run_dir, events, at, ticks)
     _partition_checked("nats", events, at["net-partition"][0], at["net-heal"][1], ticks)
+    # a reset closes the connections once: the clients connect again and the flow goes on
+    (reset,) = at["net-reset"]
+    lost = [e for e in events if e["kind"] == "connection-lost" and e["time"].timestamp() >= reset]
+    again = [t for t in ticks if reset + 1 < t["time"].timestamp() <= reset + 3 and t["consumed"] > 0]
+    assert again, [(e["kind"], e["detail"]) for e in events if e["time"].timestamp() >= reset]
+    print(f"nats: reset: {len(lost)} connection-lost event(s), consumed {again[-1]['consumed']} "
+          "in the last tick")
     (target,) = run_json(run_dir)["targets"]
     assert " → 127.0.0.1:" in target["proxies"]["nats"]
