@@ -281,6 +281,84 @@ def test_every_dashboard_query_parses_and_names_a_served_metric(
     assert bare <= served, sorted(bare - served)
 
 
+@pytest.fixture(scope="session")
+def prometheus_server() -> Path:
+    """The Prometheus server, built from the same Go module once into streambench's cache (the
+    web UI's assets are not in the module: the API is all a test needs)."""
+    import asyncio
+
+    from compose.gobuild import go_program
+
+    return asyncio.run(go_program("prometheus", f"{PROMETHEUS_MODULE}/cmd/prometheus",
+                                  PROMETHEUS_VERSION, "prometheus", print))
+
+
+def query(api: str, expr: str) -> list[dict]:
+    import json
+    import urllib.parse
+
+    url = f"{api}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        body = json.loads(answer.read())
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def test_a_prometheus_server_stores_what_the_run_produced(prometheus_server: Path,
+                                                          tmp_path: Path) -> None:
+    """A real Prometheus scrapes a real run every second; its stored series of produced and
+    consumed messages end at run.json's totals, and its e2e histogram's count at the latency
+    table's; the dashboard's every expression returns data from it."""
+    import yaml
+
+    from compose.process import start_process, stop_process
+
+    exporter, web = free_port(), free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [{"job_name": "streambench",
+                            "static_configs": [{"targets": [f"127.0.0.1:{exporter}"]}]}]}))
+    server = start_process([str(prometheus_server), f"--config.file={config}",
+                            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                            f"--web.listen-address=127.0.0.1:{web}"], tmp_path / "prometheus.log")
+    api = f"http://127.0.0.1:{web}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{api}/-/ready", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.2)
+        else:
+            pytest.fail((tmp_path / "prometheus.log").read_text()[-2000:])
+        run_dir = tmp_path / "run"
+        res = run_cli(["run", "redis", "--runtime", "local", "--headless", "--warmup", "2",
+                       "--duration", "4", "--rate", "1000", "--metrics", str(exporter),
+                       "--out", str(run_dir)], timeout_s=180)
+        assert res.returncode == 0, res.stderr
+        (totals,) = run_json(run_dir)["totals"]
+        stored = {}
+        for name in ("produced_messages_total", "consumed_messages_total",
+                     "end_to_end_latency_seconds_count"):
+            (series,) = query(api, f"max_over_time(streambench_{name}[10m])")
+            assert series["metric"]["target"] == totals["label"]
+            stored[name] = float(series["value"][1])
+        latency = ds.dataset(run_dir / "latency", format="parquet").to_table().to_pydict()
+        e2e = sum(c for c, k in zip(latency["count"], latency["kind"], strict=True) if k == "e2e")
+        assert stored == {"produced_messages_total": totals["produced"],
+                          "consumed_messages_total": totals["consumed"],
+                          "end_to_end_latency_seconds_count": e2e}
+        exprs, _ = dashboard_queries()
+        for expr in exprs:
+            ranged = expr.replace("[10s]", "[10m]")
+            assert query(api, f"count(last_over_time(({ranged})[10m:1s]))"), expr
+    finally:
+        stop_process(server)
+
+
 async def test_a_replay_serves_the_figures_the_live_run_served(served_run: ServedRun) -> None:
     """replay --metrics: the recorded run replayed to its end serves the counters and the
     histograms the live endpoint served last (the same ticks, read back from the run files),
