@@ -391,3 +391,29 @@ async def test_a_replay_serves_the_figures_the_live_run_served(served_run: Serve
     assert value(restarted, "streambench_produced_messages_total") < value(
         replayed, "streambench_produced_messages_total")
     assert port_free(port)
+
+
+def test_a_dashboard_run_is_served_too(tmp_path: Path, no_leftover_redis) -> None:
+    """The same endpoint under the dashboard (a real pseudo-terminal): scraped while the
+    dashboard draws, its last counters are run.json's and its port is free at the end."""
+    from tests.integration.test_dashboard_exit import PtyRun
+
+    run_dir, port = tmp_path / "run", free_port()
+    run = PtyRun(["run", "redis", "--runtime", "local", "--rate", "500", "--warmup", "1",
+                  "--duration", "3", "--metrics", str(port), "--out", str(run_dir)])
+    scrapes: list[str] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not run._reaped():
+            run.read_for(0.1)
+            if (text := scrape(port)) is not None:
+                scrapes.append(text)
+        assert run.wait_exit(10) == 0, run.screen[-2000:]
+    finally:
+        run.close()
+    (totals,) = run_json(run_dir)["totals"]
+    last = samples(scrapes[-1])
+    assert value(last, "streambench_produced_messages_total") == totals["produced"] > 0
+    assert value(last, "streambench_consumed_messages_total") == totals["consumed"]
+    assert {phase_of(samples(t)) for t in scrapes} >= {"warm-up", "measuring", "done"}
+    assert port_free(port)
