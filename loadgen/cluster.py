@@ -47,6 +47,7 @@ CONNECT_TIMEOUT_S = 30.0  # for the cluster to answer and the placement group to
 _CLOSE_TIMEOUT_S = 60.0
 _CLOCK_EXCHANGES = 5
 STRATEGIES = {"spread": "STRICT_SPREAD", "pack": "PACK"}
+CLIENT_ATTEMPTS = 3
 
 
 class ClusterError(StreambenchError):
@@ -75,6 +76,24 @@ def _check_answers(address: str) -> None:
     except OSError as exc:
         raise ClusterError(f"cannot reach the Ray cluster at {address}: "
                            f"{exc.strerror or exc}") from None
+
+
+def _join(ray: Any, address: str) -> None:
+    """ray.init, given CLIENT_ATTEMPTS through Ray Client: its server starts a server process
+    per client, which on a loaded head can fail to come up ("Starting Ray client server
+    failed") where the next one does."""
+    attempts = CLIENT_ATTEMPTS if address.startswith("ray://") else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
+                     configure_logging=False)
+            return
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            if attempt == attempts or "client server failed" not in str(exc):
+                raise
+            time.sleep(1.0)
 
 
 class LoadActor:
@@ -315,11 +334,11 @@ class Cluster:
         address = self.address = self._resolved_address()
         _check_answers(address)
         try:
-            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
-                     configure_logging=False)
-        except ConnectionError:
+            _join(ray, address)
+        except ConnectionError as exc:
             if address != "auto":
-                raise ClusterError(f"cannot reach the Ray cluster at {address}") from None
+                text = " ".join(str(exc).split()) or type(exc).__name__
+                raise ClusterError(f"cannot reach the Ray cluster at {address}: {text[:300]}") from None
             raise ClusterError("--cluster auto: RAY_ADDRESS is not set and no Ray head runs on "
                                "this machine (ray start --head)") from None
         except Exception as exc:
