@@ -348,6 +348,13 @@ class MetricsEndpoint:
         self._thread.join(timeout=5)
 
 
+def check_listen(host: str, port: int) -> str:
+    """That a server can listen at host:port now (raises WorkloadError, one line, as
+    MetricsEndpoint does); the address as --metrics takes it."""
+    MetricsEndpoint(host, port, RunCollector({})).close()
+    return _shown(host, port)
+
+
 def _shown(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 

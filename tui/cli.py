@@ -190,10 +190,16 @@ def _cmd_suite(args: argparse.Namespace) -> int:
     same loop runs the cells either way; a signal stops it after the running cell."""
     from tui.bench.suite import prepare_suite, print_event, run_suite
 
+    cell_options = []
+    if args.metrics:
+        from loadgen.exporter import check_listen
+
+        cell_options = ["--metrics", check_listen(*args.metrics)]
     if args.headless or not is_terminal():
         return run_suite(args.suite, list(args.targets), args.out, args.scale, args.resume,
-                         not args.no_report)
+                         not args.no_report, cell_options)
     suite = prepare_suite(args.suite, list(args.targets), args.out, args.scale, args.resume)
+    suite.cell_options = cell_options
     from tui.suiteview import SuiteApp
 
     app = SuiteApp(suite, report=not args.no_report)

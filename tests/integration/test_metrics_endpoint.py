@@ -417,3 +417,42 @@ def test_a_dashboard_run_is_served_too(tmp_path: Path, no_leftover_redis) -> Non
     assert value(last, "streambench_consumed_messages_total") == totals["consumed"]
     assert {phase_of(samples(t)) for t in scrapes} >= {"warm-up", "measuring", "done"}
     assert port_free(port)
+
+
+def test_a_suite_serves_each_cell_in_turn(tmp_path: Path) -> None:
+    """suite --metrics: every cell's run is served at the one address in turn, each with its
+    own run_id, and each cell's last produced count is its run.json's."""
+    suite_file = tmp_path / "two.yaml"
+    suite_file.write_text(
+        "name: two\ndescription: two small cells\ntargets: ['redis:runtime=local']\n"
+        "workloads:\n"
+        "  - {name: a, producerRate: 300, messageSize: 100, testDurationSeconds: 2,"
+        " warmupDurationSeconds: 0}\n"
+        "  - {name: b, producerRate: 500, messageSize: 100, testDurationSeconds: 2,"
+        " warmupDurationSeconds: 0}\n")
+    port, root = free_port(), tmp_path / "suite"
+    proc = subprocess.Popen([*CLI, "suite", str(suite_file), "--headless", "--no-report",
+                             "--metrics", str(port), "--out", str(root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
+    produced: dict[str, float] = {}  # the last produced count served, by run_id
+    deadline = time.monotonic() + 180
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if (text := scrape(port)) is not None:
+                found = samples(text)
+                run_id = next(dict(ls)["run_id"] for (n, ls) in found if n == "streambench_run_info")
+                if any(n == "streambench_produced_messages_total" for n, _ in found):
+                    produced[run_id] = value(found, "streambench_produced_messages_total")
+            time.sleep(SCRAPE_EVERY_S)
+        _, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    recorded = {(m := run_json(p.parent))["run_id"]: m["totals"][0]["produced"]
+                for p in root.rglob("run.json")}
+    assert len(recorded) == 2
+    assert produced == recorded
+    assert port_free(port)

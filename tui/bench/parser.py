@@ -384,6 +384,9 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                             "others run (again)")
     suite.add_argument("--no-report", action="store_true",
                        help="skip the comparison report at the end")
+    suite.add_argument("--metrics", type=metrics_address, metavar="[ADDRESS:]PORT",
+                       help="serve each cell's run to Prometheus as run --metrics does, all at "
+                            "this address in turn")
     suite.add_argument("--headless", action="store_true",
                        help="no dashboard: one line per cell (also when not in a terminal)")
     suites = sub.add_parser("suites", help="list the bundled suites and how long each takes")

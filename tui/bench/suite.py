@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -275,6 +275,9 @@ class SuiteRun:
         self.report_written: ReportWritten | None = None
         self._child: subprocess.Popen[bytes] | None = None
         self._told: set[int] = set()  # pids of the cells the first stop was passed on to
+        # options every cell's run takes from the suite's command line (--metrics: each cell
+        # serves its run at the same address in turn)
+        self.cell_options: list[str] = []
 
     @property
     def scale(self) -> float:
@@ -347,7 +350,7 @@ class SuiteRun:
         wfile.parent.mkdir(exist_ok=True)
         wfile.write_text(_workload_yaml(self.workloads[cell["workload"]]))
         cmd = [sys.executable, "-m", "tui.cli", "run", cell["target"], "--workload", str(wfile),
-               "--headless", "--out", str(cell_dir), *self.suite.options]
+               "--headless", "--out", str(cell_dir), *self.suite.options, *self.cell_options]
         n = len(self.cells)
         progress(CellChanged(k, n, {**cell, "state": "running"}))
         started = time.monotonic()
@@ -483,10 +486,11 @@ def prepare_suite(spec: str, targets: list[str], out: Path | None, scale: float,
 
 
 def run_suite(spec: str, targets: list[str], out: Path | None, scale: float,
-              resume: Path | None, report: bool) -> int:
+              resume: Path | None, report: bool, cell_options: Sequence[str] = ()) -> int:
     """Run (or resume) a suite headless, one line per cell on stdout; returns the exit code
     (SuiteRun.exit_code). INT, TERM and HUP stop it after the running cell."""
     run = prepare_suite(spec, targets, out, scale, resume)
+    run.cell_options = list(cell_options)
     old = {s: signal.signal(s, run.request_stop) for s in exits.SIGNAL_EXIT}
     try:
         run.run_cells(print_event)
