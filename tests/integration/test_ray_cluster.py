@@ -171,3 +171,13 @@ def test_no_actor_outlives_its_coordinator(sig, ray_cluster, redis_port, tmp_pat
     finally:
         if cli.proc.poll() is None:
             cli.proc.kill()
+
+
+def test_more_nodes_than_the_cluster_has_is_one_line_and_exit_2(ray_cluster, tmp_path):  # noqa: F811
+    res = run_cli(["run", "redis@127.0.0.1:1", "--headless", "--duration", "2",
+                   "--cluster", ray_cluster.gcs, "--nodes", "3", "--out", str(tmp_path / "run")])
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        f"streambench: error: --nodes 3 --placement spread: the cluster at {ray_cluster.gcs} "
+        "has 2 nodes alive"]
+    assert not (tmp_path / "run").exists()
