@@ -38,7 +38,8 @@ TABLE = (
              "traceback)"),
     ExitCode(str(USAGE), "usage error",
              "an unknown command or flag, a bad value (`--duration 30x`), a workload file or "
-             "TARGET option refused, `streambench` alone without a terminal"),
+             "TARGET option refused, `streambench` alone without a terminal, a `--cluster` that "
+             "cannot be used (nothing answers, another Ray version, too few nodes)"),
     ExitCode(str(PLATFORM), "platform cannot start or be reached",
              "a broker that does not start (its port taken, Java or redis-server missing), an "
              "address nothing answers at, a broker that died during the run without a fault "
