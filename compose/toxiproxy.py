@@ -7,7 +7,9 @@ target's stack: bound to loopback, its API on a free port, one proxy per proxied
 platform's `proxied_endpoints`). It runs in its own process group and dies with its owner
 (compose.process.start_process); its log sits in a data dir that names its owner, so a run
 killed outright leaves nothing the next run or `stacks prune` does not remove. The API is
-spoken with http.client: the few calls used are below."""
+spoken with http.client: the few calls used are below. For an existing cluster, the user's own
+Toxiproxy (--network-faults=URL) is used instead: its proxies that listen at the target's
+address are the links, and nothing is started."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import http.client
 import json
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -49,6 +52,28 @@ class Link:
     upstream: str
 
 
+API_URL = re.compile(r"http://([^/:\s\[\]]+|\[[0-9a-fA-F:]+\]):(\d{1,5})/?")
+
+
+def api_address(api: str) -> tuple[str, int]:
+    """(host, port) of a Toxiproxy API's URL, http://HOST:PORT; ValueError otherwise."""
+    m = API_URL.fullmatch(api)
+    if m is None or not 0 < int(m.group(2)) < 65536:
+        raise ValueError(f"{api[:80]!r} is not a Toxiproxy API's URL (http://HOST:PORT)")
+    return m.group(1).strip("[]"), int(m.group(2))
+
+
+def _same_listener(listen: str, address: str) -> bool:
+    """Whether a proxy listening at `listen` is reached at `address` (HOST:PORT): the same port,
+    and the same host or a proxy listening on every address."""
+    host, _, port = listen.rpartition(":")
+    want_host, _, want_port = address.rpartition(":")
+    loopback = {"localhost", "127.0.0.1"}
+    hosts = {host.strip("[]"), want_host.strip("[]")}
+    return port == want_port and (len(hosts) == 1 or hosts <= loopback
+                                  or host.strip("[]") in ("", "0.0.0.0", "::"))
+
+
 class Toxiproxy:
     """A running Toxiproxy server and the proxies of one target."""
 
@@ -56,8 +81,30 @@ class Toxiproxy:
         self._label = label
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: Path | None = None
+        self._host = HOST
         self._port = 0
         self.links: dict[str, Link] = {}
+
+    @classmethod
+    async def attach(cls, label: str, api: str, endpoints: dict[str, str]) -> Toxiproxy:
+        """The user's own Toxiproxy at `api` (http://HOST:PORT, as api_address takes it), for an
+        existing cluster: the proxies among its own that listen at each of `endpoints` (key →
+        HOST:PORT the target was given) become the target's links; StackError when one has
+        none."""
+        proxy = cls(label)
+        proxy._host, proxy._port = api_address(api)
+        try:
+            listed = await proxy._call("GET", "/proxies")
+        except OSError as exc:
+            raise StackError(f"{label}: no Toxiproxy answers at {api}: {exc}") from None
+        for address in endpoints.values():
+            found = [p for p in (listed or {}).values() if _same_listener(str(p["listen"]), address)]
+            if not found:
+                raise StackError(f"{label}: none of the proxies of the Toxiproxy at {api} listens "
+                                 f"at {address}, the target's address")
+            proxy.links[str(found[0]["name"])] = Link(str(found[0]["name"]), address,
+                                                      str(found[0]["upstream"]))
+        return proxy
 
     async def start(self, progress: Progress) -> None:
         program = await toxiproxy_program(progress)
@@ -100,7 +147,7 @@ class Toxiproxy:
         """One network fault on every link; returns what it did, for its event."""
         names = sorted(self.links)
         if item.action == "heal":
-            await self._call("POST", "/reset")  # every toxic removed, every proxy enabled
+            await self._heal(names)
             return f"{self._what(names)}: toxics removed, proxies up"
         if item.action in ("partition", "reset"):
             for name in names:
@@ -129,6 +176,14 @@ class Toxiproxy:
         assert item.bandwidth is not None
         return f"{self._what(names)}: {bandwidth_text(item.bandwidth)} each way on each connection"
 
+    async def _heal(self, names: list[str]) -> None:
+        """Every toxic of these proxies removed, each enabled (the others of a user's own
+        Toxiproxy are left as they are)."""
+        for name in names:
+            for toxic in await self._call("GET", f"/proxies/{name}/toxics"):
+                await self._call("DELETE", f"/proxies/{name}/toxics/{toxic['name']}")
+            await self._call("POST", f"/proxies/{name}", {"enabled": True})
+
     def describe(self) -> dict[str, str]:
         """Each proxied endpoint → `proxy → broker`, for run.json."""
         return {n: f"{link.listen} → {link.upstream}" for n, link in self.links.items()}
@@ -145,7 +200,7 @@ class Toxiproxy:
         return await asyncio.to_thread(self._request, method, path, body)
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
-        conn = http.client.HTTPConnection(HOST, self._port, timeout=API_TIMEOUT_S)
+        conn = http.client.HTTPConnection(self._host, self._port, timeout=API_TIMEOUT_S)
         try:
             data = json.dumps(body).encode() if body is not None else None
             conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
@@ -162,7 +217,12 @@ class Toxiproxy:
             return text
 
     async def stop(self, log_dir: Path | None = None) -> None:
-        """Stop the server (its log kept in log_dir) and remove its data dir."""
+        """Stop the server (its log kept in log_dir) and remove its data dir; a user's own
+        Toxiproxy keeps running, its proxies healed."""
+        if self._proc is None and self._dir is None and self.links:
+            with contextlib.suppress(OSError, StackError):
+                await self._heal(sorted(self.links))
+            return
         proc, self._proc = self._proc, None
         where, self._dir = self._dir, None
         logs = [where / "toxiproxy.log"] if where is not None else []

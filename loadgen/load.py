@@ -239,8 +239,14 @@ class TargetLoad:
 
     async def _proxied(self, desc: StackDescription, progress: Callable[[str], None]) -> StackDescription:
         """With network faults asked for, a Toxiproxy in front of each of the platform's
-        proxied endpoints, and the description the clients get: the proxies' addresses."""
-        if not self.target.options.get(PROXIED_OPTION):
+        proxied endpoints, and the description the clients get: the proxies' addresses. An
+        existing cluster's address is already the user's proxy (--network-faults=URL)."""
+        proxied = self.target.options.get(PROXIED_OPTION)
+        if not proxied:
+            return desc
+        if isinstance(proxied, str):  # an existing cluster behind the user's own Toxiproxy
+            self._toxiproxy = await Toxiproxy.attach(self.label, proxied, {
+                key: desc.endpoints[key] for key in self.platform.proxied_endpoints})
             return desc
         self._toxiproxy = Toxiproxy(self.label)
         await self._toxiproxy.start(progress)

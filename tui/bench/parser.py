@@ -200,6 +200,18 @@ def _container_memory(text: str) -> str:
     return text.strip() if _DOCKER_MEMORY.fullmatch(text.strip()) else f"{value}b"
 
 
+def toxiproxy_api(text: str) -> str:
+    """An argparse type: the URL of the user's own Toxiproxy API (--network-faults=URL)."""
+    from compose.toxiproxy import api_address
+
+    try:
+        api_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}; write it --network-faults=URL, after the "
+                                         "targets") from None
+    return text
+
+
 def replay_speed(text: str) -> float:
     """An argparse type: one of the replay's speeds, as the keys 1, 2, 3 choose them."""
     try:
@@ -306,10 +318,13 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                           "topicConfig, commonConfig, replicationFactor; Pulsar's client/producer/"
                           "consumer; Redis's and RabbitMQ's connection fields are named, not "
                           "acted on) for every target: the target option driver=FILE")
-    run.add_argument("--network-faults", action="store_true",
+    run.add_argument("--network-faults", nargs="?", const=True, default=False,
+                     type=toxiproxy_api, metavar="TOXIPROXY_API",
                      help="clients reach each broker through a Toxiproxy on loopback, so that "
                           "latency=, bandwidth=, partition, reset and heal can act on the links "
-                          "(implied by a network fault in --at or the schedule)")
+                          "(implied by a network fault in --at or the schedule); for an existing "
+                          "cluster (@ADDRESS, the listen address of one of your proxies): the "
+                          "URL of your own Toxiproxy's API, http://HOST:PORT")
     run.add_argument("--track-delivery", action="store_true",
                      help="check that every message is consumed exactly once (uses memory)")
     run.add_argument("--runtime", choices=("docker", "local"),

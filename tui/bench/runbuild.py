@@ -168,10 +168,12 @@ def check_target(spec: str, args: argparse.Namespace, workload: Workload | None 
                              args.keep)
 
 
-def with_network_faults(targets: Sequence[Target], workload: Workload, asked: bool) -> None:
+def with_network_faults(targets: Sequence[Target], workload: Workload, asked: bool | str) -> None:
     """--network-faults, or a network fault in the schedule: every target's clients go through
-    a proxy (its options' PROXIED_OPTION). A target whose links cannot be proxied (an existing
-    cluster, a platform with no proxied endpoints) is refused in one line."""
+    a proxy (its options' PROXIED_OPTION: True for a proxy streambench starts, the URL of the
+    user's own Toxiproxy for an existing cluster, --network-faults=URL). A target whose links
+    cannot be proxied (an existing cluster without that URL, a platform with no proxied
+    endpoints) is refused in one line."""
     from loadgen.core.errors import TargetError
     from loadgen.core.interventions import PROXIED_OPTION
     from loadgen.platforms import PLATFORMS
@@ -183,15 +185,16 @@ def with_network_faults(targets: Sequence[Target], workload: Workload, asked: bo
     for t in targets:
         if scheduled and not asked and all(i.target not in (None, t.label) for i in scheduled):
             continue
-        if t.runtime == "external":
-            raise TargetError(f"target {t.label}: {why}: an existing cluster's links are not "
-                              "proxied by streambench; network faults need a broker streambench "
-                              "starts")
         if not PLATFORMS[t.platform].proxied_endpoints:
             raise TargetError(f"target {t.label}: {why}: {t.platform} has no links streambench "
                               "can proxy yet (those that do: " + ", ".join(
                                   n for n, p in PLATFORMS.items() if p.proxied_endpoints) + ")")
-        t.options[PROXIED_OPTION] = True
+        if t.runtime == "external" and not isinstance(asked, str):
+            raise TargetError(f"target {t.label}: {why}: an existing cluster's links are not "
+                              "proxied by streambench; run a Toxiproxy in front of it, give the "
+                              "target its proxy's address and --network-faults=http://HOST:PORT "
+                              "its API")
+        t.options[PROXIED_OPTION] = asked if t.runtime == "external" else True
 
 
 def connect_cluster(args: argparse.Namespace, targets: int) -> Cluster | None:
