@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -64,7 +64,18 @@ COUNTERS = {
 MAX_FINAL_WAIT_S = 30.0
 
 
-def parse_address(text: str) -> tuple[str, int]:
+class Address(NamedTuple):
+    """Where the endpoint listens; written back as --metrics takes it (the launcher passes a
+    run's options on as text)."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return _shown(self.host, self.port)
+
+
+def parse_address(text: str) -> Address:
     """`9464`, `HOST:9464` or `[::1]:9464` as (host, port); a bare port listens on loopback.
     Raises WorkloadError (one line, naming the text) for anything else."""
     host, sep, port_text = text.strip().rpartition(":")
@@ -82,7 +93,7 @@ def parse_address(text: str) -> tuple[str, int]:
     except ValueError:
         raise WorkloadError(f"{text!r}: {host!r} is not an IP address (e.g. 127.0.0.1, "
                             "::1, or 0.0.0.0 to listen on every interface)") from None
-    return host, int(port_text)
+    return Address(host, int(port_text))
 
 
 @dataclass

@@ -124,3 +124,17 @@ def test_the_docs_list_every_served_metric_and_no_other() -> None:
         served.add(family.name + suffix)
     documented = set(re.findall(r"^\| `(streambench_\w+)` \|", DOCS.read_text(), re.MULTILINE))
     assert served == documented
+
+
+def test_the_launcher_passes_metrics_on_to_its_runs() -> None:
+    """`streambench run --metrics 9464` without targets opens the launcher, which hands its
+    runs the options as text: the address reads back as it was given."""
+    from tui.bench.parser import build_parser
+    from tui.launcher import LaunchSettings
+
+    args = build_parser().parse_args(["run", "--metrics", "9464"])
+    argv = LaunchSettings.from_args(args).argv()
+    assert argv[argv.index("--metrics") + 1] == "127.0.0.1:9464"
+    again = build_parser().parse_args([*argv, "redis"])
+    assert again.metrics == ("127.0.0.1", 9464)
+    assert str(parse_address("[::1]:80")) == "[::1]:80"
