@@ -22,7 +22,9 @@ neither the project's code nor a Python interpreter.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +36,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from analysis.events import (
+    FAULT_PREFIXES,
     READ_KINDS,
     AssignmentRow,
     ChangeRow,
@@ -693,7 +696,8 @@ def _events(spark: SparkSession, runs: Sequence[RunInfo]) -> list[Event]:
     kinds = F.col("kind")
     rows = (
         read_table(spark, runs, "events")
-        .where(kinds.isin(*READ_KINDS) | kinds.startswith("fault-"))
+        .where(functools.reduce(operator.or_, (kinds.startswith(p) for p in FAULT_PREFIXES),
+                                kinds.isin(*READ_KINDS)))
         .select("run_id", "target", F.unix_micros("time").alias("time_us"), "phase", "kind",
                 "detail")
         .collect()

@@ -308,11 +308,12 @@ def _changes_section(data: ReportData) -> Section | None:
     return Section(
         "Faults and changes",
         [
-            "Every change to the load (rate, producers, consumers) and every broker fault "
-            "(fault-*), in time order, with its time from the start of the measuring phase "
-            "(negative: during warm-up). For a fault, the recovery the run loop measured after "
-            "it: the time from the fault until the target was healthy again (produce and "
-            "consume rates within 10 % of what they should be for 5 s, lag back to its level "
+            "Every change to the load (rate, producers, consumers), every broker fault "
+            "(fault-*) and every network fault (net-*), in time order, with its time from the "
+            "start of the measuring phase (negative: during warm-up). For a fault, the "
+            "recovery the run loop measured after it: the time from the fault until the target "
+            "was healthy again (produce and consume rates within 10 % of what they should be "
+            "for 5 s, lag back to its level "
             "before the fault), the lag peak (and the lag before), the longest publish stall, "
             "the messages that arrived late and the send errors meanwhile. Faults before the "
             "target was healthy again share one recovery, whose figures are repeated on each. "
