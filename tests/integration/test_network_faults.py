@@ -297,18 +297,25 @@ def test_toxics_on_a_local_redis_run(tmp_path: Path, toxiproxy: Path, no_leftove
     assert (run_dir / "logs" / "0-redis" / "toxiproxy.log").is_file()
 
 
-def test_no_toxiproxy_left_after_streambench_is_killed(tmp_path: Path, toxiproxy: Path,
-                                                      no_leftover_redis) -> None:
-    cli = CliRun(["run", "redis", "--runtime", "local", "--headless", "--rate", "100", "--warmup", "1",
-                  "--duration", "60", "--network-faults", "--out", str(tmp_path / "run")])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130),
+                                         (signal.SIGKILL, -9)])
+def test_no_toxiproxy_left_after_streambench_is_stopped(tmp_path: Path, toxiproxy: Path,
+                                                       no_leftover_redis, sig: signal.Signals,
+                                                       code: int) -> None:
+    """Stopped (SIGTERM, SIGINT) or killed outright (SIGKILL) while measuring: the Toxiproxy
+    server, the broker and the load process are gone, and no data dir of theirs is left."""
+    cli = CliRun(["run", "redis", "--runtime", "local", "--headless", "--rate", "100", "--warmup",
+                  "1", "--duration", "60", "--network-faults", "--out", str(tmp_path / "run")])
     proxies = _proxies(cli)
     cli.wait_for_line("measuring", 120)
     started = psutil.Process(cli.proc.pid).children(recursive=True)
     assert len(proxies) == 1 and proxies[0] in {p.pid for p in started}
-    cli.proc.send_signal(signal.SIGKILL)
-    cli.finish(timeout_s=30)
+    cli.proc.send_signal(sig)
+    returned, _out, err = cli.finish(timeout_s=60)
+    assert returned == code, err[-2000:]
     assert pids_gone(proxies + [p.pid for p in started], 10)
-    # its log's data dir names its owner, gone: a leftover the next run or stacks prune removes
+    # its log's data dir went with it (the load process removes what it made, also when its
+    # coordinator was killed: compose.process.abandon)
     assert not [path for path, pid in leftover_dirs()
                 if path.name.startswith("streambench-toxiproxy-")
                 and int(pid) in {p.pid for p in started}]
