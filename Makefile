@@ -49,9 +49,14 @@ lint: $(VENV)/.installed-dev
 # The project's modules are byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, every
 # process the tests start (workers, `streambench` commands) would compile them from source again,
 # about 0.3 s of CPU each. Python reads the files even so, and ignores one older than its source.
+# The tests run side by side in TEST_PROCESSES test processes (pytest-xdist; tests that share a
+# broker, the Spark session or the Docker engine stay on one, see tests/conftest.py), then the
+# few marked serial alone.
+TEST_PROCESSES ?= 3
 test: setup-test lint docs
 	$(BIN)/python -m compileall -q loadgen collectors compose analysis tui tests
-	$(BIN)/python -m pytest -q -ra --durations=30
+	$(BIN)/python -m pytest -q -ra --durations=30 -n $(TEST_PROCESSES) --dist loadgroup -m "not serial"
+	$(BIN)/python -m pytest -q -ra --durations=10 -m serial
 
 # The documentation site, as strict as CI builds it: a broken link or anchor fails (a few seconds).
 docs: $(VENV)/.installed-dev
@@ -70,6 +75,7 @@ bench: setup-test
 	$(BIN)/python tests/bench/report_scale.py
 	$(BIN)/python tests/bench/dashboard_cpu.py
 	$(BIN)/python tests/bench/report_effect.py
+	$(BIN)/python tests/bench/prometheus_scrape.py
 	$(BIN)/python tests/bench/metrics_cost.py
 	$(BIN)/python tests/bench/ray_placement.py
 

@@ -1,13 +1,16 @@
-"""Broker programs written in Go, built from the Go module proxy on first use (for a server
-version the system's package does not have, e.g. a newer nats-server).
+"""Programs written in Go, built from the Go module proxy on first use: a broker version the
+system's package does not have (e.g. a newer nats-server), a tool (Toxiproxy), and streambench's
+own small Go programs kept in this folder (compose/promcheck).
 
 `go install MODULE@VERSION` puts the program into `<cache>/bin/<name>-<version>/`, where the
-cache is the one of compose.maven (`$STREAMBENCH_CACHE` or ~/.cache/streambench); its module
+cache is the one of compose.maven (`$STREAMBENCH_CACHE` or ~/.cache/streambench); a program of
+this folder is built with `go build` into `<cache>/bin/<name>-<digest of its files>/`. Module
 downloads go to `<cache>/go-modules/`. Later calls return the built program at once."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 import shutil
@@ -46,23 +49,45 @@ async def go_program(name: str, module: str, version: str, binary: str, progress
     where = root / "bin" / f"{name}-{version}"
     if (found := _program(where, binary)) is not None:
         return found
+    return await _built(root, where, ["install", f"{module}@v{version}"], None, binary, progress,
+                        f"{name} {version}")
+
+
+async def source_program(name: str, source: Path, progress: Progress, *,
+                         cache: Path | None = None) -> Path:
+    """The program `name` built from the Go module in folder `source` (its main.go, go.mod and
+    go.sum, which pins every module it needs), once per content of those files."""
+    digest = hashlib.sha256()
+    for part in ("main.go", "go.mod", "go.sum"):
+        digest.update((source / part).read_bytes())
+    root = cache or cache_dir()
+    where = root / "bin" / f"{name}-{digest.hexdigest()[:12]}"
+    if (found := _program(where, name)) is not None:
+        return found
+    return await _built(root, where, ["build", "-mod=readonly", "-o", str(where / name), "."],
+                        source, name, progress, name)
+
+
+async def _built(root: Path, where: Path, args: list[str], cwd: Path | None, binary: str,
+                 progress: Progress, what: str) -> Path:
+    """`go ARGS` run once (under a lock shared by every process that builds into `where`)."""
     try:
         where.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StackError(f"cannot write the program cache {root}: {exc.strerror or exc}") from None
-    lock = CacheLock(where.parent / f".{name}-{version}.lock")
-    await lock.acquire(progress, f"{name} {version}", kind="build")
+    lock = CacheLock(where.parent / f".{where.name}.lock")
+    await lock.acquire(progress, what, kind="build")
     try:
         if (found := _program(where, binary)) is None:
-            await _build(root, where, f"{module}@v{version}", binary, progress, f"{name} {version}")
+            await _build(root, where, args, cwd, binary, progress, what)
             found = where / binary
     finally:
         lock.release()
     return found
 
 
-async def _build(root: Path, where: Path, ref: str, binary: str, progress: Progress,
-                 what: str) -> None:
+async def _build(root: Path, where: Path, args: list[str], cwd: Path | None, binary: str,
+                 progress: Progress, what: str) -> None:
     go = shutil.which("go") or next((p for p in GO_PATHS if os.access(p, os.X_OK)), None)
     if go is None:
         raise StackError(f"go not found: streambench builds {what} from the Go module proxy once "
@@ -73,7 +98,7 @@ async def _build(root: Path, where: Path, ref: str, binary: str, progress: Progr
     env = {**os.environ, "GOBIN": str(where), "GOMODCACHE": str(root / "go-modules"),
            "GOFLAGS": "-trimpath", "CGO_ENABLED": "0"}
     progress(f"building {what} with Go from the module proxy into {where} (first use only)")
-    proc = start_process([go, "install", ref], log, env=env)
+    proc = start_process([go, *args], log, cwd=cwd, env=env)
     try:
         loop = asyncio.get_running_loop()
         started = last = loop.time()
