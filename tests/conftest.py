@@ -26,6 +26,11 @@ import pytest
 # Targets without runtime= run locally in the tests, whether or not a Docker engine answers;
 # the container tests ask for runtime=docker themselves.
 os.environ["STREAMBENCH_RUNTIME"] = "local"
+# Every process a test starts inherits this mark (brokers, load workers and `streambench`
+# commands pass their environment on), so a check for leftovers counts only what this test
+# process started, also when other test processes (`pytest -n`) start the same brokers beside it.
+SESSION_MARK = "STREAMBENCH_TEST_SESSION"
+os.environ[SESSION_MARK] = str(os.getpid())
 
 TESTS = Path(__file__).resolve().parent
 # folders whose every test starts a real broker or container
@@ -41,6 +46,19 @@ def _folder(item: pytest.Item) -> str:
         return ""
 
 
+def _group(item: pytest.Item, fixtures: set[str]) -> str:
+    """Which tests `pytest -n N --dist loadgroup` keeps on one test process: the platform
+    contract (its runs are shared by two modules), the container tests (one Docker engine, whose
+    every container and volume some of them count), the tests on the one Spark session, and
+    otherwise each module (its module-scoped broker started once)."""
+    folder = _folder(item)
+    if folder in ("platforms", "containers"):
+        return folder
+    if "spark" in fixtures:
+        return "spark"
+    return str(Path(item.path).resolve().relative_to(TESTS))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks before `-m` selects (tryfirst), so the markers count for deselection."""
@@ -50,6 +68,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.spark)
         if _folder(item) in BROKER_FOLDERS and item.get_closest_marker("integration") is None:
             item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_group(item, fixtures)))
 
 
 @pytest.fixture(scope="session")
@@ -122,14 +142,37 @@ def port_listening(port: int) -> bool:
                for c in psutil.net_connections("tcp"))
 
 
+def started_here(p: psutil.Process) -> bool:
+    """Whether this test process started `p` (directly or through what it started): `p`
+    carries its SESSION_MARK. A process that has gone, or whose environment cannot be read,
+    was not."""
+    try:
+        return p.environ().get(SESSION_MARK) == os.environ[SESSION_MARK]
+    except psutil.Error:
+        return False
+
+
+def data_dir_here(path: Path) -> bool:
+    """Whether a stack's data dir (`<prefix><pid>-XXXXXXXX`, made by that pid) belongs to this
+    test process: its maker started here, or has gone (a leftover counts, whoever left it)."""
+    try:
+        pid = int(path.name.rsplit("-", 2)[-2])
+    except (IndexError, ValueError):
+        return True
+    try:
+        return started_here(psutil.Process(pid)) or pid == os.getpid()
+    except psutil.NoSuchProcess:
+        return True
+
+
 def server_pids(name: str) -> set[int]:
-    """Processes called `name` this test process could have started: its descendants, and
-    orphans (a leaked broker is re-parented to init). Other test runs on the machine are not
-    counted."""
+    """Processes called `name` this test process started: its descendants, and orphans (a
+    leaked broker is re-parented to init) that carry its mark. Other test processes and test
+    runs on the machine are not counted."""
     mine = {p.pid for p in psutil.Process().children(recursive=True)}
     found = set()
     for p in psutil.process_iter(["name", "ppid"]):
-        if p.info["name"] == name and (p.pid in mine or p.info["ppid"] == 1):
+        if p.info["name"] == name and (p.pid in mine or (p.info["ppid"] == 1 and started_here(p))):
             found.add(p.pid)
     return found
 

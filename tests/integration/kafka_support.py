@@ -16,6 +16,7 @@ import pytest
 
 from compose.kafka import DATA_PREFIX, KAFKA_3, KafkaLocalStack, KafkaRuntime, kafka_runtime
 from loadgen.platforms import resolve_target
+from tests.conftest import data_dir_here, started_here
 
 KAFKA_MAINS = ("kafka.Kafka", "org.apache.zookeeper.server.quorum.QuorumPeerMain")
 
@@ -31,19 +32,20 @@ def kafka_39() -> KafkaRuntime:
 
 
 def broker_pids() -> set[int]:
-    """Local-runtime Kafka and ZooKeeper processes (their configs live in a streambench data
-    dir; brokers in containers or started by other tools do not count)."""
+    """Local-runtime Kafka and ZooKeeper processes this test process started (their configs
+    live in a streambench data dir; brokers in containers, started by other tools or by other
+    test processes do not count)."""
     found = set()
     for p in psutil.process_iter(["name", "cmdline"]):
         cmd = p.info["cmdline"] or []
         if (p.info["name"] == "java" and any(main in cmd for main in KAFKA_MAINS)
-                and any(DATA_PREFIX in arg for arg in cmd)):
+                and any(DATA_PREFIX in arg for arg in cmd) and started_here(p)):
             found.add(p.pid)
     return found
 
 
 def data_dirs() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob(f"{DATA_PREFIX}*"))
+    return {d for d in Path(tempfile.gettempdir()).glob(f"{DATA_PREFIX}*") if data_dir_here(d)}
 
 
 @pytest.fixture

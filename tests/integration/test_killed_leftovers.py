@@ -12,9 +12,14 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from compose.process import OWNER_FILE, leftover_dirs, make_data_dir
 from tests.conftest import CliRun, run_cli
+
+# alone: any run beside it (another test process) removes the data dirs of dead owners it
+# inspects, as the next run should
+pytestmark = pytest.mark.serial
 
 GONE_WITHIN_S = 5.0
 

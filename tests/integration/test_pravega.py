@@ -34,7 +34,7 @@ from loadgen.platforms.pravega import PravegaDriver, partition_keys, segment_of
 from loadgen.platforms.pravega_host import EVENT_FRAME_BYTES, HEADER
 from loadgen.platforms.pravega_telemetry import PravegaTelemetry, reader_group_name
 from loadgen.run import Run, RunSummary
-from tests.conftest import pids_gone
+from tests.conftest import pids_gone, started_here
 from tests.integration.conftest import run_cli, run_json
 from tests.integration.test_redis_run import _one_error_line
 
@@ -56,7 +56,7 @@ def started_pids() -> set[int]:
     for p in psutil.process_iter(["cmdline", "ppid"]):
         cmdline = " ".join(p.info["cmdline"] or [])
         if (MAIN_CLASS in cmdline or "loadgen.platforms.pravega_host" in cmdline) and (
-                p.pid in mine or p.info["ppid"] == 1):
+                p.pid in mine or (p.info["ppid"] == 1 and started_here(p))):
             found.add(p.pid)
     return found
 

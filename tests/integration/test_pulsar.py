@@ -29,7 +29,7 @@ from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.platforms.pulsar import PulsarDriver
 from loadgen.run import Run, RunSummary
-from tests.conftest import pids_gone
+from tests.conftest import pids_gone, started_here
 from tests.integration.backlog_support import WORKLOAD_FIELDS, assert_backlog_phase
 from tests.integration.conftest import CLI, run_cli, run_json
 from tests.integration.test_redis_run import _one_error_line
@@ -47,7 +47,8 @@ def _table(run_dir: Path, name: str) -> dict:
 def standalone_pids() -> set[int]:
     found = set()
     for p in psutil.process_iter(["cmdline"]):
-        if "org.apache.pulsar.PulsarStandaloneStarter" in (p.info["cmdline"] or []):
+        if ("org.apache.pulsar.PulsarStandaloneStarter" in (p.info["cmdline"] or [])
+                and started_here(p)):
             found.add(p.pid)
     return found
 

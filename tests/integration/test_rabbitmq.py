@@ -25,6 +25,7 @@ from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import PLATFORMS, resolve_target
 from loadgen.run import Run
+from tests.conftest import started_here
 from tests.integration.conftest import run_cli, run_json
 
 pytestmark = pytest.mark.integration
@@ -45,7 +46,8 @@ def _erlang_pids() -> set[int]:
     mine = {p.pid for p in psutil.Process().children(recursive=True)}
     found = set()
     for p in psutil.process_iter(["name", "ppid"]):
-        if p.info["name"] in ("beam.smp", "epmd") and (p.pid in mine or p.info["ppid"] == 1):
+        if p.info["name"] in ("beam.smp", "epmd") and (
+                p.pid in mine or (p.info["ppid"] == 1 and started_here(p))):
             found.add(p.pid)
     return found
 
