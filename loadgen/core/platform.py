@@ -99,6 +99,9 @@ class Platform:
     memory_relief: str = ""
     # the programs its runtimes need here, for `streambench doctor`
     prerequisites: tuple[Prerequisite, ...] = ()
+    # the platform a published figure means when it names this one by another name (a study's
+    # "Kafka" that ran with ZooKeeper: kafka-zk is published as kafka); "": its own name only
+    published_as: str = ""
     # the images its docker runtime would run for a target, for the default runtime rule (an
     # image present picks docker); none: the rule looks for no image
     docker_images: Callable[[Target], list[str]] = lambda _target: []

@@ -815,6 +815,7 @@ PLATFORMS = [
         address_example="HOST:PORT[,HOST:PORT...]",
         make_stack=_kafka_zk_stack,
         docker_images=kafka_images,
+        published_as="kafka",
         lag_per_partition=True, keyed=True, settings_read_back=("broker", "topic"),
         make_driver=_driver("kafka"),
         make_collectors=_collectors,

@@ -45,6 +45,7 @@ import yaml
 
 from loadgen.core.errors import WorkloadError
 from loadgen.core.workload import Workload, load_workload, parse_workload, shown
+from loadgen.platforms import PLATFORMS
 from tui.bench import exits
 
 SUITE_FORMAT = 1
@@ -536,11 +537,6 @@ def _platform(target: str) -> str:
     return re.split(r"[:@]", target, maxsplit=1)[0]
 
 
-# a published figure of a platform compares with the cells of these platforms, the first found
-# (a study's "Kafka" ran with ZooKeeper: a suite runs kafka-zk, a user's own targets may be KRaft)
-_SAME_PLATFORM = {"kafka": ("kafka", "kafka-zk")}
-
-
 def compare_published(state: dict[str, Any], summary_rows: list[dict[str, Any]]) -> list[str]:
     """Markdown lines: per published finding, the published and measured figures per platform,
     the ranking in each, the ratios to the first platform, and a verdict."""
@@ -555,10 +551,12 @@ def compare_published(state: dict[str, Any], summary_rows: list[dict[str, Any]])
         run_id = json.loads((Path(cell["run_dir"]) / "run.json").read_text())["run_id"]
         if run_id in by_run:
             measured[(cell["workload"], _platform(cell["target"]))] = by_run[run_id]
+    # a published figure of a platform compares with its own cells, else with the first cell of
+    # a platform published under its name (Platform.published_as: kafka-zk for a study's Kafka)
     for (workload, platform), row in list(measured.items()):
-        for family, alike in _SAME_PLATFORM.items():
-            if platform in alike:
-                measured.setdefault((workload, family), row)
+        record = PLATFORMS.get(platform)
+        if record is not None and record.published_as:
+            measured.setdefault((workload, record.published_as), row)
     lines = ["# Published figures beside the measured ones", ""]
     if source:
         lines += [f"Published: {source}. Absolute figures depend on the machine; what is compared "
