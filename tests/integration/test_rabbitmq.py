@@ -267,6 +267,9 @@ def test_node_files_and_names_are_its_own(node):
     assert "rabbitmq_stream" in (root / "enabled_plugins").read_text()
 
 
+SCENARIO_LIMIT_S = 240
+
+
 def test_client_settings_reach_rbfly(node):
     """`producer.cls=Publisher` gives each partition stream rbfly's single-message publisher: a
     batch of 300 messages then goes out as 300 publish frames, each awaiting its confirm, where
@@ -349,7 +352,8 @@ def test_client_settings_reach_rbfly(node):
                 await driver.close()
         return found
 
-    found = asyncio.run(scenario())
+    # bounded: a confirm or a close that never comes fails the test instead of holding the suite
+    found = asyncio.run(asyncio.wait_for(scenario(), SCENARIO_LIMIT_S))
     kinds, batched = found["batch"]
     assert kinds == {"PublisherBatchFast"}
     assert sum(batched) == 300 and len(batched) <= 3, batched  # the batch in one frame or few

@@ -30,6 +30,7 @@ WARMUP_S = 1
 PARTITIONS = 2
 FAULT_RATE = 500  # msg/s of the fault run
 FAULT_CAP_S = 120  # the fault run's planned length; it is stopped once it recovered
+AFTER_RECOVERY_S = 3.5  # how long the fault run goes on after its last recovery, at its rate
 FAULT_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 420  # a first run may fetch a broker's release
 REFERENCE = "redis"  # the platform every other one runs beside in the clean run
@@ -136,8 +137,8 @@ def fault_plan(case: Case) -> list[tuple[str, str]]:
 
 def fault_run(case: Case, folder: Path) -> FaultRun:
     """Pause at 2 s and resume at 3 s of the measuring phase (--at); once the run says it
-    recovered, kill and then start the broker (standard input); stopped once it recovered from
-    that too. A plan of one pair runs it by --at alone."""
+    recovered, kill and then start the broker (standard input); stopped AFTER_RECOVERY_S after
+    it recovered from that too. A plan of one pair runs it by --at alone."""
     name = case.platform
     plan = fault_plan(case)
     first, rest = plan[0], plan[1:]
@@ -168,8 +169,10 @@ def fault_run(case: Case, folder: Path) -> FaultRun:
             if recovered <= len(rest):
                 proc.stdin.write(f"{rest[recovered - 1][0]}={name}\n")
                 proc.stdin.flush()
-            elif recovered == len(plan):
-                proc.send_signal(signal.SIGINT)
+            elif recovered == len(plan):  # a few ticks at the rate, then the stop
+                stop = threading.Timer(AFTER_RECOVERY_S, proc.send_signal, [signal.SIGINT])
+                stop.daemon = True
+                stop.start()
         elif 0 < recovered <= len(rest) and kind == f"fault-{rest[recovered - 1][0]}":
             proc.stdin.write(f"{rest[recovered - 1][1]}={name}\n")
             proc.stdin.flush()
