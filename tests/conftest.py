@@ -99,12 +99,17 @@ CLI = [sys.executable, "-m", "tui.cli"]
 
 
 class CliRun:
-    """`streambench …` in its own session so signals reach only it."""
+    """`streambench …` in its own session so signals reach only it. A hang-up is delivered
+    as from a terminal, whatever the test run inherited (`nohup make test` ignores SIGHUP in
+    every child, and the CLI then rightly goes on); `hup_ignored` starts it as under nohup."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str], env: dict[str, str] | None = None,
+                 hup_ignored: bool = False) -> None:
+        hup = signal.SIG_IGN if hup_ignored else signal.SIG_DFL
         self.proc = subprocess.Popen(
             [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, **(env or {})}, start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, hup),
         )
         self.lines: list[str] = []
 

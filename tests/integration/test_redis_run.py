@@ -204,6 +204,21 @@ def test_signal_during_measuring_flushes_and_cleans(tmp_path, sig, code, group, 
     assert meta["totals"][0]["consumed"] == meta["totals"][0]["produced"] > 0
 
 
+def test_a_hang_up_under_nohup_does_not_stop_a_headless_run(tmp_path, no_leftover_redis):
+    """Started with SIGHUP ignored (nohup), a headless run goes on through a hang-up to its
+    planned end: exit 0, not stopped early, every planned measuring tick written."""
+    run_dir = tmp_path / "run"
+    cli = CliRun(["run", "redis", "--rate", "500", "--duration", "4", "--warmup", "1",
+                  "--headless", "--out", str(run_dir)], hup_ignored=True)
+    cli.wait_for_line("measuring", 60)
+    os.killpg(cli.proc.pid, signal.SIGHUP)
+    rc, _out, err = cli.finish(timeout_s=60)
+    assert rc == 0, err
+    meta = run_json(run_dir)
+    assert meta["stopped_early"] is False and meta.get("stopped_for") is None
+    assert meta["totals"][0]["consumed"] == meta["totals"][0]["produced"] >= 500 * 4
+
+
 def test_sigkill_leaves_readable_files(tmp_path, no_leftover_redis):
     run_dir = tmp_path / "run"
     cli = CliRun(["run", "redis", "--rate", "1000", "--duration", "60", "--warmup", "1",
