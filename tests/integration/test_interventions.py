@@ -225,8 +225,12 @@ def test_clients_reconnect_after_a_killed_redis_is_started_again(tmp_path: Path)
     assert len(back) == 2
     start = next(e for e in events if e["kind"] == "fault-start")
     kill = next(e for e in events if e["kind"] == "fault-kill")
-    for e in back:  # within the longest pause between attempts after the server is back
-        assert 0 <= (e["time"] - start["time"]).total_seconds() <= 2.0, (e, start)
+    # after the kill, and within the longest pause between attempts after the server is back;
+    # fault-start is stamped once the stack's own probe has found the server answering, which a
+    # client's attempt can do first (0.18 s first on a loaded machine)
+    for e in back:
+        assert e["time"] > kill["time"], (e, kill)
+        assert (e["time"] - start["time"]).total_seconds() <= 2.0, (e, start)
     outcome = [e for e in events if e["kind"] in ("recovered", "not-recovered")]
     assert outcome and "kill redis" in outcome[0]["detail"]
     totals = run_json(run_dir)["totals"][0]

@@ -200,8 +200,11 @@ def test_clients_reconnect_to_a_standalone_started_again(tmp_path, nothing_left_
     assert sorted(e["detail"].split(":")[0] for e in lost) == clients
     assert sorted(e["detail"].split(":")[0] for e in back) == clients
     assert all(0 <= (e["time"] - kill["time"]).total_seconds() < 1.5 for e in lost), lost
-    # back once the standalone answers (a new client process each, the stream made again)
-    assert all(0 <= (e["time"] - start["time"]).total_seconds() < 10 for e in back), (back, start)
+    # back once the standalone answers (a new client process each, the stream made again):
+    # after the kill and within 10 s of fault-start, which is stamped once the stack's own probe
+    # finds the standalone answering (a client can get there first)
+    assert all(e["time"] > kill["time"] for e in back), (back, kill)
+    assert all((e["time"] - start["time"]).total_seconds() < 10 for e in back), (back, start)
     ticks = sorted(ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pylist(),
                    key=lambda t: t["seq"])
     gaps = [(b["time"] - a["time"]).total_seconds() for a, b in itertools.pairwise(ticks)]
