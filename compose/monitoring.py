@@ -107,7 +107,7 @@ def _health_urls(ports: MonitoringPorts) -> dict[str, str]:
             "cadvisor": f"http://127.0.0.1:{ports.cadvisor}/healthz"}
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as answer:
             return bool(answer.status == 200)
@@ -150,7 +150,7 @@ async def _wait_ready(client: Any, ports: MonitoringPorts, progress: Progress) -
     waiting = _health_urls(ports)
     while waiting:
         for service, url in list(waiting.items()):
-            if await asyncio.to_thread(_answers, url):
+            if await asyncio.to_thread(answers, url):
                 del waiting[service]
         containers = await asyncio.to_thread(_containers, client)
         for service, container in containers.items():

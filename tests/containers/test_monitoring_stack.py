@@ -4,11 +4,14 @@ are loaded by the compose CLI as the command gives them, prometheus.yml by Prome
 loader and its targets by Prometheus's own file-based discovery (compose/promcheck), the Grafana
 provisioning files and dashboard against Grafana's own dashboard model (the Grafana Foundation
 SDK of Grafana 11.6, the image's version), and the command itself runs to its end without the
-images. (The dashboard's PromQL is parsed by Prometheus's parser and checked against a live
-scrape in tests/integration/test_metrics_endpoint.py.)"""
+images. The stack's Prometheus service runs from the compose file on Debian's Prometheus,
+built offline (tests/containers/images.py), and scrapes a real run. (The dashboard's PromQL is
+parsed by Prometheus's parser and checked against a live scrape in
+tests/integration/test_metrics_endpoint.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import os
@@ -16,17 +19,29 @@ import re
 import socket
 import subprocess
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
 from compose import monitoring
-from compose.docker import COMPOSE_DIR, PROJECT_LABEL, compose_command, engine_answers
+from compose.docker import (
+    COMPOSE_DIR,
+    PROJECT_LABEL,
+    compose_command,
+    engine_answers,
+    remove_project,
+    run_compose,
+)
 from compose.monitoring import FILES, PROJECT, MonitoringPorts
 from compose.process import free_port
-from tests.conftest import CLI
+from tests.conftest import CLI, run_json
+from tests.containers import images
+from tests.containers.conftest import nothing_labelled
 
 PORTS = MonitoringPorts(prometheus=19090, grafana=13000, cadvisor=18081)
 DASHBOARD = COMPOSE_DIR / "grafana" / "streambench.json"
@@ -326,3 +341,71 @@ def test_ls_down_and_prune_know_the_stack(docker_client: Any, tmp_path: Path) ->
     finally:
         for left in docker_client.volumes.list(filters={"label": f"{PROJECT_LABEL}={PROJECT}"}):
             left.remove(force=True)
+
+
+def prometheus_api(api: str, path: str) -> Any:
+    with urllib.request.urlopen(f"{api}{path}", timeout=10) as answer:
+        body = json.loads(answer.read())
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def stored(api: str, expr: str) -> float | None:
+    found = prometheus_api(api, f"/api/v1/query?{urllib.parse.urlencode({'query': expr})}")["result"]
+    return float(found[0]["value"][1]) if len(found) == 1 else None
+
+
+def test_the_stacks_prometheus_finds_and_scrapes_a_run(docker_client: Any, tmp_path: Path,
+                                                        no_leftover_redis: None) -> None:
+    """The stack's Prometheus service as the compose file starts it, with the targets files
+    `stacks up` writes (the server: Debian's Prometheus 2.42 in the layout of the
+    prom/prometheus image, built offline): it listens on loopback only, discovers the run's
+    endpoint and cAdvisor's in the mounted files, and what it stored of a real run (500 msg/s,
+    1 s + 3 s, on a local redis-server) is the run's produced count."""
+    ports = MonitoringPorts(prometheus=free_port(), grafana=free_port(), cadvisor=free_port())
+    endpoint = ("127.0.0.1", free_port())
+    monitoring.write_targets(tmp_path / "targets", [endpoint], ports)
+    run_id = f"monitoring-test-{os.getpid()}"
+    project = f"streambench-{run_id}"
+    env = {**monitoring.compose_env(ports, tmp_path / "targets"), "STREAMBENCH_RUN": run_id,
+           "STREAMBENCH_IMAGE_PROMETHEUS": images.prometheus()}
+    command = compose_command()
+    api = f"http://127.0.0.1:{ports.prometheus}"
+    try:
+        code, out = asyncio.run(run_compose(command, project, FILES, env,
+                                            ("up", "-d", "--no-build", "prometheus")))
+        assert code == 0, out
+        deadline = time.monotonic() + 60
+        while not monitoring.answers(f"{api}/-/ready"):
+            assert time.monotonic() < deadline, "Prometheus not ready within 60 s"
+            time.sleep(0.5)
+        listening = {c.laddr.ip for c in psutil.net_connections("tcp")
+                     if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == ports.prometheus}
+        assert listening == {"127.0.0.1"}
+        # the discovery hands its targets to the scrapers every few seconds
+        deadline = time.monotonic() + 30
+        found: dict[str, dict[str, str]] = {}
+        while set(found) != {"streambench", "cadvisor"} and time.monotonic() < deadline:
+            time.sleep(0.5)
+            found = {t["labels"]["job"]: t["discoveredLabels"]
+                     for t in prometheus_api(api, "/api/v1/targets")["activeTargets"]}
+        assert found["streambench"]["__address__"] == monitoring.scrape_target(endpoint)
+        assert found["streambench"]["__meta_filepath"] == "/etc/prometheus/targets/streambench.json"
+        assert found["cadvisor"]["__address__"] == f"127.0.0.1:{ports.cadvisor}"
+        run_dir = tmp_path / "run"
+        done = subprocess.run([*CLI, "run", "redis", "--runtime", "local", "--headless", "--warmup",
+                               "1", "--duration", "3", "--rate", "500", "--metrics",
+                               str(endpoint[1]), "--out", str(run_dir)], capture_output=True,
+                              text=True, timeout=180, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr
+        (totals,) = run_json(run_dir)["totals"]
+        expr = 'max_over_time(streambench_produced_messages_total{job="streambench"}[10m])'
+        deadline = time.monotonic() + 15  # the last scrape may still be on its way to storage
+        while stored(api, expr) != totals["produced"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert stored(api, expr) == totals["produced"] > 0
+    finally:
+        asyncio.run(run_compose(command, project, FILES, env,
+                                ("down", "-v", "--remove-orphans", "--timeout", "10")))
+        remove_project(docker_client, project)
+    nothing_labelled(run_id)
