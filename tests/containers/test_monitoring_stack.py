@@ -42,6 +42,7 @@ from compose.process import free_port
 from tests.conftest import CLI, run_json
 from tests.containers import images
 from tests.containers.conftest import nothing_labelled
+from tests.integration.test_metrics_endpoint import dashboard_queries
 
 PORTS = MonitoringPorts(prometheus=19090, grafana=13000, cadvisor=18081)
 DASHBOARD = COMPOSE_DIR / "grafana" / "streambench.json"
@@ -360,8 +361,9 @@ def test_the_stacks_prometheus_finds_and_scrapes_a_run(docker_client: Any, tmp_p
     """The stack's Prometheus service as the compose file starts it, with the targets files
     `stacks up` writes (the server: Debian's Prometheus 2.42 in the layout of the
     prom/prometheus image, built offline): it listens on loopback only, discovers the run's
-    endpoint and cAdvisor's in the mounted files, and what it stored of a real run (500 msg/s,
-    1 s + 3 s, on a local redis-server) is the run's produced count."""
+    endpoint and cAdvisor's in the mounted files, what it stored of a real run (1 s + 3 s at
+    500 msg/s, 600 from the second second, on a local redis-server) is the run's produced
+    count, and every panel query of the dashboard returns data from it."""
     ports = MonitoringPorts(prometheus=free_port(), grafana=free_port(), cadvisor=free_port())
     endpoint = ("127.0.0.1", free_port())
     monitoring.write_targets(tmp_path / "targets", [endpoint], ports)
@@ -394,7 +396,8 @@ def test_the_stacks_prometheus_finds_and_scrapes_a_run(docker_client: Any, tmp_p
         assert found["cadvisor"]["__address__"] == f"127.0.0.1:{ports.cadvisor}"
         run_dir = tmp_path / "run"
         done = subprocess.run([*CLI, "run", "redis", "--runtime", "local", "--headless", "--warmup",
-                               "1", "--duration", "3", "--rate", "500", "--metrics",
+                               "1", "--duration", "3", "--rate", "500", "--at", "2s:rate=600",
+                               "--metrics",
                                str(endpoint[1]), "--out", str(run_dir)], capture_output=True,
                               text=True, timeout=180, stdin=subprocess.DEVNULL)
         assert done.returncode == 0, done.stderr
@@ -404,6 +407,12 @@ def test_the_stacks_prometheus_finds_and_scrapes_a_run(docker_client: Any, tmp_p
         while stored(api, expr) != totals["produced"] and time.monotonic() < deadline:
             time.sleep(0.5)
         assert stored(api, expr) == totals["produced"] > 0
+        # and every panel of the dashboard has data from that server
+        panels, _templates = dashboard_queries()
+        assert len(panels) >= 20
+        empty = [e for e in panels if not prometheus_api(api, "/api/v1/query?" + urllib.parse.urlencode(
+            {"query": f"count(last_over_time(({e.replace('[10s]', '[10m]')})[10m:1s]))"}))["result"]]
+        assert empty == [], empty
     finally:
         asyncio.run(run_compose(command, project, FILES, env,
                                 ("down", "-v", "--remove-orphans", "--timeout", "10")))
