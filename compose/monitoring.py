@@ -108,6 +108,7 @@ def _health_urls(ports: MonitoringPorts) -> dict[str, str]:
 
 
 def answers(url: str) -> bool:
+    """Whether `url` answers a GET with 200 within 2 s (a service's health endpoint)."""
     try:
         with urllib.request.urlopen(url, timeout=2) as answer:
             return bool(answer.status == 200)
