@@ -244,14 +244,14 @@ def _pull_thread(client: Any, image: str, state: _PullState) -> None:
         state.finished = True
 
 
-async def ensure_image(client: Any, image: str, label: str, progress: Progress) -> None:
-    """Pull `image` unless it is there; StackError naming the image when the pull fails, stalls
-    or runs past the time-out."""
+async def pull_failure(client: Any, image: str, label: str, progress: Progress) -> str | None:
+    """Pull `image` unless it is there; None once it is there, else why not, in one line naming
+    the image (the pull failed, stalled or ran past the time-out)."""
     import docker
 
     try:
         await asyncio.to_thread(client.images.get, image)
-        return
+        return None
     except docker.errors.ImageNotFound:
         pass
     timeout = float(os.environ.get(PULL_TIMEOUT_ENV) or PULL_TIMEOUT_S)
@@ -264,18 +264,25 @@ async def ensure_image(client: Any, image: str, label: str, progress: Progress) 
         await asyncio.sleep(0.25)
         now = time.monotonic()
         if now - started > timeout or now - state.last_change > PULL_STALL_S:
-            raise StackError(f"{label}: pulling {image} made no progress for "
-                             f"{min(now - started, now - state.last_change):.0f} s (no network? "
-                             "--runtime local runs it as a local process; or load or build the "
-                             "image, or set the image variable to one you have)")
+            return (f"pulling {image} made no progress for "
+                    f"{min(now - started, now - state.last_change):.0f} s")
         if now - last_report >= 2.0 and state.layers:
             last_report = now
             progress(f"{label}: pulling {image}: {state.line()}")
     if state.error is not None:
-        raise StackError(f"{label}: cannot pull image {image}: {_pull_reason(state.error)} (no "
-                         "network? --runtime local runs it as a local process; or load or build "
-                         "the image, or set the image variable to one you have)")
+        return f"cannot pull image {image}: {_pull_reason(state.error)}"
     progress(f"{label}: pulled {image}")
+    return None
+
+
+async def ensure_image(client: Any, image: str, label: str, progress: Progress) -> None:
+    """Pull `image` unless it is there; StackError naming the image when the pull fails, stalls
+    or runs past the time-out."""
+    failure = await pull_failure(client, image, label, progress)
+    if failure is not None:
+        raise StackError(f"{label}: {failure} (no network? --runtime local runs it as a local "
+                         "process; or load or build the image, or set the image variable to one "
+                         "you have)")
 
 
 def _pull_reason(text: str) -> str:
@@ -286,6 +293,33 @@ def _pull_reason(text: str) -> str:
         if pattern in text:
             return text[:160]
     return text[:200]
+
+
+async def run_compose(command: list[str], project: str, files: list[str], env: dict[str, str],
+                      args: tuple[str, ...], timeout_s: float = COMPOSE_TIMEOUT_S) -> tuple[int, str]:
+    """`compose -p PROJECT -f FILE… ARGS` (files under compose/, or absolute paths) with `env` over
+    the environment; (exit code, output). A time-out kills it (-1 and a line saying so)."""
+    argv = [*command, "-p", project]
+    for name in files:
+        argv += ["-f", str(COMPOSE_DIR / name)]
+    # docker-compose v1 is a Python program with a top-level `compose` package: a PYTHONPATH
+    # that reaches this project's own `compose` package would shadow it, so none is passed on
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    # a session of its own: a Ctrl-C in the terminal reaches streambench, which then stops
+    # the stack itself, not compose half-way
+    proc = await asyncio.create_subprocess_exec(
+        *argv, *args, env={**base, **env}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except (TimeoutError, asyncio.CancelledError) as exc:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        if isinstance(exc, TimeoutError):
+            return -1, f"compose {args[0]} did not finish within {timeout_s:.0f} s"
+        raise
+    return proc.returncode or 0, out.decode(errors="replace")
 
 
 # ---- the compose stack ------------------------------------------------------------------------
@@ -384,27 +418,8 @@ class ComposeStack(Stack):
         return files
 
     async def _run_compose(self, *args: str, timeout_s: float = COMPOSE_TIMEOUT_S) -> tuple[int, str]:
-        argv = [*self._compose, "-p", self._project]
-        for name in self._all_files():
-            argv += ["-f", str(COMPOSE_DIR / name)]
-        # docker-compose v1 is a Python program with a top-level `compose` package: a PYTHONPATH
-        # that reaches this project's own `compose` package would shadow it, so none is passed on
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-        # a session of its own: a Ctrl-C in the terminal reaches streambench, which then stops
-        # the stack itself, not compose half-way
-        proc = await asyncio.create_subprocess_exec(
-            *argv, *args, env={**env, **self._env}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
-        except (TimeoutError, asyncio.CancelledError) as exc:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-            if isinstance(exc, TimeoutError):
-                return -1, f"compose {args[0]} did not finish within {timeout_s:.0f} s"
-            raise
-        return proc.returncode or 0, out.decode(errors="replace")
+        return await run_compose(self._compose, self._project, self._all_files(), self._env, args,
+                                 timeout_s)
 
     async def up(self, progress: Progress) -> None:
         announce_runtime(progress, self._label, self._target.options)
@@ -428,7 +443,7 @@ class ComposeStack(Stack):
             (self.scratch_dir() / OVERRIDE_FILE).write_text(text)
         code, out = await self._run_compose("config")
         if code != 0:
-            raise StackError(f"{self._label}: the compose files do not load: {_compose_error(out)}")
+            raise StackError(f"{self._label}: the compose files do not load: {compose_error(out)}")
         services = (yaml.safe_load(out) or {}).get("services", {})
         self._written = self.written(services)
         self._images = {name: str(svc.get("image", "")) for name, svc in services.items()}
@@ -438,7 +453,7 @@ class ComposeStack(Stack):
         self._launched = True
         code, out = await self._run_compose("up", "-d", "--no-build", "--no-color")
         if code != 0:
-            raise StackError(f"{self._label}: compose up failed: {_compose_error(out)}")
+            raise StackError(f"{self._label}: compose up failed: {compose_error(out)}")
         found = await asyncio.to_thread(self._client.containers.list, all=True,
                                         filters={"label": f"{PROJECT_LABEL}={self._project}"})
         self._containers = {c.labels.get(SERVICE_LABEL, c.name): c for c in found}
@@ -613,7 +628,7 @@ def _literal(value: Any) -> Any:
     return value
 
 
-def _compose_error(output: str) -> str:
+def compose_error(output: str) -> str:
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     for ln in reversed(lines):
         if "error" in ln.lower():

@@ -4,6 +4,7 @@ Everything streambench starts carries the label `streambench.run`; its compose p
 it per run and target, and `streambench.owner=<host>:<pid>` names the process that owns it. A
 project whose owner is gone (streambench was killed outright, or crashed) is a leftover:
 `prune` removes its containers, volumes and networks. Volumes a run kept on purpose (--keep)
+and the monitoring stack (`stacks up monitoring`, which outlives the command that started it)
 stay until `prune --all`, which removes every streambench-labelled project, those of runs still
 going included.
 
@@ -20,6 +21,8 @@ from typing import Any
 import psutil
 
 from compose.docker import OWNER_LABEL, PROJECT_LABEL, RUN_LABEL, TARGET_LABEL, engine, remove_project
+from compose.monitoring import PROJECT as MONITORING_PROJECT
+from compose.monitoring import remove_targets
 from compose.process import leftover_dirs, remove_leftover_dirs
 from loadgen.core.errors import StackError
 
@@ -55,8 +58,13 @@ class Project:
         return bool(self.volumes) and not self.containers and not self.networks
 
     @property
+    def monitoring(self) -> bool:
+        """The monitoring stack: up until `stacks down monitoring`, whoever started it."""
+        return self.name == MONITORING_PROJECT
+
+    @property
     def leftover(self) -> bool:
-        return self.owner_alive is False and not self.kept
+        return self.owner_alive is False and not self.kept and not self.monitoring
 
 
 def _labels(obj: Any) -> dict[str, str]:
@@ -86,6 +94,8 @@ def projects(client: Any) -> list[Project]:
 
 
 def _state(p: Project) -> str:
+    if p.monitoring:
+        return "the monitoring stack (stacks down monitoring stops it)"
     if p.kept:
         return "volumes kept by the run (prune --all removes them)"
     alive = p.owner_alive
@@ -136,6 +146,8 @@ def prune_stacks(everything: bool = False) -> tuple[list[str], list[str]]:
                 skipped.append(f"{p.name} ({_state(p)})")
                 continue
             removed += remove_project(client, p.name)
+            if p.monitoring:
+                removed += remove_targets()
         return removed, skipped
     finally:
         client.close()

@@ -213,3 +213,16 @@ def no_leftover_redis() -> Iterator[None]:
     """Fails the test if it leaves a redis-server running that was not there before."""
     with none_left("redis-server"):
         yield
+
+
+@pytest.fixture(scope="session")
+def promcheck() -> Path:
+    """compose/promcheck: client_golang's promlint (what `promtool check metrics` runs),
+    Prometheus's own PromQL parser, config loader and file-based service discovery, built from
+    the Go module proxy once into streambench's cache (a few minutes at most, where promtool
+    takes many more: it links the whole server)."""
+    import asyncio
+
+    from compose.gobuild import source_program
+
+    return asyncio.run(source_program("promcheck", TESTS.parent / "compose" / "promcheck", print))

@@ -255,6 +255,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_stacks(args: argparse.Namespace) -> int:
     from compose.housekeeping import list_stacks, prune_stacks
 
+    if args.stacks_command in ("up", "down"):
+        return _cmd_monitoring(args)
     if args.stacks_command == "prune":
         removed, skipped = prune_stacks(everything=args.all)
         for line in removed:
@@ -267,6 +269,21 @@ def _cmd_stacks(args: argparse.Namespace) -> int:
     lines = list_stacks()
     print("\n".join(lines) if lines else "no streambench containers, volumes or networks")
     return 0
+
+
+def _cmd_monitoring(args: argparse.Namespace) -> int:
+    from compose import monitoring
+
+    if args.stacks_command == "down":
+        removed = asyncio.run(monitoring.down())
+        print("\n".join(f"removed {line}" for line in removed) if removed
+              else "no monitoring stack is up")
+        return exits.OK
+    ports = monitoring.MonitoringPorts(args.prometheus_port, args.grafana_port, args.cadvisor_port)
+    lines = asyncio.run(monitoring.up(args.scrape or [monitoring.DEFAULT_SCRAPE], ports,
+                                      lambda line: print(line, file=sys.stderr, flush=True)))
+    print("\n".join(lines))
+    return exits.OK
 
 
 def _cmd_run_or_session(args: argparse.Namespace, argv: Sequence[str]) -> int:

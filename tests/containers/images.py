@@ -20,7 +20,9 @@ The images follow the public images' conventions, so the real compose files run 
 - pravega (built by `pravega()`, for its own test): `/opt/pravega/scripts/entrypoint.sh` as the
   entry point with the role (`standalone`) as its command; the entry point appends the
   standalone's default ports and listener to `JAVA_OPTS`, and `/opt/pravega/bin/pravega-standalone`
-  reads its defaults, then `JAVA_OPTS`, then `PRAVEGA_STANDALONE_OPTS` (like `pravega/pravega`)."""
+  reads its defaults, then `JAVA_OPTS`, then `PRAVEGA_STANDALONE_OPTS` (like `pravega/pravega`);
+- prometheus (built by `prometheus()`, for the monitoring stack's test): Debian's Prometheus
+  server as the entry point, run as nobody, data in /prometheus (like `prom/prometheus`)."""
 
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ KAFKA = f"streambench-test/kafka:{KAFKA_3}"
 ZOOKEEPER = "streambench-test/zookeeper:3.8"
 PRAVEGA = f"streambench-test/pravega:{PRAVEGA_VERSION}"
 PULSAR = f"streambench-test/pulsar:{PULSAR_VERSION}"
+PROMETHEUS = "streambench-test/prometheus:2.42"  # Debian bookworm's
 MIRROR = "http://deb.debian.org/debian"
 BUILD_TIMEOUT_S = 900
 
@@ -141,6 +144,15 @@ def pulsar() -> str:
         home = asyncio.run(distribution(_say, "test images"))
         _build(PULSAR, "pulsar", {"pulsar": home})
     return PULSAR
+
+
+def prometheus() -> str:
+    """The Prometheus image (Debian's server: the monitoring stack's own image cannot be pulled
+    where no registry answers)."""
+    if not _exists(PROMETHEUS):
+        _base()
+        _build(PROMETHEUS, "prometheus")
+    return PROMETHEUS
 
 
 def broken(name: str, script: str) -> str:

@@ -20,8 +20,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from loadgen.exporter import LATENCY_BOUNDS_S
 from tests.conftest import CLI, port_listening, run_cli, run_json
 
-PROMCHECK = Path(__file__).resolve().parents[2] / "compose" / "promcheck"
-
 pytestmark = pytest.mark.integration
 
 SIZE = 1024
@@ -210,18 +208,6 @@ def test_a_taken_port_exit_2_before_anything_starts(no_leftover_redis) -> None:
     assert res.returncode == 2, res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "cannot listen there" in lines[0], res.stderr
-
-
-@pytest.fixture(scope="session")
-def promcheck() -> Path:
-    """compose/promcheck: client_golang's promlint (what `promtool check metrics` runs) and
-    Prometheus's own PromQL parser, built from the Go module proxy once into streambench's
-    cache (about 40 s, where promtool takes minutes: it links the whole server)."""
-    import asyncio
-
-    from compose.gobuild import source_program
-
-    return asyncio.run(source_program("promcheck", PROMCHECK, print))
 
 
 def test_prometheus_lint_finds_nothing_wrong_in_a_scrape(served_run: ServedRun,

@@ -235,6 +235,15 @@ def metrics_address(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _port(text: str) -> int:
+    from loadgen.core.platform import parse_port
+
+    try:
+        return parse_port(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, got {text!r}") from None
+
+
 def _processes(text: str) -> int | str:
     return "auto" if text.strip().lower() == "auto" else _positive_int(text)
 
@@ -362,14 +371,29 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
     rep.add_argument("--master", metavar="URL",
                      help="Spark master (default local[*]; spark-submit's when run under it)")
 
-    stacks = sub.add_parser("stacks", help="containers streambench started: ls, prune")
+    stacks = sub.add_parser("stacks", help="containers streambench started: ls, prune; the "
+                                           "monitoring stack: up, down")
     stacks_sub = stacks.add_subparsers(dest="stacks_command", metavar="ACTION",
                                        parser_class=parser_class)
     stacks_sub.add_parser("ls", help="list what streambench started in Docker that is still there")
     prune = stacks_sub.add_parser("prune", help="remove leftovers of runs that crashed or were killed")
     prune.add_argument("--all", action="store_true",
                        help="remove every streambench container, volume and network, also of "
-                            "runs still going and volumes kept with --keep")
+                            "runs still going, volumes kept with --keep and the monitoring stack")
+    stacks_up = stacks_sub.add_parser("up", help="start Prometheus, Grafana (with the streambench "
+                                                 "dashboard) and cAdvisor in Docker, on loopback")
+    stacks_up.add_argument("stack", choices=["monitoring"], metavar="monitoring",
+                           help="the stack to start: monitoring")
+    stacks_up.add_argument("--scrape", type=metrics_address, action="append",
+                           metavar="[ADDRESS:]PORT",
+                           help="a --metrics endpoint Prometheus scrapes every second (again for "
+                                "more; default 9464, on loopback)")
+    for service, port in (("prometheus", 9090), ("grafana", 3000), ("cadvisor", 18080)):
+        stacks_up.add_argument(f"--{service}-port", type=_port, default=port, metavar="N",
+                               help=f"the port {service} listens on, on 127.0.0.1 (default {port})")
+    stacks_down = stacks_sub.add_parser("down", help="stop the monitoring stack and remove its data")
+    stacks_down.add_argument("stack", choices=["monitoring"], metavar="monitoring",
+                             help="the stack to stop: monitoring")
 
     replay = sub.add_parser("replay", help="show a recorded run again in the dashboard",
                             description=REPLAY_HELP,
