@@ -2,7 +2,8 @@
 cAdvisor's library module (compose/cadvisor) and starts for the run: the CPU and memory of the
 broker container agree with the engine's own stats (what `docker stats` shows) over the same
 window, before and after the container is killed and started again mid-run; the cAdvisor
-process is gone after the run, also when streambench is stopped or killed."""
+process is gone after the run, also when streambench is stopped or killed. And a cAdvisor the
+user runs (--cadvisor HOST:PORT): read, left running, each of several containers by its name."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import statistics
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from analysis.sink import ParquetSink
+from collectors.cadvisor import CadvisorResources
 from collectors.docker import memory_bytes
 from compose.cadvisor_server import cadvisor_program
 from loadgen.core.events import RunEvent
@@ -36,6 +39,7 @@ from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
 from tests.conftest import CliRun, pids_gone, run_cli, server_pids
+from tests.containers import images
 from tests.containers.conftest import BesideTheRun, labelled, nothing_labelled, run_id_of
 from tests.integration.conftest import run_json
 
@@ -253,11 +257,10 @@ def test_cadvisor_address_refused_in_one_line(args: list[str], said: str) -> Non
     assert len(lines) == 1 and lines[0].startswith("streambench: error:") and said in lines[0], lines
 
 
-def test_a_given_cadvisor_is_read_and_left_running(tmp_path, docker_images,
-                                                   cadvisor_built) -> None:
-    """--cadvisor HOST:PORT: the containers' figures come from that cAdvisor (here one the test
-    starts), which streambench neither starts nor stops."""
-    address_file = tmp_path / "address"
+@pytest.fixture(scope="module")
+def own_cadvisor(tmp_path_factory, cadvisor_built) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A cAdvisor the test starts itself, as a user would: (its address, its process)."""
+    address_file = tmp_path_factory.mktemp("own-cadvisor") / "address"
     own = subprocess.Popen([str(cadvisor_built), f"-address_file={address_file}",
                             "-housekeeping_interval=1s", "-allow_dynamic_housekeeping=false",
                             "-docker_only"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -265,28 +268,61 @@ def test_a_given_cadvisor_is_read_and_left_running(tmp_path, docker_images,
         deadline = time.monotonic() + 60
         while not address_file.exists() and own.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        address = address_file.read_text().strip()
-        run_dir = tmp_path / "run"
-        res = run_cli(["run", "redis", "--runtime", "docker", "--cadvisor", address, "--rate",
-                       "500", "--warmup", "1", "--duration", "5", "--headless", "--out",
-                       str(run_dir)], timeout_s=180)
-        assert res.returncode == 0, res.stderr[-3000:]
-        (target,) = run_json(run_dir)["targets"]
-        assert target["config"]["cadvisor"] == f"{address} (given)"
-        ticks = [t for t in ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pylist()
-                 if t["phase"] == "measuring"]
-        assert ticks and all(t["memory_bytes"] > 0 and t["cpu_percent"] >= 0 for t in ticks[1:])
-        assert own.poll() is None  # still running
-        # its Prometheus endpoint, as cAdvisor's command serves it
-        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
-            families = {f.name: f for f in text_string_to_metric_families(reply.read().decode())}
-        for name in ("container_cpu_usage_seconds", "container_memory_working_set_bytes",
-                     "machine_cpu_cores"):
-            assert families[name].samples, name
+        yield address_file.read_text().strip(), own
     finally:
         own.terminate()
         own.wait(timeout=30)
+
+
+def test_a_given_cadvisor_is_read_and_left_running(tmp_path, docker_images, own_cadvisor) -> None:
+    """--cadvisor HOST:PORT: the containers' figures come from that cAdvisor, which streambench
+    neither starts nor stops."""
+    address, own = own_cadvisor
+    run_dir = tmp_path / "run"
+    res = run_cli(["run", "redis", "--runtime", "docker", "--cadvisor", address, "--rate", "500",
+                   "--warmup", "1", "--duration", "5", "--headless", "--out", str(run_dir)],
+                  timeout_s=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (target,) = run_json(run_dir)["targets"]
+    assert target["config"]["cadvisor"] == f"{address} (given)"
+    ticks = [t for t in ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pylist()
+             if t["phase"] == "measuring"]
+    assert ticks and all(t["memory_bytes"] > 0 and t["cpu_percent"] >= 0 for t in ticks[1:])
+    assert own.poll() is None  # still running
     nothing_labelled(run_id_of(run_dir))
+    # its Prometheus endpoint, as cAdvisor's command serves it
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
+        families = {f.name: f for f in text_string_to_metric_families(reply.read().decode())}
+    for name in ("container_cpu_usage_seconds", "container_memory_working_set_bytes",
+                 "machine_cpu_cores"):
+        assert families[name].samples, name
+
+
+def test_each_container_by_its_name(docker_images, own_cadvisor) -> None:
+    """With several containers, each one's figures under its name (from /api/v2.0/spec) and
+    their sums as the tick's (two idle Redis containers the test starts and removes)."""
+    address, _own = own_cadvisor
+    names = [f"streambench-cadvisor-test-{os.getpid()}-{n}" for n in (1, 2)]
+    ids = []
+    try:
+        for name in names:
+            ids.append(subprocess.run(
+                ["docker", "run", "-d", "--name", name, "--network", "host", images.REDIS,
+                 "redis-server", "--port", "0", "--unixsocket", f"/tmp/{name}.sock", "--save", ""],
+                capture_output=True, text=True, timeout=60, check=True).stdout.strip())
+        collector = CadvisorResources(address, tuple(ids))
+        reading = asyncio.run(collector.sample())
+        deadline = time.monotonic() + 20  # until cAdvisor has a sample of both
+        while len(reading.broker) < 8 and time.monotonic() < deadline:
+            time.sleep(1)
+            reading = asyncio.run(collector.sample())
+        assert sorted(reading.broker) == sorted(f"broker.{name}.{figure}" for name in names for figure in
+                                                ("cpu_percent", "memory_bytes", "disk_read_bytes",
+                                                 "disk_write_bytes"))
+        memory = [reading.broker[f"broker.{name}.memory_bytes"] for name in names]
+        assert all(m > 0 for m in memory) and reading.memory_bytes == sum(memory)
+    finally:
+        subprocess.run(["docker", "rm", "-f", *names], capture_output=True, timeout=60)
 
 
 def test_a_given_cadvisor_that_does_not_answer(tmp_path, docker_images, no_new_stacks) -> None:
