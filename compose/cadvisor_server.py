@@ -49,9 +49,11 @@ def answers(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
 class Cadvisor:
     """The cAdvisor of one target: one streambench starts, or the user's own."""
 
-    def __init__(self, label: str, address: str | None = None) -> None:
+    def __init__(self, label: str, address: str | None = None,
+                 engine: str = "unix:///var/run/docker.sock") -> None:
         self._label = label
         self._given = address
+        self._engine = engine  # the Docker engine whose containers it reads
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: Path | None = None
         self.address = address or ""
@@ -70,7 +72,8 @@ class Cadvisor:
         address_file = self._dir / "address"
         log = self._dir / "cadvisor.log"
         # from the event loop's (main) thread: the program's death signal is tied to it
-        self._proc = start_process([str(program), f"-address_file={address_file}", *ARGS], log)
+        self._proc = start_process([str(program), f"-address_file={address_file}",
+                                    f"-docker={self._engine}", *ARGS], log)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self.address or not await asyncio.to_thread(answers, self.address):
             if self._proc.poll() is not None or time.monotonic() > deadline:

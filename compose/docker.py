@@ -312,7 +312,7 @@ class ComposeStack(Stack):
         self._cpus: float | None = opts.get("cpus")
         self._memory: str | None = opts.get("memory")
         self._keep = bool(opts.get("keep"))
-        self._cadvisor = (Cadvisor(label, opts.get(CADVISOR_ADDRESS))
+        self._cadvisor = (Cadvisor(label, opts.get(CADVISOR_ADDRESS), engine_address())
                           if opts.get("resources") == "cadvisor" else None)
         self._compose: list[str] = []
         self._client: Any = None
