@@ -31,10 +31,18 @@ from typing import Any
 
 import yaml
 
+from compose.cadvisor_server import Cadvisor
 from compose.net import classify
 from compose.process import LOG_LIMIT_BYTES, free_port, make_data_dir, port_in_use
 from loadgen.core.errors import StackError
-from loadgen.core.stack import FAULT_ALIASES, Progress, Stack, StackDescription, announce_runtime
+from loadgen.core.stack import (
+    CADVISOR_ADDRESS,
+    FAULT_ALIASES,
+    Progress,
+    Stack,
+    StackDescription,
+    announce_runtime,
+)
 from loadgen.core.stack import FAULTS as STACK_FAULTS
 from loadgen.core.target import Target
 
@@ -338,7 +346,8 @@ class ComposeStack(Stack):
         self._cpus: float | None = opts.get("cpus")
         self._memory: str | None = opts.get("memory")
         self._keep = bool(opts.get("keep"))
-        self._cadvisor = opts.get("resources") == "cadvisor"
+        self._cadvisor = (Cadvisor(label, opts.get(CADVISOR_ADDRESS), engine_address())
+                          if opts.get("resources") == "cadvisor" else None)
         self._compose: list[str] = []
         self._client: Any = None
         self._project = ""
@@ -347,7 +356,6 @@ class ComposeStack(Stack):
         self._containers: dict[str, Any] = {}  # service -> container
         self._launched = False
         self._version = ""
-        self._cadvisor_port = 0
         self._override_dir: Path | None = None
         self._written: dict[str, str] = {}  # broker settings the stack set (StackDescription)
 
@@ -412,7 +420,7 @@ class ComposeStack(Stack):
     # -- lifecycle --
 
     def _all_files(self) -> list[str]:
-        files = self.files() + (["cadvisor.yml"] if self._cadvisor else [])
+        files = self.files()
         if self._override_dir is not None and (self._override_dir / OVERRIDE_FILE).is_file():
             files.append(str(self._override_dir / OVERRIDE_FILE))  # absolute: taken as it is
         return files
@@ -434,9 +442,6 @@ class ComposeStack(Stack):
             "STREAMBENCH_MEMORY": self._memory or "0",
             **self.settings(),
         }
-        if self._cadvisor:
-            self._cadvisor_port = self.take_port(0)
-            self._env["STREAMBENCH_CADVISOR_PORT"] = str(self._cadvisor_port)
         fragments = self.override()
         if fragments:
             text = yaml.safe_dump({"services": _literal(fragments)}, sort_keys=False)
@@ -449,6 +454,8 @@ class ComposeStack(Stack):
         self._images = {name: str(svc.get("image", "")) for name, svc in services.items()}
         for image in dict.fromkeys(self._images.values()):
             await ensure_image(self._client, image, self._label, progress)
+        if self._cadvisor is not None:  # before the containers: it sees them from their start
+            await self._cadvisor.start(progress)
         progress(f"{self._label}: starting {', '.join(self._images)} (compose project {self._project})")
         self._launched = True
         code, out = await self._run_compose("up", "-d", "--no-build", "--no-color")
@@ -499,6 +506,8 @@ class ComposeStack(Stack):
             await asyncio.sleep(0.5)
 
     async def down(self) -> None:
+        if self._cadvisor is not None:
+            await self._cadvisor.stop(self.context.log_dir)
         if not self._launched:
             self._close_client()
             self._remove_scratch()
@@ -540,15 +549,14 @@ class ComposeStack(Stack):
             self._client = None
 
     def describe(self) -> StackDescription:
-        containers = {s: c for s, c in self._containers.items() if s != "cadvisor"}
         pids = []
-        for c in containers.values():
+        for c in self._containers.values():
             pid = c.attrs.get("State", {}).get("Pid") or 0
             if pid:
                 pids.append(int(pid))
         endpoints = self.endpoints()
-        if self._cadvisor:
-            endpoints["cadvisor"] = f"127.0.0.1:{self._cadvisor_port}"
+        if self._cadvisor is not None:
+            endpoints["cadvisor"] = self._cadvisor.address
         config = {
             "compose_project": self._project,
             "compose_files": ",".join(Path(f).name for f in self._all_files()),
@@ -556,10 +564,11 @@ class ComposeStack(Stack):
             "cpus": f"{self._cpus:g}" if self._cpus else "unlimited",
             "memory": self._memory or "unlimited",
             "volumes": "kept" if self._keep else "removed at the end",
+            **({"cadvisor": self._cadvisor.describe()} if self._cadvisor is not None else {}),
             **self.config(),
         }
         return StackDescription(runtime="docker", endpoints=endpoints, pids=tuple(pids),
-                                container_ids=tuple(c.id for c in containers.values()),
+                                container_ids=tuple(c.id for c in self._containers.values()),
                                 version=self._version, config=config,
                                 broker_settings=dict(self._written))
 

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,6 +71,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(_group(item, fixtures)))
+
+
+# Go programs that take minutes to build with an empty Go module cache, by the tests that need
+# them: built in the background from the start of the test run (by one test process), so those
+# tests find them built, or wait for the build through its cache lock, instead of building
+# them then. Stopped at the end of the run if still building (the next run builds again).
+BACKGROUND_BUILDS = {
+    "containers/test_cadvisor_docker.py":
+        "import asyncio; from compose.cadvisor_server import cadvisor_program; "
+        "asyncio.run(cadvisor_program(print))",
+}
+_builds: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return
+    wanted = {str(Path(item.path).resolve().relative_to(TESTS)) for item in session.items
+              if Path(item.path).resolve().is_relative_to(TESTS)}
+    for module, code in BACKGROUND_BUILDS.items():
+        if module in wanted:
+            path = Path(tempfile.gettempdir()) / f"streambench-test-build-{os.getpid()}.log"
+            with open(path, "ab") as log:
+                _builds.append((subprocess.Popen([sys.executable, "-c", code], stdout=log,
+                                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                 start_new_session=True), path))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for proc, log in _builds:
+        if proc.poll() is None:
+            proc.terminate()  # its Go build dies with it (compose.process.start_process)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        log.unlink(missing_ok=True)  # a failed build says why again in the test that needs it
 
 
 @pytest.fixture(scope="session")

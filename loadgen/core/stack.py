@@ -14,8 +14,8 @@ from loadgen.core.errors import StackError
 from loadgen.core.events import EventKind, fault_kind
 from loadgen.core.stackinfo import Progress, StackDescription, StackEvents
 
-__all__ = ["FAULTS", "FAULT_ALIASES", "RUNTIME_NOTE", "Progress", "Stack", "StackContext",
-           "StackDescription", "StackEvents", "announce_runtime"]
+__all__ = ["CADVISOR_ADDRESS", "FAULTS", "FAULT_ALIASES", "RUNTIME_NOTE", "Progress", "Stack",
+           "StackContext", "StackDescription", "StackEvents", "announce_runtime"]
 
 # what Stack.fault does to one broker: freeze it / let it go on, crash it (its data stays) /
 # start it again on the same ports and data, stop it gracefully and start it again
@@ -25,6 +25,10 @@ FAULT_ALIASES = {"unpause": "resume"}  # docker's word
 # the key of a target's options under which the runtime rule leaves why it chose the runtime
 # (when the user did not), for the stack to say as its first progress line
 RUNTIME_NOTE = "runtime_note"
+# the key of a docker target's options under which `--cadvisor HOST:PORT` names the running
+# cAdvisor its container figures are read from (with resources=cadvisor and no such key,
+# streambench starts one for the target)
+CADVISOR_ADDRESS = "cadvisor_address"
 WATCH_INTERVAL_S = 0.5  # how often a running stack checks that its brokers still run
 
 

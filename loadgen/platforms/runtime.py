@@ -22,7 +22,7 @@ from typing import Any
 from compose.docker import engine_answers, image_present, parse_cpus, parse_memory
 from loadgen.core.errors import TargetError
 from loadgen.core.security import ClientSecurity
-from loadgen.core.stack import RUNTIME_NOTE
+from loadgen.core.stack import CADVISOR_ADDRESS, RUNTIME_NOTE
 from loadgen.core.target import OptionSpec, Target, parse_bool
 
 RUNTIME_ENV = "STREAMBENCH_RUNTIME"
@@ -43,8 +43,9 @@ def runtime_options(runtimes: tuple[str, ...]) -> dict[str, OptionSpec]:
         "memory": OptionSpec("docker: memory limit of each broker container, e.g. 2.67g "
                              "(default: none)", default=None, parse=parse_memory),
         "resources": OptionSpec("source of the CPU and memory figures (default: docker stats for "
-                                "containers, the process tree for local brokers; cadvisor adds "
-                                "a cAdvisor container to the stack)", default=None,
+                                "containers, the process tree for local brokers; cadvisor: a "
+                                "cAdvisor streambench starts, or the one --cadvisor names)",
+                                default=None,
                                 choices=RESOURCE_SOURCES),
         "keep": OptionSpec("docker: keep the data volumes after the run", default=False,
                            parse=parse_bool, flag=True),
@@ -120,9 +121,16 @@ def check(target: Target) -> None:
 
 
 def with_run_settings(target: Target, cpus: float | None = None, memory: str | None = None,
-                      resources: str | None = None, keep: bool = False) -> Target:
+                      resources: str | None = None, keep: bool = False,
+                      cadvisor: str | None = None) -> Target:
     """The run's --cpus/--memory/--resources/--keep filled into a target that does not set
-    them itself (limits and keep: docker targets only)."""
+    them itself (limits and keep: docker targets only); --cadvisor HOST:PORT stands for
+    --resources cadvisor, with the cAdvisor to read."""
+    if cadvisor is not None:
+        if resources not in (None, "cadvisor"):
+            raise TargetError(f"--cadvisor {cadvisor} names the cAdvisor of --resources cadvisor, "
+                              f"not of --resources {resources}; leave one out")
+        resources = "cadvisor"
     if "runtime" not in target.options or target.address is not None:
         return target
     docker = target.runtime == "docker"
@@ -138,9 +146,12 @@ def with_run_settings(target: Target, cpus: float | None = None, memory: str | N
         fill["keep"] = True
     if resources is not None and "resources" not in target.explicit:
         if not docker and resources != "process":
-            raise TargetError(f"--resources {resources} needs the docker runtime; target "
-                              f"{target.spec!r} runs locally")
+            asked = f"--cadvisor {cadvisor}" if cadvisor else f"--resources {resources}"
+            raise TargetError(f"{asked} needs the docker runtime; target {target.spec!r} runs "
+                              "locally")
         fill["resources"] = resources
+    if cadvisor is not None and {**target.options, **fill}.get("resources") == "cadvisor":
+        fill[CADVISOR_ADDRESS] = cadvisor
     if not fill:
         return target
     return dataclasses.replace(target, options={**target.options, **fill})

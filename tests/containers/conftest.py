@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,34 @@ def docker_images() -> Iterator[dict[str, str]]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@dataclass
+class BesideTheRun:
+    """A reader on a thread of its own while a run goes (`with Reader(run_id) as reader:`):
+    run() reads until `_stop` is set, which leaving the block does."""
+
+    run_id: str
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def container(self) -> str | None:
+        """The id of the run's running container (one broker), if it has one now."""
+        out = subprocess.run(["docker", "ps", "-q", "--no-trunc", "--filter",
+                              f"label={RUN_LABEL}={self.run_id}"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        return out[0] if out else None
+
+    def __enter__(self) -> BesideTheRun:
+        self._thread = threading.Thread(target=self.run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
 
 
 def labelled(run_id: str) -> dict[str, list[str]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import statistics
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,14 +17,13 @@ import pyarrow.dataset as ds
 import pytest
 
 from analysis.sink import ParquetSink
-from compose.docker import RUN_LABEL
 from loadgen.core.target import unique_labels
 from loadgen.core.ticks import Tick
 from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, RunSummary
-from tests.containers.conftest import nothing_labelled
+from tests.containers.conftest import BesideTheRun, nothing_labelled
 from tests.integration.conftest import run_json
 
 pytestmark = pytest.mark.integration
@@ -55,22 +53,15 @@ def _size(text: str) -> float:
 
 
 @dataclass
-class StatsSampler:
+class StatsSampler(BesideTheRun):
     """`docker stats --no-stream` of the run's broker container, repeated while the run goes."""
 
-    run_id: str
     samples: list[tuple[int, float, float]] = field(default_factory=list)  # (time ns, cpu %, mem)
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def _container(self) -> str | None:
-        out = subprocess.run(["docker", "ps", "-q", "--filter", f"label={RUN_LABEL}={self.run_id}"],
-                             capture_output=True, text=True, timeout=30).stdout.split()
-        return out[0] if out else None
 
     def run(self) -> None:
         container = None
         while container is None and not self._stop.wait(0.5):
-            container = self._container()
+            container = self.container()
         while container is not None and not self._stop.is_set():
             res = subprocess.run(["docker", "stats", "--no-stream", "--format",
                                   "{{.CPUPerc}}|{{.MemUsage}}", container],
@@ -80,15 +71,6 @@ class StatsSampler:
             cpu, mem = res.stdout.strip().split("|")
             self.samples.append((time.time_ns(), float(cpu.rstrip("%")),
                                  _size(mem.split("/")[0])))
-
-    def __enter__(self) -> StatsSampler:
-        self._thread = threading.Thread(target=self.run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
 
 
 @dataclass

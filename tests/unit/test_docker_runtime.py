@@ -1,5 +1,5 @@
-"""The docker runtime's pure parts: docker stats arithmetic, the runtime rule, the limits, the
-compose fragments that carry a target's broker settings."""
+"""The docker runtime's pure parts: docker stats and cAdvisor arithmetic, the runtime rule, the
+limits, the compose fragments that carry a target's broker settings."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from collectors import cadvisor
 from collectors.docker import block_io, cpu_percent, memory_bytes, network_io
 from compose.docker import _literal, parse_memory, project_name
 from compose.kafka import KafkaDockerStack, kafka_env_name, kafka_property
@@ -18,6 +19,7 @@ from compose.pulsar import PulsarDockerStack
 from compose.rabbitmq import RabbitDockerStack
 from compose.redis import RedisDockerStack
 from loadgen.core.errors import StackError, TargetError, WorkloadError
+from loadgen.core.stack import CADVISOR_ADDRESS
 from loadgen.core.workload import parse_workload
 from loadgen.platforms import resolve_target
 from loadgen.platforms.runtime import with_run_settings
@@ -58,6 +60,89 @@ def test_block_io_and_network():
     assert block_io(frame) == (11, 7)
     assert network_io(frame) == (6, 8)
     assert network_io({}) is None  # host networking: the engine reports no networks
+
+
+def test_cadvisor_times_as_go_writes_them():
+    at = 1796645400  # 2026-12-07T12:10:00Z
+    assert cadvisor.time_ns("2026-12-07T12:10:00.123456789Z") == at * 10**9 + 123456789
+    # trailing zeros dropped, no fraction at all, an offset instead of Z
+    assert cadvisor.time_ns("2026-12-07T12:10:00.5Z") == at * 10**9 + 500_000_000
+    assert cadvisor.time_ns("2026-12-07T12:10:00Z") == at * 10**9
+    assert cadvisor.time_ns("2026-12-07T13:10:00.000000001+01:00") == at * 10**9 + 1
+    assert cadvisor.time_ns("2026-12-07T07:10:00-05:00") == at * 10**9
+
+
+def _sample(at_s: float, cpu_s: float, memory: int = 1 << 20, read: int = 0) -> dict:
+    whole, frac = divmod(round(at_s * 1e9), 10**9)
+    stamp = f"2026-12-07T12:10:{whole:02d}.{frac:09d}Z"
+    return {"timestamp": stamp, "cpu": {"usage": {"total": round(cpu_s * 1e9)}},
+            "memory": {"working_set": memory},
+            "diskio": {"io_service_bytes": [{"device": "sda", "stats": {"Read": read, "Write": 7}}]}}
+
+
+def test_cadvisor_cpu_over_the_tick():
+    first, second = cadvisor.Sample.of(_sample(0, 1.0)), cadvisor.Sample.of(_sample(2, 1.5))
+    assert (second.memory, second.read, second.write) == (1 << 20, 0, 7)
+    assert cadvisor.cpu_percent(first, second) == pytest.approx(25.0)  # 0.5 s over 2 s
+    assert cadvisor.cpu_percent(None, second) is None
+    # the container started again: its counters began anew, so the older sample is of no use
+    restarted = cadvisor.Sample.of(_sample(3, 0.2))
+    assert not restarted.follows(second) and cadvisor.cpu_percent(second, restarted) is None
+
+
+def test_cadvisor_collector_against_a_served_api(monkeypatch):
+    """The collector's ticks from cAdvisor's answers (as the API serves them, per container):
+    over the tick from where the previous tick ended, the newest two after a restart, a
+    container cAdvisor does not know adding nothing."""
+    answers: dict[str, list[dict]] = {"a": [_sample(0, 1.0), _sample(1, 1.2)],
+                                      "b": [_sample(0, 5.0, 2 << 20), _sample(1, 5.5, 2 << 20)]}
+
+    def fetch(self, cid: str) -> list[cadvisor.Sample]:
+        if cid not in answers:
+            raise OSError("500 unable to find container")
+        return [cadvisor.Sample.of(s) for s in answers[cid]]
+
+    monkeypatch.setattr(cadvisor.CadvisorResources, "_fetch", fetch)
+    monkeypatch.setattr(cadvisor.CadvisorResources, "_name", lambda self, cid: f"broker-{cid}")
+    collector = cadvisor.CadvisorResources("127.0.0.1:1", ("a", "b"))
+    first = asyncio.run(collector.sample())
+    assert first.cpu_percent == pytest.approx(20.0 + 50.0)
+    assert first.memory_bytes == 3 << 20
+    assert first.broker["broker.broker-a.cpu_percent"] == pytest.approx(20.0)
+    assert first.broker["broker.broker-b.cpu_percent"] == pytest.approx(50.0)
+    # two new samples of a since the last tick: the tick spans both (0.9 s of CPU over 2 s)
+    answers["a"] = [_sample(2, 1.6), _sample(3, 2.1)]
+    # b started again: counters anew, its newest two samples
+    answers["b"] = [_sample(2, 0.1, 1 << 20), _sample(3, 0.4, 1 << 20)]
+    second = asyncio.run(collector.sample())
+    assert second.broker["broker.broker-a.cpu_percent"] == pytest.approx(45.0)
+    assert second.broker["broker.broker-b.cpu_percent"] == pytest.approx(30.0)
+    # b unknown to cAdvisor (stopped): only a counts
+    del answers["b"]
+    answers["a"] = [_sample(3, 2.1), _sample(4, 2.3)]
+    third = asyncio.run(collector.sample())
+    assert third.cpu_percent == pytest.approx(20.0) and third.memory_bytes == 1 << 20
+    answers.clear()
+    nothing = asyncio.run(collector.sample())
+    assert nothing.cpu_percent is None and nothing.memory_bytes is None
+
+
+def test_cadvisor_address_of_the_run(monkeypatch):
+    monkeypatch.setenv("STREAMBENCH_RUNTIME", "local")
+    given = with_run_settings(resolve_target("redis:runtime=docker"), cadvisor="127.0.0.1:8080")
+    assert given.options["resources"] == "cadvisor"
+    assert given.options[CADVISOR_ADDRESS] == "127.0.0.1:8080"
+    started = with_run_settings(resolve_target("redis:runtime=docker"), resources="cadvisor")
+    assert CADVISOR_ADDRESS not in started.options  # streambench starts one
+    # a target that reads docker stats itself keeps doing so
+    own = with_run_settings(resolve_target("redis:runtime=docker,resources=docker"),
+                            cadvisor="127.0.0.1:8080")
+    assert own.options["resources"] == "docker" and CADVISOR_ADDRESS not in own.options
+    with pytest.raises(TargetError, match="not of --resources process"):
+        with_run_settings(resolve_target("redis:runtime=docker"), resources="process",
+                          cadvisor="127.0.0.1:8080")
+    with pytest.raises(TargetError, match=r"--cadvisor 127\.0\.0\.1:8080 needs the docker runtime"):
+        with_run_settings(resolve_target("redis"), cadvisor="127.0.0.1:8080")
 
 
 def test_runtime_rule(monkeypatch):

@@ -212,6 +212,19 @@ def toxiproxy_api(text: str) -> str:
     return text
 
 
+def cadvisor_address(text: str) -> str:
+    """An argparse type: HOST:PORT of a running cAdvisor (--cadvisor)."""
+    from loadgen.core.target import join_host_port, split_host_port
+
+    try:
+        host, port = split_host_port(text, 0)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: {exc}") from None
+    if not port:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
+    return join_host_port(host, port)
+
+
 def replay_speed(text: str) -> float:
     """An argparse type: one of the replay's speeds, as the keys 1, 2, 3 choose them."""
     try:
@@ -350,7 +363,11 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                           "default 5%% of the machine's memory (at least 256m); 0: never")
     run.add_argument("--resources", choices=("docker", "cadvisor", "process"),
                      help="source of CPU and memory figures (default: docker stats for "
-                          "containers, the process tree for local brokers)")
+                          "containers, the process tree for local brokers; cadvisor: a cAdvisor "
+                          "streambench builds and starts for the run)")
+    run.add_argument("--cadvisor", metavar="HOST:PORT", type=cadvisor_address,
+                     help="read the containers' figures from the cAdvisor running at HOST:PORT "
+                          "(stands for --resources cadvisor; none is started)")
     run.add_argument("--keep", action="store_true",
                      help="docker: keep the brokers' data volumes after the run")
 

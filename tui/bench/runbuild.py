@@ -165,7 +165,7 @@ def check_target(spec: str, args: argparse.Namespace, workload: Workload | None 
     memory = args.memory if args.memory is not None or workload is None else workload.broker_memory
     (spec,) = with_driver([spec], args.driver)
     return with_run_settings(resolve_target(spec, args.runtime), cpus, memory, args.resources,
-                             args.keep)
+                             args.keep, getattr(args, "cadvisor", None))
 
 
 def with_network_faults(targets: Sequence[Target], workload: Workload, asked: bool | str) -> None:
