@@ -35,7 +35,7 @@ PARTITIONS = 3
 
 def _run(out: Path, spec: str, workload: Workload, track_ids: bool = True) -> RunSummary:
     targets = unique_labels([resolve_target(spec)])
-    return run_precise(Run(workload, targets, out_dir=out, track_ids=track_ids,
+    return run_precise(Run(workload, targets, out_dir=out, audit=track_ids,
                            recorder=ParquetSink).execute())
 
 

@@ -48,7 +48,7 @@ def _run(run_dir: Path, specs: list[str], rate: float, partitions: int,
                         warmup_s=WARMUP_S, partitions=partitions, consumers=consumers,
                         message_size=1024)
     targets = unique_labels([resolve_target(s) for s in specs])
-    summary = run_precise(Run(workload, targets, out_dir=run_dir, track_ids=True,
+    summary = run_precise(Run(workload, targets, out_dir=run_dir, audit=True,
                               recorder=ParquetSink).execute())
     return FixedRateRun(run_dir, summary, rate)
 

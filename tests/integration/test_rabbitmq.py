@@ -109,7 +109,7 @@ def test_exactly_once_with_tracked_delivery(node, tmp_path):
     workload = Workload(name="exactly-once", rate=1500, duration_s=6, warmup_s=1, partitions=3,
                         consumers=2, message_size=200)
     target = resolve_target(f"rabbitmq:store_interval_ms=200@127.0.0.1:{_port(node)}")
-    run = Run(workload, unique_labels([target]), out_dir=run_dir, track_ids=True,
+    run = Run(workload, unique_labels([target]), out_dir=run_dir, audit=True,
               recorder=ParquetSink)
     summary = run_precise(run.execute())
     totals = run_json(run_dir)["totals"][0]

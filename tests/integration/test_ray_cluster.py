@@ -75,7 +75,7 @@ def spread_run(ray_cluster: RayCluster, redis_port: int,  # noqa: F811
     nodes = {n["NodeID"]: next(r for r in n["Resources"] if r.startswith("sb_node_"))
              for n in ray.nodes() if n["Alive"]}
     run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
-              out_dir=run_dir, track_ids=True, processes=cluster.workers, cluster=cluster,
+              out_dir=run_dir, audit=True, processes=cluster.workers, cluster=cluster,
               recorder=ParquetSink)
     broker: dict[str, Any] = {}
     actors: list[int] = []
