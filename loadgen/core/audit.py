@@ -26,7 +26,7 @@ PRODUCER_BITS = 20
 PRODUCER_MASK = (1 << PRODUCER_BITS) - 1
 SEQ_STEP = STAMP_BASE << PRODUCER_BITS  # the stamp's step from one sequence to the next
 EXAMPLES = 5  # examples kept per category
-CHECKPOINT_NS = 100_000_000  # a producer notes (time, sequence) at most this often
+CHECKPOINT_NS = 100_000_000  # a producer notes (intended time, sequence) this far apart at least
 
 
 def stamp(intended_ns: int, producer: int, seq: int) -> int:
@@ -74,7 +74,8 @@ class Ranges:
 @dataclass
 class ProducerRecord:
     """One producer's sequences: handed to the client (1 ..< next_seq), acknowledged, failed;
-    and (wall ns, first sequence handed over then) checkpoints that date its messages."""
+    and (intended send time, first sequence with it) checkpoints that date its messages: a
+    producer's intended times only grow, so a window of time is a range of its sequences."""
 
     acked: Ranges = field(default_factory=Ranges)
     failed: Ranges = field(default_factory=Ranges)
@@ -82,20 +83,18 @@ class ProducerRecord:
     times: list[int] = field(default_factory=list)
     seqs: list[int] = field(default_factory=list)
 
-    def handed(self, first: int, count: int, wall_ns: int) -> None:
-        if not self.times or wall_ns - self.times[-1] >= CHECKPOINT_NS:
-            self.times.append(wall_ns)
+    def handed(self, first: int, count: int, intended_ns: int) -> None:
+        """Sequences first ..< first + count handed to the client, the first intended for
+        intended_ns."""
+        if not self.times or intended_ns - self.times[-1] >= CHECKPOINT_NS:
+            self.times.append(intended_ns)
             self.seqs.append(first)
         self.next_seq = max(self.next_seq, first + count)
 
     def seq_at(self, wall_ns: int) -> int:
-        """The first sequence handed over at or after wall_ns (to a checkpoint's precision)."""
+        """The first sequence intended at or after wall_ns (to a checkpoint's precision)."""
         i = bisect_right(self.times, wall_ns)
         return self.seqs[i] if i < len(self.seqs) else self.next_seq
-
-    def time_of(self, seq: int) -> int:
-        i = bisect_right(self.seqs, seq) - 1
-        return self.times[i] if i >= 0 else 0
 
 
 class ReadRecord:

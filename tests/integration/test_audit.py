@@ -5,6 +5,7 @@ broker really loses, reorders and duplicates messages; NATS through the command 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -14,10 +15,11 @@ import pytest
 import redis
 
 from analysis.sink import ParquetSink
+from compose.toxiproxy import toxiproxy_program
 from loadgen.core.audit import unstamp
 from loadgen.core.bus import BusItem
 from loadgen.core.events import RunEvent
-from loadgen.core.interventions import parse_at
+from loadgen.core.interventions import PROXIED_OPTION, parse_at
 from loadgen.core.target import unique_labels
 from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
@@ -172,3 +174,53 @@ def test_nats_audit_through_the_command_line(tmp_path: Path) -> None:
     assert audit["acknowledged"] == totals["produced"] == audit["consumed"] > 2000, audit
     assert audit["lost"] == audit["duplicated"] == audit["reordered"] == 0, audit
     assert "delivery audit: lost 0, unexpected 0, duplicated 0, reordered 0, unseen 0" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def toxiproxy() -> Path:
+    """The proxy's server program, built into the cache once."""
+    return asyncio.run(toxiproxy_program(print))
+
+
+def test_redis_partitioned_from_its_clients_loses_nothing(tmp_path: Path, toxiproxy: Path) -> None:
+    """The Redis drill: the server cut from its clients by Toxiproxy for 3 s. Sends fail
+    meanwhile, the target recovers after the heal, and on return nothing acknowledged is lost.
+    A send whose reply the cut swallowed may still have been stored: the audit counts it as
+    unexpected, and the server's own records (XRANGE) must show exactly the acknowledged
+    messages plus those."""
+    workload = Workload(name="audit-partition", rate=1000, duration_s=16, warmup_s=1,
+                        partitions=2, consumers=2, message_size=100,
+                        schedule=(parse_at("3s:partition"), parse_at("6s:heal")))
+    (target,) = unique_labels([resolve_target("redis:runtime=local")])
+    target.options[PROXIED_OPTION] = True
+    run = Run(workload, [target], out_dir=tmp_path / "run", audit=True, recorder=ParquetSink)
+    broker = _Broker(run)
+    events: list[RunEvent] = []
+    run.subscribe(lambda item: events.append(item) if isinstance(item, RunEvent) else None)
+    summary = run_precise(run.execute())
+    (totals,) = summary.targets
+    audit = totals.audit
+    assert audit is not None
+    kinds = [e.kind for e in events]
+    assert "net-partition" in kinds and "net-heal" in kinds
+    recovered = [e.detail for e in events if e.kind == "recovered"]
+    assert recovered and "after heal redis" in recovered[0], [
+        (e.kind, e.detail) for e in events if e.kind in ("recovered", "not-recovered")]
+    assert totals.send_errors > 0 and audit["failed"] == totals.send_errors, audit
+    assert audit["lost"] == audit["duplicated"] == audit["unseen"] == 0, audit
+    assert audit["acknowledged"] == totals.produced
+    # against the server: stored = acknowledged + unexpected, each stored once
+    held = Counter(broker.stored)
+    assert max(held.values()) == 1
+    acked_count = audit["acknowledged"]
+    assert broker.xlen == acked_count + audit["unexpected"], (broker.xlen, audit)
+    assert audit["unexpected"] == audit["unexpected_failed"]  # each one's send said it failed
+    windows = {w["name"].split(" ")[0]: w for w in audit["windows"]}
+    assert set(windows) == {"before", "net-partition", "net-heal"}, list(windows)
+    # a message belongs to the window its intended send time falls in: those in flight when the
+    # proxy stopped (sent before the fault, their replies cut) fail in the window before
+    assert windows["net-partition"]["failed"] > windows["before"]["failed"], windows
+    assert windows["net-heal"]["lost"] == windows["net-heal"]["unexpected"] == 0
+    print(f"redis partitioned 3 s: {totals.send_errors:,} send errors, {recovered[0]}; audit: "
+          f"{broker.verdict}; the server holds {broker.xlen:,} entries; failed per window: "
+          f"{ {k: w['failed'] for k, w in windows.items()} }")
