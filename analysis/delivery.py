@@ -7,8 +7,8 @@ from typing import Any
 
 from analysis.compute import ReportData, TargetReport
 from analysis.document import Block, Section, Table
+from loadgen.core.audit import CATEGORIES
 
-CATEGORIES = ("lost", "unexpected", "duplicated", "reordered", "unseen")
 HEADERS = ["window", "acknowledged", "failed", "consumed", *CATEGORIES]
 
 

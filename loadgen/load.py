@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import os
 import time
@@ -352,7 +353,8 @@ class TargetLoad:
         return await self._toxiproxy.apply(item)
 
     async def collect_audit(self) -> AuditLedger | None:
-        return self.ledger
+        # a copy: a cluster actor's reply is pickled outside this loop, whose consumers go on
+        return copy.deepcopy(self.ledger)
 
     async def control(self, item: Intervention) -> str:
         """Change this process's share of the load; returns what changed (old → new). The run

@@ -17,7 +17,7 @@ a duplicate found there) and decides."""
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,8 @@ PRODUCER_BITS = 20
 PRODUCER_MASK = (1 << PRODUCER_BITS) - 1
 SEQ_STEP = STAMP_BASE << PRODUCER_BITS  # the stamp's step from one sequence to the next
 EXAMPLES = 5  # examples kept per category
+# Jepsen's categories, as the verdict, run.json and every place that shows it name them
+CATEGORIES = ("lost", "unexpected", "duplicated", "reordered", "unseen")
 CHECKPOINT_NS = 100_000_000  # a producer notes (intended time, sequence) this far apart at least
 
 
@@ -93,7 +95,7 @@ class ProducerRecord:
 
     def seq_at(self, wall_ns: int) -> int:
         """The first sequence intended at or after wall_ns (to a checkpoint's precision)."""
-        i = bisect_right(self.times, wall_ns)
+        i = bisect_left(self.times, wall_ns)
         return self.seqs[i] if i < len(self.seqs) else self.next_seq
 
 
@@ -212,8 +214,7 @@ class Verdict:
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     def clean(self) -> bool:
-        return not (self.lost or self.unexpected or self.duplicated or self.reordered
-                    or self.unseen)
+        return not any(getattr(self, k) for k in CATEGORIES)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}

@@ -58,6 +58,7 @@ from redis_consume import worker_cpu_s
 
 from analysis.sink import ParquetSink
 from compose.process import free_port, start_process, stop_process
+from loadgen.core.audit import CATEGORIES
 from loadgen.core.bus import BusItem
 from loadgen.core.histogram import HistogramSnapshot
 from loadgen.core.target import unique_labels
@@ -186,8 +187,7 @@ def run_once(port: int, server: psutil.Process, rate: float, size: int, seconds:
         raise SystemExit(f"{totals.send_errors} send errors, {totals.receive_errors} receive errors")
     if audit:  # the delivery audit's verdict: every message acknowledged and consumed once
         v = totals.audit or {}
-        bad = {k: v.get(k) for k in ("lost", "unexpected", "duplicated", "reordered", "unseen")
-               if v.get(k)}
+        bad = {k: v.get(k) for k in CATEGORIES if v.get(k)}
         if bad or v.get("acknowledged") != totals.produced:
             raise SystemExit(f"the audit is not clean: {v}")
     return measured.summary()

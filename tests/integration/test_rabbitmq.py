@@ -117,6 +117,9 @@ def test_exactly_once_with_tracked_delivery(node, tmp_path):
     assert totals["consumed"] == totals["produced"], totals
     assert totals["duplicates"] == 0 and totals["send_errors"] == 0, totals
     assert summary.targets[0].drained
+    audit = totals["audit"]  # the stamps went as text (past AMQP's ulong) and came back whole
+    assert audit["acknowledged"] == audit["consumed"] == totals["produced"], audit
+    assert not any(audit[k] for k in ("lost", "unexpected", "duplicated", "reordered", "unseen"))
     ticks = ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pydict()
     assert ticks["lag_total"][-1] == 0
     assert max(v for v in ticks["lag_total"] if v is not None) > 0  # it was measured

@@ -108,6 +108,10 @@ def test_counts_equal_the_brokers_and_every_message_is_read_once(spread_run):
     assert all(g["lag"] == 0 and g["pending"] == 0 for g in groups)
     assert t.consumed == t.produced and t.duplicates == 0
     assert t.drained and t.final_lag == 0
+    # the delivery audit, from the actors' records: every acknowledged message read once
+    audit = t.audit
+    assert audit is not None and audit["acknowledged"] == audit["consumed"] == broker["xlen"]
+    assert not any(audit[k] for k in ("lost", "unexpected", "duplicated", "reordered", "unseen"))
 
 
 def test_the_rate_is_the_asked_one(spread_run):

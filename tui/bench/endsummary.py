@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loadgen.core.audit import CATEGORIES
 from loadgen.core.events import FAULT_KINDS, EventKind, RunEvent
 from loadgen.core.histogram import HistogramSnapshot
 from loadgen.core.ticks import Phase, Tick
@@ -291,15 +292,12 @@ def print_summary(summary: RunSummary, end: EndSummary) -> None:
     print(f"run files: {summary.run_dir}")
 
 
-AUDIT_CATEGORIES = ("lost", "unexpected", "duplicated", "reordered", "unseen")
-
-
 def _clean(audit: dict[str, Any]) -> bool:
-    return not any(audit.get(k) for k in AUDIT_CATEGORIES)
+    return not any(audit.get(k) for k in CATEGORIES)
 
 
 def _verdict(v: dict[str, Any]) -> str:
-    counts = ", ".join(f"{k} {v.get(k, 0):,}" for k in AUDIT_CATEGORIES)
+    counts = ", ".join(f"{k} {v.get(k, 0):,}" for k in CATEGORIES)
     return (f"{counts} (of {v.get('acknowledged', 0):,} acknowledged, "
             f"{v.get('consumed', 0):,} consumed)")
 
