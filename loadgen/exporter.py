@@ -56,6 +56,10 @@ COUNTERS = {
     "consumed": ("consumed_messages", "Messages received by the consumers"),
     "consumed_bytes": ("consumed_bytes", "Payload bytes of the received messages"),
     "send_errors": ("send_errors", "Sends that failed"),
+    "duplicates": ("audit_duplicate_reads", "With --audit: reads of a message already read, "
+                   "as each load process finds them"),
+    "reordered": ("audit_reordered_messages", "With --audit: messages read after a later one "
+                  "of their producer in their partition"),
     "net_rx_bytes": ("broker_network_receive_bytes", "Bytes the brokers received (wire bytes)"),
     "net_tx_bytes": ("broker_network_transmit_bytes", "Bytes the brokers sent (wire bytes)"),
     "disk_read_bytes": ("broker_disk_read_bytes", "Bytes the brokers read from disk"),
@@ -204,7 +208,8 @@ class RunCollector:
         if t is None:
             t = self._targets[tick.target] = _Target("")
         t.last = tick
-        for key in ("produced", "produced_bytes", "consumed", "consumed_bytes", "send_errors"):
+        for key in ("produced", "produced_bytes", "consumed", "consumed_bytes", "send_errors",
+                    "duplicates", "reordered"):
             t.sums[key] += getattr(tick, key)
         for key in ("net_rx_bytes", "net_tx_bytes", "disk_read_bytes", "disk_write_bytes"):
             t.sums[key] += getattr(tick.resources, key)

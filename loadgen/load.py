@@ -216,6 +216,7 @@ class TargetLoad:
         self._e2e = Histogram()
         self._raw: dict[str, list[int]] = {"e2e": [], "publish": [], "delay": []}
         self._interval_start = time.monotonic_ns()
+        self._live_before = (0, 0)  # the audit's (duplicates, reorders) at the last tick
         self._watch = SelfWatch()
         self._saturated = ""
         self._reset_interval()
@@ -733,11 +734,20 @@ class TargetLoad:
             consumed_total=consumed_total,
             loadgen=health,
             consumers=consumers,
+            **self._audit_found(),
         )
         if self._record_raw:
             for kind, values in raw.items():
                 self._publish(RawSamples(self.label, seq, time_ns, phase, kind, values))
         return tick
+
+    def _audit_found(self) -> dict[str, int]:
+        """The audit's duplicates and reorders found since the last tick."""
+        if self.ledger is None:
+            return {}
+        now, before = self.ledger.live(), self._live_before
+        self._live_before = now
+        return {"duplicates": now[0] - before[0], "reordered": now[1] - before[1]}
 
     def _consumer_stats(self) -> tuple[ConsumerStat, ...]:
         """Each consumer's count since the last tick and the partitions it holds now (the

@@ -396,6 +396,8 @@ def _merge_ticks(ticks: list[Tick]) -> Tick:
         consumed=sum(t.consumed for t in ticks),
         consumed_bytes=sum(t.consumed_bytes for t in ticks),
         send_errors=sum(t.send_errors for t in ticks),
+        duplicates=sum(t.duplicates for t in ticks),
+        reordered=sum(t.reordered for t in ticks),
         publish_latency=HistogramSnapshot.merge([t.publish_latency for t in ticks]),
         publish_delay=HistogramSnapshot.merge([t.publish_delay for t in ticks]),
         e2e_latency=HistogramSnapshot.merge([t.e2e_latency for t in ticks]),
