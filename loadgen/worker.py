@@ -466,8 +466,9 @@ class TargetWorker:
     def _take_counts(self, parts: list[TargetTotals]) -> None:
         # keep the coordinator's drain bookkeeping, take the workers' counts
         totals = _sum_totals(self.label, parts)
-        totals.expected, totals.drained, totals.final_lag, totals.lost = (
-            self.totals.expected, self.totals.drained, self.totals.final_lag, self.totals.lost)
+        totals.expected, totals.drained, totals.final_lag, totals.lost, totals.audit = (
+            self.totals.expected, self.totals.drained, self.totals.final_lag, self.totals.lost,
+            self.totals.audit)
         self.totals = totals
 
     async def stop_producers(self) -> None:
