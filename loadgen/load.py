@@ -896,7 +896,7 @@ class _Pacer:
                 # slots due while the connection is lost fail without a write to it
                 first, self._n = self._n + 1, self._n + len(due)
                 if self._record is not None:
-                    self._record.handed(first, len(due), due[0])
+                    self._record.handed(first, due)
                 self._audit(first, len(due), self._lost)
                 self._load._sent(len(due), time.time_ns(), self._lost)
                 continue
@@ -937,7 +937,7 @@ class _Pacer:
         self._in_flight += 1
         send_wall = time.time_ns()
         if self._record is not None:
-            self._record.handed(n + 1, k, due[0])
+            self._record.handed(n + 1, due)
         if self.producer.submits:
             try:
                 self.producer.submit(batch, partial(self._acked, k, send_wall, n + 1))

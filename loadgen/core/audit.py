@@ -18,6 +18,7 @@ a duplicate found there) and decides."""
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,13 +86,18 @@ class ProducerRecord:
     times: list[int] = field(default_factory=list)
     seqs: list[int] = field(default_factory=list)
 
-    def handed(self, first: int, count: int, intended_ns: int) -> None:
-        """Sequences first ..< first + count handed to the client, the first intended for
-        intended_ns."""
-        if not self.times or intended_ns - self.times[-1] >= CHECKPOINT_NS:
-            self.times.append(intended_ns)
-            self.seqs.append(first)
-        self.next_seq = max(self.next_seq, first + count)
+    def handed(self, first: int, intended: Sequence[int]) -> None:
+        """Sequences first, first + 1, … handed to the client, intended for those times (a
+        batch that catches up after a stall spans many checkpoints)."""
+        times = self.times
+        if not times or intended[-1] - times[-1] >= CHECKPOINT_NS:
+            last = times[-1] if times else intended[0] - CHECKPOINT_NS
+            for i, t in enumerate(intended):
+                if t - last >= CHECKPOINT_NS:
+                    times.append(t)
+                    self.seqs.append(first + i)
+                    last = t
+        self.next_seq = max(self.next_seq, first + len(intended))
 
     def seq_at(self, wall_ns: int) -> int:
         """The first sequence intended at or after wall_ns (to a checkpoint's precision)."""

@@ -26,7 +26,7 @@ SUB = "streambench-sub-0"
 def _send(ledger: AuditLedger, producer: int, first: int, count: int, ok: bool = True,
           at: int = T0) -> list[int]:
     rec = ledger.producer(producer)
-    rec.handed(first, count, at)
+    rec.handed(first, [at + i for i in range(count)])
     (rec.acked if ok else rec.failed).add(first, first + count)
     return [stamp(at + i, producer, first + i) for i in range(count)]
 
@@ -120,3 +120,19 @@ def test_windows_cut_by_intended_time() -> None:
         ("before any fault", 200, 0, 200), ("net-partition redis", 200, 200, 0),
         ("net-heal redis", 200, 0, 200)]
     assert total.clean() and total.failed == 200
+
+
+def test_a_batch_that_catches_up_is_dated_message_by_message() -> None:
+    """A producer stalled for 2 s hands the slots it owes over in one batch: its messages
+    still fall in the windows of their intended times."""
+    ledger = AuditLedger()
+    rec = ledger.producer(0)
+    step = 10_000_000  # 100 msg/s
+    rec.handed(1, [T0 + i * step for i in range(100)])  # the first second, one batch
+    rec.handed(101, [T0 + (100 + i) * step for i in range(200)])  # 2 s owed, at once
+    rec.acked.add(1, 301)
+    windows = [Window("before any fault", 0, T0 + 150 * step),
+               Window("fault-pause", T0 + 150 * step, T0 + 250 * step),
+               Window("fault-resume", T0 + 250 * step, None)]
+    _, per = verdict(ledger, {0: [SUB]}, 1, windows)
+    assert [v.acknowledged for _, v in per] == [150, 100, 50]
