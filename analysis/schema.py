@@ -12,7 +12,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 # 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MIN_READER_VERSION = 1  # the oldest reader that reads what this version writes
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -99,6 +99,9 @@ TICKS = _with_meta(
         _opt("loadgen_cpu_percent", pa.float64()),
         _opt("loadgen_loop_lag_ms", pa.float64()),
         _opt("loadgen_saturated", pa.string()),  # why it was the bottleneck; empty when not
+        # the delivery audit's finds in the interval (schema 4; 0 without --audit, null before)
+        _opt("duplicates", pa.int64()),
+        _opt("reordered", pa.int64()),
     ],
 )
 

@@ -20,6 +20,7 @@ from analysis.compute import (
     TargetReport,
 )
 from analysis.configuration import configuration_section
+from analysis.delivery import delivery_section
 from analysis.document import Block, Chart, Document, Section, Table
 from analysis.events import AssignmentRow, ChangeRow, is_fault
 from analysis.labels import MARKS, ending
@@ -688,7 +689,8 @@ def build_document(data: ReportData) -> Document:
         _runs_section(data),
         *(s for s in (configuration_section(data),) if s is not None),
         _comparison_section(data),
-        *(s for s in (_changes_section(data), _assignments_section(data), _segments_section(data))
+        *(s for s in (_changes_section(data), delivery_section(data), _assignments_section(data),
+                      _segments_section(data))
           if s is not None),
         _throughput_section(data),
         *(_latency_section(data, kind) for kind in LATENCY_KINDS),

@@ -487,6 +487,8 @@ class ParquetSink:
             "loadgen_cpu_percent": _finite(t.loadgen.cpu_percent),
             "loadgen_loop_lag_ms": _finite(t.loadgen.loop_lag_ms),
             "loadgen_saturated": t.loadgen.saturated,
+            "duplicates": t.duplicates,
+            "reordered": t.reordered,
         }
         snaps = {"e2e": t.e2e_latency, "publish": t.publish_latency, "delay": t.publish_delay}
         for kind in LATENCY_KINDS:

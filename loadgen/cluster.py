@@ -102,7 +102,7 @@ class LoadActor:
     process; Ray's calls hand their requests over to it."""
 
     def __init__(self, index: int, target: Target, workload: Workload, run_id: str,
-                 record_raw: bool, track_ids: bool, share: tuple[int, int],
+                 record_raw: bool, audit: bool, share: tuple[int, int],
                  log_dir: Path | None) -> None:
         self._items: list[object] = []  # bus items not yet handed to the coordinator
         self._heard = time.monotonic()
@@ -111,7 +111,7 @@ class LoadActor:
         self._wake: asyncio.Event | None = None
         self._closed: asyncio.Event | None = None
         make = partial(TargetLoad, index, target.label, target, workload, run_id, record_raw,
-                       track_ids, self._publish, share, log_dir, primary=False)
+                       audit, self._publish, share, log_dir, primary=False)
         threading.Thread(target=self._main, args=(make,), name="streambench-load",
                          daemon=True).start()
         self._started.wait()
@@ -386,11 +386,11 @@ class Cluster:
             ray.kill(actor, no_restart=True)
 
     def load_workers(self, index: int, target: Target, workload: Workload, run_id: str,
-                     record_raw: bool, track_ids: bool, log_dir: Path | None,
+                     record_raw: bool, audit: bool, log_dir: Path | None,
                      publish: Publish) -> list[LoadActorHandle]:
         """The actors of one target, one per bundle, share k of `workers` on bundle k."""
         made = [LoadActorHandle(self, target.label, k,
-                                (index, target, workload, run_id, record_raw, track_ids,
+                                (index, target, workload, run_id, record_raw, audit,
                                  (k, self.workers), log_dir), publish)
                 for k in range(self.workers)]
         self.handles += made

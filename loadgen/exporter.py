@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
+from loadgen.core.audit import CATEGORIES
 from loadgen.core.errors import WorkloadError
 from loadgen.core.events import EventKind, PhaseChange, RunEvent, RunMeta
 from loadgen.core.histogram import HistogramSnapshot, bucket_value
@@ -55,6 +56,10 @@ COUNTERS = {
     "consumed": ("consumed_messages", "Messages received by the consumers"),
     "consumed_bytes": ("consumed_bytes", "Payload bytes of the received messages"),
     "send_errors": ("send_errors", "Sends that failed"),
+    "duplicates": ("audit_duplicate_reads", "With --audit: reads of a message already read, "
+                   "as each load process finds them"),
+    "reordered": ("audit_reordered_messages", "With --audit: messages read after a later one "
+                  "of their producer in their partition"),
     "net_rx_bytes": ("broker_network_receive_bytes", "Bytes the brokers received (wire bytes)"),
     "net_tx_bytes": ("broker_network_transmit_bytes", "Bytes the brokers sent (wire bytes)"),
     "disk_read_bytes": ("broker_disk_read_bytes", "Bytes the brokers read from disk"),
@@ -124,6 +129,8 @@ class _Target:
     latency: dict[str, _Sums] = field(default_factory=lambda: {k: _Sums() for k in LATENCY_SERIES})
     dropped_slots: int = 0
     last: Tick | None = None
+    # the delivery audit's counts (run.json totals[].audit), once the run has decided them
+    audit: dict[str, int] = field(default_factory=dict)
 
 
 def cumulative_buckets(snap: HistogramSnapshot) -> list[tuple[str, float]]:
@@ -185,16 +192,24 @@ class RunCollector:
                     t.dropped_slots += dropped_slots(item.detail)
             elif isinstance(item, RunMeta):
                 self._run_id = str(item.meta.get("run_id", self._run_id))
+                self._take_audit(item.meta.get("totals") or [])
             else:
                 return
             self._updated = time.monotonic()
+
+    def _take_audit(self, totals: list[Any]) -> None:
+        for entry in totals:
+            audit = entry.get("audit") if isinstance(entry, dict) else None
+            if isinstance(audit, dict) and (t := self._targets.get(str(entry.get("label")))):
+                t.audit = {k: int(audit.get(k) or 0) for k in CATEGORIES}
 
     def _take_tick(self, tick: Tick) -> None:
         t = self._targets.get(tick.target)
         if t is None:
             t = self._targets[tick.target] = _Target("")
         t.last = tick
-        for key in ("produced", "produced_bytes", "consumed", "consumed_bytes", "send_errors"):
+        for key in ("produced", "produced_bytes", "consumed", "consumed_bytes", "send_errors",
+                    "duplicates", "reordered"):
             t.sums[key] += getattr(tick, key)
         for key in ("net_rx_bytes", "net_tx_bytes", "disk_read_bytes", "disk_write_bytes"):
             t.sums[key] += getattr(tick.resources, key)
@@ -270,8 +285,14 @@ class RunCollector:
         }
         hists = {k: HistogramMetricFamily(name(n), h, labels=labels)
                  for k, (n, h) in LATENCY_SERIES.items()}
+        audit = CounterMetricFamily(
+            name("delivery_audit_messages"),
+            "The delivery audit's verdict (--audit), by category, once the load has ended",
+            labels=[*labels, "category"])
         for label, t in self._targets.items():
             values = [label, t.platform]
+            for category, count in t.audit.items():
+                audit.add_metric([*values, category], float(count))
             for key, family in counters.items():
                 family.add_metric(values, t.sums[key])
             dropped.add_metric(values, float(t.dropped_slots))
@@ -297,7 +318,7 @@ class RunCollector:
                 texts.add_metric([target, platform, kind],
                                  {"detail": self._last_event[(target, kind)][:200]})
         return [info, phase, started, *counters.values(), dropped, *gauges.values(), *hists.values(),
-                events, texts]
+                events, texts, audit]
 
     def wait_final_scrape(self) -> float:
         """Wait until a scrape has read the figures as they are now, at most about one scrape

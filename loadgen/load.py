@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import os
 import time
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from compose.toxiproxy import VERSION, Toxiproxy
+from loadgen.core.audit import SEQ_STEP, STAMP_BASE, AuditLedger, ProducerRecord
 from loadgen.core.bus import BusItem
 from loadgen.core.collector import Collector, Reading
 from loadgen.core.driver import Consumer, Driver, OutMessage, Producer, ReceivedBatch
@@ -73,6 +75,11 @@ def _nan_if_none(x: float | None) -> float:
     return float("nan") if x is None else float(x)
 
 
+def subscription_names(count: int) -> list[str]:
+    """The subscriptions (consumer groups) of each topic."""
+    return [f"streambench-sub-{s}" for s in range(count)]
+
+
 # the share of the process that owns a target's stack and runs none of its clients (they run
 # on a cluster's nodes: loadgen.cluster)
 STACK_ONLY = (0, 0)
@@ -88,7 +95,11 @@ class TargetTotals:
     send_errors: int = 0
     receive_errors: int = 0
     consumers_failed: int = 0  # consumers that ended on an unexpected error (no more reads)
+    # with the delivery audit (loadgen.core.audit): messages read again and messages read after
+    # a later one of their producer in their partition, as found so far (live, per tick); the
+    # verdict at the end (`audit`) counts them over every process
     duplicates: int = 0
+    reordered: int = 0
     expected: int = 0  # produced × subscriptions: what the consumers must have read
     final_lag: int | None = None
     drained: bool = False
@@ -99,6 +110,9 @@ class TargetTotals:
     # acknowledged msg/s over the measured periods that kept up, and whether it converged
     sustainable_rate: float | None = None
     search_converged: bool | None = None
+    # the delivery audit's verdict (loadgen.core.audit.Verdict.to_json, with `windows`: one
+    # per fault window)
+    audit: dict[str, Any] | None = None
 
 
 class LoadHandle(Protocol):
@@ -121,6 +135,10 @@ class LoadHandle(Protocol):
     async def fault(self, action: str, broker: str) -> None: ...
 
     async def network_fault(self, item: Intervention) -> str: ...
+
+    async def collect_audit(self) -> AuditLedger | None:
+        """The delivery audit's records so far (every process's, merged); None without it."""
+        ...
 
     async def control(self, item: Intervention) -> str:
         """Change the load (rate, producers or consumers stopped or started); returns what
@@ -145,7 +163,7 @@ class TargetLoad:
     takes the share STACK_ONLY: no clients of its own."""
 
     def __init__(self, index: int, label: str, target: Target, workload: Workload, run_id: str,
-                 record_raw: bool, track_ids: bool, publish: Publish,
+                 record_raw: bool, audit: bool, publish: Publish,
                  share: tuple[int, int] = (0, 1), log_dir: Path | None = None,
                  primary: bool | None = None) -> None:
         self.index = index
@@ -158,9 +176,13 @@ class TargetLoad:
         self.workload = workload
         self.run_id = run_id
         self.topics = [f"streambench-{run_id}-{index}-{t}" for t in range(workload.topics)]
-        self.subscriptions = [f"streambench-sub-{s}" for s in range(workload.subscriptions)]
+        self._topic_index = {t: i for i, t in enumerate(self.topics)}
+        self.subscriptions = subscription_names(workload.subscriptions)
         self._record_raw = record_raw
-        self._track_ids = track_ids
+        # the delivery audit's records (loadgen.core.audit); consumers then hand over where
+        # each message was read (Driver.consumer's track_ids)
+        self.ledger: AuditLedger | None = AuditLedger() if audit else None
+        self._track_ids = audit
         self._publish = publish
         self.stack: Stack | None = None
         self._stack_watch: asyncio.Task[None] | None = None
@@ -193,9 +215,8 @@ class TargetLoad:
         self._delay = Histogram()
         self._e2e = Histogram()
         self._raw: dict[str, list[int]] = {"e2e": [], "publish": [], "delay": []}
-        # message ids read, per subscription: each subscription reads every message once
-        self._seen: dict[str, set[tuple[int, str]]] = {}
         self._interval_start = time.monotonic_ns()
+        self._live_before = (0, 0)  # the audit's (duplicates, reorders) at the last tick
         self._watch = SelfWatch()
         self._saturated = ""
         self._reset_interval()
@@ -331,6 +352,10 @@ class TargetLoad:
             raise StackError(f"{self.label}: {item.describe()}: its clients do not go through a "
                              "proxy (start the run with --network-faults)")
         return await self._toxiproxy.apply(item)
+
+    async def collect_audit(self) -> AuditLedger | None:
+        # a copy: a cluster actor's reply is pickled outside this loop, whose consumers go on
+        return copy.deepcopy(self.ledger)
 
     async def control(self, item: Intervention) -> str:
         """Change this process's share of the load; returns what changed (old → new). The run
@@ -590,7 +615,13 @@ class TargetLoad:
 
     def _count(self, slot: int, batch: ReceivedBatch) -> None:
         rn = batch.receive_ns
-        lat = [rn - t for t in batch.intended_ns]
+        intended = batch.intended_ns
+        if self.ledger is not None:  # the values are stamps: record them, keep their times
+            topic, subscription, _ = self._consumer_specs[slot]
+            where = batch.ids or [(-1, "")] * len(intended)
+            intended = self.ledger.read(slot, self._topic_index[topic], subscription, intended, where)
+            self.totals.duplicates, self.totals.reordered = self.ledger.live()
+        lat = [rn - t for t in intended]
         self._e2e.record_many(lat)
         if self._record_raw:
             self._raw["e2e"].extend(lat)
@@ -599,11 +630,6 @@ class TargetLoad:
         self._slot_consumed[slot] += k
         self.consumed_bytes += batch.payload_bytes
         self.totals.consumed += k
-        if batch.ids is not None:
-            seen = self._seen.setdefault(self._consumer_specs[slot][1], set())
-            before = len(seen)
-            seen.update(batch.ids)
-            self.totals.duplicates += len(batch.ids) - (len(seen) - before)
 
     async def stop_producers(self) -> None:
         self.stop_producing_at(time.monotonic_ns())
@@ -708,11 +734,20 @@ class TargetLoad:
             consumed_total=consumed_total,
             loadgen=health,
             consumers=consumers,
+            **self._audit_found(),
         )
         if self._record_raw:
             for kind, values in raw.items():
                 self._publish(RawSamples(self.label, seq, time_ns, phase, kind, values))
         return tick
+
+    def _audit_found(self) -> dict[str, int]:
+        """The audit's duplicates and reorders found since the last tick."""
+        if self.ledger is None:
+            return {}
+        now, before = self.ledger.live(), self._live_before
+        self._live_before = now
+        return {"duplicates": now[0] - before[0], "reordered": now[1] - before[1]}
 
     def _consumer_stats(self) -> tuple[ConsumerStat, ...]:
         """Each consumer's count since the last tick and the partitions it holds now (the
@@ -814,6 +849,14 @@ class _Pacer:
         self._timer: asyncio.TimerHandle | TimerHandle | None = None
         self._in_flight = 0
         self._n = 0  # messages handed over so far: picks payloads and keys
+        # with the audit, message n (from 0) goes out as sequence n + 1 of this producer,
+        # stamped (loadgen.core.audit.stamp): intended time + _stamp_base + (n + 1) × SEQ_STEP
+        self._record: ProducerRecord | None = None
+        self._stamp_base = 0
+        if load.ledger is not None:
+            number = load._producer_numbers[slot]
+            self._record = load.ledger.producer(number)
+            self._stamp_base = number * STAMP_BASE
         self.tasks: set[asyncio.Task[None]] = set()  # send_batch() of producers without submit()
         # done once the schedule is finished and every batch has been answered
         self.finished: asyncio.Future[None] = self._loop.create_future()
@@ -851,7 +894,10 @@ class _Pacer:
             due = sched.due(now, PACED_BATCH_LIMIT if sched.rate > 0 else self._max_batch)
             if due and self._lost is not None:
                 # slots due while the connection is lost fail without a write to it
-                self._n += len(due)
+                first, self._n = self._n + 1, self._n + len(due)
+                if self._record is not None:
+                    self._record.handed(first, due)
+                self._audit(first, len(due), self._lost)
                 self._load._sent(len(due), time.time_ns(), self._lost)
                 continue
             if not due:
@@ -877,22 +923,28 @@ class _Pacer:
         load = self._load
         payloads, n, key_of = self._payloads, self._n, self._key_of
         pool = len(payloads)
+        stamps = due
+        if self._record is not None:
+            base = self._stamp_base + (n + 1) * SEQ_STEP
+            stamps = [t + base + i * SEQ_STEP for i, t in enumerate(due)]
         if key_of is None:
-            batch = [OutMessage(payloads[(n + i) % pool], None, t) for i, t in enumerate(due)]
+            batch = [OutMessage(payloads[(n + i) % pool], None, t) for i, t in enumerate(stamps)]
         else:
             batch = [OutMessage(payloads[(n + i) % pool], key_of(n + i), t)
-                     for i, t in enumerate(due)]
+                     for i, t in enumerate(stamps)]
         k = len(batch)
         self._n = n + k
         self._in_flight += 1
         send_wall = time.time_ns()
+        if self._record is not None:
+            self._record.handed(n + 1, due)
         if self.producer.submits:
             try:
-                self.producer.submit(batch, partial(self._acked, k, send_wall))
+                self.producer.submit(batch, partial(self._acked, k, send_wall, n + 1))
             except Exception as exc:
-                self._loop.call_soon(self._acked, k, send_wall, exc)
+                self._loop.call_soon(self._acked, k, send_wall, n + 1, exc)
         else:
-            task = self._loop.create_task(self._send(batch, send_wall))
+            task = self._loop.create_task(self._send(batch, send_wall, n + 1))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
         delays = [send_wall - t for t in due]
@@ -915,7 +967,7 @@ class _Pacer:
             await asyncio.wait_for(old.close(), 5)
         self.wake()
 
-    async def _send(self, batch: list[OutMessage], send_wall: int) -> None:
+    async def _send(self, batch: list[OutMessage], send_wall: int, first: int) -> None:
         error: BaseException | None = None
         try:
             await self.producer.send_batch(batch)
@@ -923,10 +975,21 @@ class _Pacer:
             raise
         except Exception as exc:
             error = exc
-        self._acked(len(batch), send_wall, error)
+        self._acked(len(batch), send_wall, first, error)
 
-    def _acked(self, k: int, send_wall: int, error: BaseException | None) -> None:
+    def _audit(self, first: int, k: int, error: BaseException | None) -> None:
+        """The audit's record of sequences first ..< first + k: acknowledged, or failed."""
+        record = self._record
+        if record is None:
+            return
+        if error is None:
+            record.acked.add(first, first + k)
+        else:
+            record.failed.add(first, first + k)
+
+    def _acked(self, k: int, send_wall: int, first: int, error: BaseException | None) -> None:
         self._in_flight -= 1
+        self._audit(first, k, error)
         self._load._sent(k, send_wall, error)
         if isinstance(error, ConnectionError) and self._lost is None and not self.finished.done():
             self._lost = error

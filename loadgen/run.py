@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from compose.docker import memory_bytes
 from loadgen.backlog import BacklogWatch
+from loadgen.core.audit import Window, verdict
 from loadgen.core.bus import BusItem
 from loadgen.core.errors import (
     DriverError,
@@ -35,7 +36,7 @@ from loadgen.core.errors import (
     StreambenchError,
     WorkloadError,
 )
-from loadgen.core.events import PhaseChange, RunEvent, RunMeta, network_kind
+from loadgen.core.events import FAULT_KINDS, EventKind, PhaseChange, RunEvent, RunMeta, network_kind
 from loadgen.core.interventions import (
     FAULT_ACTIONS,
     PROXIED_OPTION,
@@ -48,7 +49,7 @@ from loadgen.core.interventions import (
 from loadgen.core.target import Target
 from loadgen.core.ticks import LagSnapshot, Phase, Tick
 from loadgen.core.workload import Workload, shown
-from loadgen.load import DROPPED_SLOTS, TargetTotals
+from loadgen.load import DROPPED_SLOTS, TargetTotals, subscription_names
 from loadgen.memguard import ContainerLimit, ContainerMemoryWatch, MemoryGuard
 from loadgen.pacing import now_ns
 from loadgen.placement import place
@@ -221,7 +222,7 @@ class Run:
     """One benchmark run over one or more targets side by side."""
 
     def __init__(self, workload: Workload, targets: list[Target], out_dir: Path | None = None,
-                 record_raw: bool = False, track_ids: bool = False, tick_s: float = 1.0,
+                 record_raw: bool = False, audit: bool = False, tick_s: float = 1.0,
                  argv: list[str] | None = None, run_id: str | None = None,
                  processes: int = 1, recorder: RecorderFactory | None = None,
                  min_free_memory: int | None = None, cluster: Cluster | None = None) -> None:
@@ -250,7 +251,8 @@ class Run:
         self.finished = threading.Event()  # set once execute() has closed everything
         # a search for the highest sustainable rate starts its targets at its first rate
         driven = dataclasses.replace(workload, rate=START_RATE) if workload.rate_search else workload
-        self._runner_args = (driven, record_raw, track_ids, processes)
+        self._runner_args = (driven, record_raw, audit, processes)
+        self.audit = audit
         self.runners: list[TargetWorker] = self._make_runners()
         # a run file that could not be written (the recorder's OutputError): the run stops at
         # once and fails with it
@@ -307,13 +309,16 @@ class Run:
                             and (said := loss(t)) is not None}
         self._down: dict[str, set[str]] = {t.label: set() for t in targets}
         self._faulted: dict[str, list[str]] = {}  # kills, restarts and deaths of each target's brokers
+        # each target's fault windows for the delivery audit: a fault to the next (or the end)
+        self._windows: dict[str, list[Window]] = {t.label: [Window("before any fault", 0, None)]
+                                                  for t in targets}
         self.subscribe(self._note_brokers)
 
     def _make_runners(self) -> list[TargetWorker]:
-        driven, record_raw, track_ids, processes = self._runner_args
+        driven, record_raw, audit, processes = self._runner_args
         if self.cluster is not None:
             self.cluster.handles.clear()  # runners made again (another run directory)
-        return [TargetWorker(i, t, driven, self.run_id, record_raw, track_ids, self.publish,
+        return [TargetWorker(i, t, driven, self.run_id, record_raw, audit, self.publish,
                              processes, log_dir(self.run_dir, i, t.label), self.cluster)
                 for i, t in enumerate(self.targets)]
 
@@ -432,6 +437,25 @@ class Run:
     def _totals(self) -> list[dict[str, Any]]:
         return [json.loads(json.dumps(r.totals.__dict__)) for r in self.runners]
 
+    async def _audit(self) -> None:
+        """The delivery audit's verdict for each target, from every process's records: in its
+        totals (run.json) and as one delivery-audit event."""
+        if not self.audit:
+            return
+        w = self.workload
+        subs = {t: subscription_names(w.subscriptions) for t in range(w.topics)}
+        for r in self.runners:
+            ledger = await r.collect_audit()
+            if ledger is None:
+                continue
+            total, windows = verdict(ledger, subs, w.producers, self._windows[r.label])
+            r.totals.duplicates, r.totals.reordered = ledger.duplicated, total.reordered  # extra reads
+            r.totals.audit = {**total.to_json(), "unstamped": ledger.unstamped, "windows": [
+                {"name": win.name, "start_ns": win.start_ns, "end_ns": win.end_ns, **v.to_json()}
+                for win, v in windows if v.sent]}
+            self.publish(RunEvent(time.time_ns(), r.label, EventKind.DELIVERY_AUDIT,
+                                  ("clean: " if total.clean() else "") + total.line()))
+
     def _meta(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -478,6 +502,7 @@ class Run:
             summary.stopped_for = self.stopped_for
             summary.placement = self.cluster.placement() if self.cluster is not None else None
             self._set_phase(Phase.WRITING, "writing run files")
+            await self._audit()
             summary.targets = [r.totals for r in self.runners]
             if self._search is not None:
                 for t in summary.targets:
@@ -750,6 +775,10 @@ class Run:
             return
         if item.kind == "send-error":
             self._send_problems.setdefault(item.target, item.detail)
+        if item.kind in FAULT_KINDS or item.kind == EventKind.BROKER_DIED:
+            windows = self._windows[item.target]
+            windows[-1].end_ns = item.time_ns
+            windows.append(Window(f"{item.kind} {item.detail}"[:120], item.time_ns, None))
         broker = item.detail.split(":")[0].split(" ")[0]
         if item.kind in ("broker-died", "fault-kill", "fault-restart"):
             seen = self._faulted.setdefault(item.target, [])

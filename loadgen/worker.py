@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from compose.process import abandon
 from loadgen.assignments import AssignmentWatch
+from loadgen.core.audit import AuditLedger, merge
 from loadgen.core.errors import StackError, StreambenchError
 from loadgen.core.events import RunEvent
 from loadgen.core.fdwatch import watch_readable
@@ -117,7 +118,7 @@ def open_files_to_hard_limit() -> None:
 
 
 def _worker_main(conn: Connection, index: int, target: Target, workload: Workload, run_id: str,
-                 record_raw: bool, track_ids: bool, share: tuple[int, int],
+                 record_raw: bool, audit: bool, share: tuple[int, int],
                  log_dir: Path | None) -> None:
     # The coordinator decides when to stop: a signal to the whole process group (Ctrl-C,
     # `timeout`, `kill -TERM -- -PGID`, a dropped SSH session) must not end the worker before the
@@ -128,7 +129,7 @@ def _worker_main(conn: Connection, index: int, target: Target, workload: Workloa
     quiet_asyncio_log()
     open_files_to_hard_limit()
     run_precise(_serve(conn, TargetLoad(index, target.label, target, workload, run_id, record_raw,
-                                        track_ids, lambda e: _send(conn, e), share, log_dir)))
+                                        audit, lambda e: _send(conn, e), share, log_dir)))
 
 
 def _send(conn: Connection, item: object) -> None:
@@ -176,6 +177,10 @@ async def _network_fault(load: TargetLoad, conn: Connection, item: Intervention)
     return await load.network_fault(item)
 
 
+async def _collect_audit(load: TargetLoad, conn: Connection) -> AuditLedger | None:
+    return await load.collect_audit()
+
+
 async def _control(load: TargetLoad, conn: Connection, item: Intervention) -> str:
     return await load.control(item)
 
@@ -190,6 +195,7 @@ HANDLERS: dict[str, Handler] = {
     "fault": _fault,
     "network_fault": _network_fault,
     "control": _control,
+    "collect_audit": _collect_audit,
 }
 
 
@@ -257,7 +263,7 @@ class ClusterPlacement(Protocol):
     """A cluster whose nodes run a target's clients (loadgen.cluster.Cluster)."""
 
     def load_workers(self, index: int, target: Target, workload: Workload, run_id: str,
-                     record_raw: bool, track_ids: bool, log_dir: Path | None,
+                     record_raw: bool, audit: bool, log_dir: Path | None,
                      publish: Publish) -> Sequence[LoadChannel]: ...
 
 
@@ -373,6 +379,7 @@ def _sum_totals(label: str, parts: list[TargetTotals]) -> TargetTotals:
         total.receive_errors += t.receive_errors
         total.consumers_failed += t.consumers_failed
         total.duplicates += t.duplicates
+        total.reordered += t.reordered
     return total
 
 
@@ -389,6 +396,8 @@ def _merge_ticks(ticks: list[Tick]) -> Tick:
         consumed=sum(t.consumed for t in ticks),
         consumed_bytes=sum(t.consumed_bytes for t in ticks),
         send_errors=sum(t.send_errors for t in ticks),
+        duplicates=sum(t.duplicates for t in ticks),
+        reordered=sum(t.reordered for t in ticks),
         publish_latency=HistogramSnapshot.merge([t.publish_latency for t in ticks]),
         publish_delay=HistogramSnapshot.merge([t.publish_delay for t in ticks]),
         e2e_latency=HistogramSnapshot.merge([t.e2e_latency for t in ticks]),
@@ -405,7 +414,7 @@ class TargetWorker:
     load spread over them); a LoadHandle like TargetLoad."""
 
     def __init__(self, index: int, target: Target, workload: Workload, run_id: str,
-                 record_raw: bool, track_ids: bool, publish: Publish,
+                 record_raw: bool, audit: bool, publish: Publish,
                  processes: int = 1, log_dir: Path | None = None,
                  cluster: ClusterPlacement | None = None) -> None:
         """`cluster`: the clients run in actors on its nodes (loadgen.cluster) and a local
@@ -417,7 +426,7 @@ class TargetWorker:
         self._publish = publish
         self._described: dict[str, Any] | None = None
         self._assignments = AssignmentWatch()
-        args = (index, target, workload, run_id, record_raw, track_ids)
+        args = (index, target, workload, run_id, record_raw, audit)
         self._procs: list[LoadChannel]
         if cluster is None:
             self._procs = [_LoadProcess(self.label, (*args, (k, processes), log_dir), publish)
@@ -457,8 +466,9 @@ class TargetWorker:
     def _take_counts(self, parts: list[TargetTotals]) -> None:
         # keep the coordinator's drain bookkeeping, take the workers' counts
         totals = _sum_totals(self.label, parts)
-        totals.expected, totals.drained, totals.final_lag, totals.lost = (
-            self.totals.expected, self.totals.drained, self.totals.final_lag, self.totals.lost)
+        totals.expected, totals.drained, totals.final_lag, totals.lost, totals.audit = (
+            self.totals.expected, self.totals.drained, self.totals.final_lag, self.totals.lost,
+            self.totals.audit)
         self.totals = totals
 
     async def stop_producers(self) -> None:
@@ -474,6 +484,11 @@ class TargetWorker:
         """A network fault on the target's proxied links (the first process runs the proxy);
         returns what it did."""
         return str(await self._procs[0].request("network_fault", item))
+
+    async def collect_audit(self) -> AuditLedger | None:
+        parts = [p for p in await asyncio.gather(*(p.request("collect_audit") for p in self._procs))
+                 if p is not None]
+        return merge(parts) if parts else None
 
     async def control(self, item: Intervention) -> str:
         """A change of the load (rate, producers or consumers stopped or started) in every

@@ -65,6 +65,7 @@ class EventKind(StrEnum):
     DRAIN_INCOMPLETE = "drain-incomplete"
     DRAIN_STALLED = "drain-stalled"
     MESSAGES_LOST = "messages-lost"
+    DELIVERY_AUDIT = "delivery-audit"  # the delivery audit's verdict (--audit)
     # stacks (docker)
     STACK_UP = "stack-up"
     STACK_DOWN = "stack-down"

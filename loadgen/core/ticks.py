@@ -128,6 +128,10 @@ class Tick:
     consumed_total: int = 0
     loadgen: LoadgenHealth = LoadgenHealth()
     consumers: tuple[ConsumerStat, ...] = ()  # every consumer of the target, in name order
+    # with the delivery audit (--audit): reads of a message already read, and messages read
+    # after a later one of their producer in their partition, found in the interval
+    duplicates: int = 0
+    reordered: int = 0
 
     @property
     def produce_rate(self) -> float:

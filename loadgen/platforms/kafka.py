@@ -163,10 +163,14 @@ class KafkaProducer(Producer):
         self._topic = topic
         self._partitions = partitions
         self._next = 0
-        # the client queues one handed-over batch per partition and makes the next wait for
-        # it to drain (its wait loop also counts elapsed time twice, so many waiters time out
-        # early): one hand-over per partition at a time
-        self._handing_over = {p: asyncio.Lock() for p in partitions}
+        # Batches in flight are tasks of their own; one hands its records to the client at a
+        # time, in the order the batches were made, so that a producer's records keep their
+        # order in each partition (two batches handing over at once interleaved them: the
+        # delivery audit saw a producer's sequence go backwards within a partition). It also
+        # keeps to one hand-over per partition at a time, which the client needs: it queues one
+        # handed-over batch per partition and makes the next wait for it to drain (its wait
+        # loop also counts elapsed time twice, so many waiters time out early).
+        self._handing_over = asyncio.Lock()
 
     async def send_batch(self, batch: Sequence[OutMessage]) -> None:
         # unkeyed records stick to one partition per batch and the batches take turns, like
@@ -179,10 +183,11 @@ class KafkaProducer(Producer):
         send = self._producer.send
         topic = self._topic
         acks = []
-        for m in batch:
-            acks.append(await send(topic, m.payload, key=m.key,
-                                   partition=sticky if m.key is None else None,
-                                   headers=[(INTENDED_HEADER, b"%d" % m.intended_ns)]))
+        async with self._handing_over:
+            for m in batch:
+                acks.append(await send(topic, m.payload, key=m.key,
+                                       partition=sticky if m.key is None else None,
+                                       headers=[(INTENDED_HEADER, b"%d" % m.intended_ns)]))
         for ack in acks:
             await ack
 
@@ -193,7 +198,7 @@ class KafkaProducer(Producer):
             partition = sticky if m.key is None else by_key(m.key, parts, parts)
             by_partition.setdefault(partition, []).append(m)
         producer, topic = self._producer, self._topic
-        acks = []
+        built: list[tuple[int, list[Any]]] = []
         for partition, records in by_partition.items():
             builders = [producer.create_batch()]
             for m in records:
@@ -202,7 +207,10 @@ class KafkaProducer(Producer):
                                        headers=header) is None:  # full: start the next
                     builders.append(producer.create_batch())
                     builders[-1].append(timestamp=None, key=m.key, value=m.payload, headers=header)
-            async with self._handing_over[partition]:
+            built.append((partition, builders))
+        acks = []
+        async with self._handing_over:  # every partition's part before the next batch's
+            for partition, builders in built:
                 for builder in builders:
                     acks.append(await producer.send_batch(builder, topic, partition=partition))
         for ack in acks:

@@ -4,8 +4,9 @@ group, a consumer is a reader in it. The client runs in a process of its own
 (loadgen.platforms.pravega_host says why), one per driver.
 
 Every event starts with a header (intended send time in ns, partition, producer id, producer
-sequence number), then the payload. The client's readers do not say which segment an event
-came from, so the header carries the partition; delivery tracking uses producer id and number.
+sequence number, the delivery audit's code), then the payload. The client's readers do not say
+which segment an event came from, so the header carries the partition; producer id and number
+are the event's position as the audit's examples show it.
 
 Routing: the client maps a routing key to a segment by Pravega's own hash (Murmur3 x64-128 of
 the key's UTF-16LE code units, seeded with "EventRouter".hashCode(), its top 52 bits as a
@@ -72,6 +73,7 @@ from compose.pravega import (
     PravegaLocalStack,
     controller_answers,
 )
+from loadgen.core.audit import STAMP_BASE
 from loadgen.core.collector import Collector
 from loadgen.core.driver import (
     Acknowledged,
@@ -297,7 +299,8 @@ class PravegaProducer(Producer):
         for m in batch:
             p, routing = self._route(m.key)
             self._seq += 1
-            events.append(pack(m.intended_ns, p, self._id, self._seq) + m.payload)
+            code, intended = divmod(m.intended_ns, STAMP_BASE)
+            events.append(pack(intended, p, self._id, self._seq, code) + m.payload)
             keys.append(routing)
         loop = asyncio.get_running_loop()
         settled = False

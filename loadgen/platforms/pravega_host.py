@@ -41,11 +41,14 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from loadgen.core.audit import STAMP_BASE
 from loadgen.core.errors import DriverError
 from loadgen.core.fdwatch import watch_readable
 
-# event header: intended send time (ns), partition, producer id, producer sequence number
-HEADER = struct.Struct("<qHQQ")
+# event header: intended send time (ns), partition, producer id, producer sequence number, and
+# the delivery audit's code (loadgen.core.audit: the stamp is code × STAMP_BASE + the time; 0
+# without the audit)
+HEADER = struct.Struct("<qHQQQ")
 EVENT_FRAME_BYTES = 8  # type and length before each event in a segment
 READ_AHEAD = 2  # batches a reader may have sent that its consumer has not taken yet
 GROUP_BATCHES = 64  # most queued batches one flush acknowledges
@@ -221,8 +224,8 @@ class _Host:
                 ids: list[tuple[int, str]] | None = [] if state.track else None
                 for event in segment_slice:
                     data = event.data()
-                    sent, partition, producer, seq = unpack(data)
-                    intended.append(sent)
+                    sent, partition, producer, seq, code = unpack(data)
+                    intended.append(sent + code * STAMP_BASE if code else sent)
                     size += len(data) - skip
                     if ids is not None:
                         ids.append((partition, f"{producer:x}:{seq}"))

@@ -21,6 +21,7 @@ from rbfly.streams.error import ProtocolError
 from rbfly.util import Option
 
 from compose.net import connect_failure
+from loadgen.core.audit import STAMP_BASE
 from loadgen.core.driver import Consumer, OutMessage, Producer, ReceivedBatch
 from loadgen.core.errors import DriverError
 from loadgen.platforms.rabbitmq import CONNECT_TIMEOUT_S, RECONNECT_PAUSE_S
@@ -89,7 +90,10 @@ class RabbitProducer(Producer):
         used: dict[int, Any] = {}
         for m in batch:
             pub = sticky if m.key is None else pubs[zlib.crc32(m.key) % n]
-            pub.batch(ctx(m.payload, app_properties={INTENDED_PROPERTY: m.intended_ns}))
+            # an audit stamp (loadgen.core.audit) is past AMQP's ulong: its decimal text then
+            stamp = m.intended_ns
+            pub.batch(ctx(m.payload, app_properties={
+                INTENDED_PROPERTY: stamp if stamp < STAMP_BASE else str(stamp)}))
             used[id(pub)] = pub
         parts = list(used.values())
         try:
@@ -175,12 +179,14 @@ class RabbitConsumer(Consumer):
         async for body in self._client.subscribe(stream, offset=start, **self._subscribe):
             ctx = get_ctx()
             # receive() swaps the lists: look them up on every message
-            self._intended.append(ctx.app_properties[INTENDED_PROPERTY])  # type: ignore[arg-type]
+            stamp = ctx.app_properties[INTENDED_PROPERTY]
             self._sizes += len(body)  # type: ignore[arg-type]
             offset = ctx.stream_offset
             last[partition] = offset
-            if track:
+            if track:  # the audit's runs: the stamp may be text
+                stamp = int(stamp)  # type: ignore[arg-type]
                 self._ids.append((partition, str(offset)))
+            self._intended.append(stamp)  # type: ignore[arg-type]
             self._arrived.set()
             if len(self._intended) >= BUFFER_LIMIT:
                 self._room.clear()

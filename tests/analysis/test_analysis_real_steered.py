@@ -1,10 +1,11 @@
 """The report of a real steered run: a local redis-server driven at 1,000 msg/s, the rate
-raised to 2,000 at 4 s and the broker paused at 8 s for 2 s by --at flags. The report has a
-faults-and-changes table and one segment per stretch between changes, with the rates the run
-really had."""
+raised to 2,000 at 4 s and the broker paused at 8 s for 2 s by --at flags, with the delivery
+audit. The report has a faults-and-changes table, one segment per stretch between changes, with
+the rates the run really had, and a delivery section whose fault windows add up to the run."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -20,7 +21,7 @@ def test_report_of_a_real_run_with_scheduled_changes(spark, tmp_path: Path) -> N
     run_dir = tmp_path / "run"
     res = run_cli(["run", "redis:runtime=local", "--headless", "--rate", "1000", "--warmup", "1",
                    "--duration", "16", "--out", str(run_dir), "--at", "4s:rate=2000",
-                   "--at", "8s:pause=redis", "--at", "10s:resume=redis"], timeout_s=180)
+                   "--at", "8s:pause=redis", "--at", "10s:resume=redis", "--audit"], timeout_s=180)
     assert res.returncode == 0, res.stderr[-2000:]
     report = build_report([run_dir], out_dir=tmp_path / "report", formats="md")
     text = report.read_text() if report.suffix == ".md" else (report.parent / "report.md").read_text()
@@ -34,3 +35,19 @@ def test_report_of_a_real_run_with_scheduled_changes(spark, tmp_path: Path) -> N
     assert len(rows) >= 3, segments  # before the change, after it, the pause, after the resume
     first, second = rows[0], rows[1]
     assert "1,000" in first and "2,000" in second, segments
+    delivery = text[text.index("## Delivery"):]
+    delivery = delivery[:delivery.index("\n## ", 4)]
+    (totals,) = json.loads((run_dir / "run.json").read_text())["totals"]
+    audit = totals["audit"]
+    assert audit["acknowledged"] == audit["consumed"] == totals["produced"] > 20_000, audit
+    table = {cells[0]: [int(c.replace(",", "")) for c in cells[1:]] for cells in
+             ([c.strip() for c in ln.strip("|").split("|")] for ln in delivery.splitlines()
+              if ln.startswith("|") and not ln.startswith("| window") and "---" not in ln)}
+    # acknowledged, failed, consumed, lost, unexpected, duplicated, reordered, unseen
+    assert table["whole run"] == [audit["acknowledged"], 0, audit["consumed"], 0, 0, 0, 0, 0]
+    names = list(table)[1:]
+    assert names[0] == "before any fault" and names[1].startswith("fault-pause redis")
+    assert names[2].startswith("fault-resume redis") and len(names) == 3, names
+    assert sum(table[n][0] for n in names) == audit["acknowledged"]
+    assert all(table[n][0] > 0 for n in names)  # each window had messages sent in it
+    assert ": clean." in delivery

@@ -58,6 +58,7 @@ from redis_consume import worker_cpu_s
 
 from analysis.sink import ParquetSink
 from compose.process import free_port, start_process, stop_process
+from loadgen.core.audit import CATEGORIES
 from loadgen.core.bus import BusItem
 from loadgen.core.histogram import HistogramSnapshot
 from loadgen.core.target import unique_labels
@@ -172,18 +173,23 @@ class Measured:
 
 
 def run_once(port: int, server: psutil.Process, rate: float, size: int, seconds: float,
-             out: Path, window_ms: float) -> dict[str, float]:
+             out: Path, window_ms: float, audit: bool = False) -> dict[str, float]:
     workload = Workload(name="bench-paced-cost", rate=rate, message_size=size, producers=1,
                         consumers=1, subscriptions=1, duration_s=seconds, warmup_s=2,
                         drain_timeout_s=20, pacing_window_ms=window_ms)
     run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{port}")]), out_dir=out,
-              recorder=ParquetSink)
+              recorder=ParquetSink, audit=audit)
     measured = Measured(server)
     run.subscribe(measured)
     summary = run_precise(run.execute())
     totals = summary.targets[0]
     if totals.send_errors or totals.receive_errors:
         raise SystemExit(f"{totals.send_errors} send errors, {totals.receive_errors} receive errors")
+    if audit:  # the delivery audit's verdict: every message acknowledged and consumed once
+        v = totals.audit or {}
+        bad = {k: v.get(k) for k in CATEGORIES if v.get(k)}
+        if bad or v.get("acknowledged") != totals.produced:
+            raise SystemExit(f"the audit is not clean: {v}")
     return measured.summary()
 
 
@@ -225,6 +231,19 @@ def profile(port: int, rate: float, size: int, seconds: float, top: int,
         print(text.getvalue())
 
     run_precise(main())
+
+
+def start_redis() -> tuple[Path, int, subprocess.Popen[bytes]] | None:
+    """A redis-server without persistence on a free loopback port, its files in a temporary
+    directory: (that directory, the port, its process); None, said, when there is none."""
+    if shutil.which("redis-server") is None:
+        print("redis-server is needed (apt-get install redis-server)")
+        return None
+    work = Path(tempfile.mkdtemp(prefix="streambench-bench-"))
+    port = free_port()
+    proc = start_process(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no", "--dir", str(work)], work / "redis.log")
+    return work, port, proc
 
 
 @contextlib.contextmanager
@@ -304,13 +323,10 @@ def main() -> int:
                         help="also run the load and the minimal client on the standard asyncio "
                              "event loop (default: yes)")
     args = parser.parse_args()
-    if shutil.which("redis-server") is None:
-        print("redis-server is needed (apt-get install redis-server)")
+    started = start_redis()
+    if started is None:
         return 2
-    work = Path(tempfile.mkdtemp(prefix="streambench-bench-"))
-    port = free_port()
-    proc = start_process(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                          "--appendonly", "no", "--dir", str(work)], work / "redis.log")
+    work, port, proc = started
     results: list[tuple[float, str, dict[str, float]]] = []
     c_floor: Path | None = None
     try:

@@ -85,7 +85,7 @@ def _run(tmp_path_factory, spec: str) -> DockerRun:
     run_dir = tmp_path_factory.mktemp(spec.split(":")[0]) / "run"
     workload = Workload(name="docker-fixed-rate", rate=RATE, duration_s=DURATION_S,
                         warmup_s=WARMUP_S, partitions=2, consumers=2, message_size=1024)
-    run = Run(workload, unique_labels([resolve_target(spec)]), out_dir=run_dir, track_ids=True,
+    run = Run(workload, unique_labels([resolve_target(spec)]), out_dir=run_dir, audit=True,
               recorder=ParquetSink)
     ticks: list[Tick] = []
     run.subscribe(lambda item: ticks.append(item) if isinstance(item, Tick) else None)

@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import murmur2
 
 from analysis.sink import ParquetSink
+from loadgen.core.audit import unstamp
 from loadgen.core.interventions import parse_at
 from loadgen.core.target import unique_labels
 from loadgen.core.workload import Workload
@@ -35,7 +36,7 @@ PARTITIONS = 3
 
 def _run(out: Path, spec: str, workload: Workload, track_ids: bool = True) -> RunSummary:
     targets = unique_labels([resolve_target(spec)])
-    return run_precise(Run(workload, targets, out_dir=out, track_ids=track_ids,
+    return run_precise(Run(workload, targets, out_dir=out, audit=track_ids,
                            recorder=ParquetSink).execute())
 
 
@@ -79,6 +80,12 @@ def test_every_message_consumed_once_at_rate(keyed_run):
     assert t.produced == int(RATE * (WARMUP_S + DURATION_S))  # no slot skipped
     assert t.consumed == t.produced == t.expected == len(records)  # the broker holds as many
     assert t.duplicates == 0 and t.drained and t.final_lag == 0
+    # the delivery audit against the broker's records: each acknowledged sequence stored once
+    audit = t.audit
+    assert audit is not None and audit["acknowledged"] == audit["consumed"] == len(records)
+    assert not any(audit[k] for k in ("lost", "unexpected", "duplicated", "reordered", "unseen")), audit
+    stored = sorted(unstamp(int(h["t"]))[:2] for _p, _k, h in records)
+    assert stored == [(0, seq) for seq in range(1, t.produced + 1)]  # one producer
     kinds = {e["kind"] for e in ds.dataset(out / "events", format="parquet").to_table().to_pylist()}
     assert not kinds & {"connection-lost", "reconnected", "collector-error"}, kinds
     ticks = ds.dataset(out / "ticks", format="parquet").to_table().to_pydict()
@@ -97,7 +104,8 @@ def test_every_message_consumed_once_at_rate(keyed_run):
 
 def test_records_carry_the_intended_time_and_keyed_ones_land_as_java_places_them(keyed_run):
     _out, _summary, records = keyed_run
-    assert {len(h["t"]) for _p, _k, h in records} == {19}  # ns since the epoch, decimal ASCII
+    # the audit's stamp, decimal ASCII: its intended time is ns since the epoch
+    assert {len(str(unstamp(int(h["t"]))[2])) for _p, _k, h in records} == {19}
     keys = {k for _p, k, _h in records}
     assert len(keys) > 1
     for partition, key, _headers in records:

@@ -48,7 +48,7 @@ def _run(run_dir: Path, specs: list[str], rate: float, partitions: int,
                         warmup_s=WARMUP_S, partitions=partitions, consumers=consumers,
                         message_size=1024)
     targets = unique_labels([resolve_target(s) for s in specs])
-    summary = run_precise(Run(workload, targets, out_dir=run_dir, track_ids=True,
+    summary = run_precise(Run(workload, targets, out_dir=run_dir, audit=True,
                               recorder=ParquetSink).execute())
     return FixedRateRun(run_dir, summary, rate)
 
@@ -96,6 +96,10 @@ def test_every_message_consumed_once_and_lag_drains(fixed_rate_run: FixedRateRun
         assert t.consumed == t.produced == t.expected
         assert t.duplicates == 0
         assert t.drained and t.final_lag == 0
+        audit = t.audit  # the delivery audit, from the records' headers: every message once
+        assert audit is not None and audit["acknowledged"] == audit["consumed"] == t.produced
+        assert not any(audit[k] for k in ("lost", "unexpected", "duplicated", "reordered",
+                                          "unseen")), audit
         last = max(s for s, tg in zip(lag["seq"], lag["target"], strict=True) if tg == t.label)
         final = {p: v for s, tg, p, v in zip(lag["seq"], lag["target"], lag["partition"], lag["lag"],
                                              strict=True) if tg == t.label and s == last}

@@ -41,7 +41,7 @@ def spread_run(tmp_path_factory) -> tuple[Path, RunSummary, set[int]]:
     workload = Workload(name="spread", rate=RATE, duration_s=DURATION_S, warmup_s=WARMUP_S,
                         partitions=2, producers=3, consumers=3, message_size=512)
     run = Run(workload, unique_labels([resolve_target("redis:runtime=local")]), out_dir=run_dir,
-              record_raw=True, track_ids=True, processes=PROCESSES, recorder=ParquetSink)
+              record_raw=True, audit=True, processes=PROCESSES, recorder=ParquetSink)
     seen: set[int] = set()
 
     def watch(item: object) -> None:
@@ -110,7 +110,7 @@ def test_kafka_and_pulsar_targets_spread_over_processes(tmp_path):
                         producers=2, consumers=2, message_size=256)
     targets = unique_labels([resolve_target("kafka:runtime=local,heap=512M"),
                              resolve_target("pulsar:runtime=local,heap=512m")])
-    summary = run_precise(Run(workload, targets, out_dir=tmp_path / "run", track_ids=True,
+    summary = run_precise(Run(workload, targets, out_dir=tmp_path / "run", audit=True,
                               processes=PROCESSES, recorder=ParquetSink).execute())
     for t in summary.targets:
         assert t.send_errors == 0 and t.receive_errors == 0, t

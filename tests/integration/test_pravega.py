@@ -292,7 +292,7 @@ def standalone() -> Iterator[Standalone]:
 
 def _run(workload: Workload, specs: list[str], run_dir: Path, track_ids: bool = False) -> RunSummary:
     run = Run(workload, unique_labels([resolve_target(s) for s in specs]), out_dir=run_dir,
-              track_ids=track_ids, recorder=ParquetSink)
+              audit=track_ids, recorder=ParquetSink)
     return run_precise(run.execute())
 
 

@@ -139,7 +139,7 @@ def standalone() -> Iterator[Standalone]:
 
 def _run(workload: Workload, specs: list[str], run_dir: Path, track_ids: bool = False) -> RunSummary:
     run = Run(workload, unique_labels([resolve_target(s) for s in specs]), out_dir=run_dir,
-              track_ids=track_ids, recorder=ParquetSink)
+              audit=track_ids, recorder=ParquetSink)
     return run_precise(run.execute())
 
 
@@ -160,6 +160,9 @@ def test_every_message_consumed_once_and_backlog_drains(fixed_rate_run):
     assert t.consumed == t.produced == t.expected
     assert t.duplicates == 0
     assert t.drained and t.final_lag == 0
+    audit = t.audit  # the delivery audit, from the messages' properties: every message once
+    assert audit is not None and audit["acknowledged"] == audit["consumed"] == t.produced
+    assert not any(audit[k] for k in ("lost", "unexpected", "duplicated", "reordered", "unseen")), audit
     lag = _table(run_dir, "lag")
     last = max(lag["seq"])
     assert {p: v for s, p, v in zip(lag["seq"], lag["partition"], lag["lag"], strict=True)

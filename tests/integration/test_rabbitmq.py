@@ -109,7 +109,7 @@ def test_exactly_once_with_tracked_delivery(node, tmp_path):
     workload = Workload(name="exactly-once", rate=1500, duration_s=6, warmup_s=1, partitions=3,
                         consumers=2, message_size=200)
     target = resolve_target(f"rabbitmq:store_interval_ms=200@127.0.0.1:{_port(node)}")
-    run = Run(workload, unique_labels([target]), out_dir=run_dir, track_ids=True,
+    run = Run(workload, unique_labels([target]), out_dir=run_dir, audit=True,
               recorder=ParquetSink)
     summary = run_precise(run.execute())
     totals = run_json(run_dir)["totals"][0]
@@ -117,6 +117,9 @@ def test_exactly_once_with_tracked_delivery(node, tmp_path):
     assert totals["consumed"] == totals["produced"], totals
     assert totals["duplicates"] == 0 and totals["send_errors"] == 0, totals
     assert summary.targets[0].drained
+    audit = totals["audit"]  # the stamps went as text (past AMQP's ulong) and came back whole
+    assert audit["acknowledged"] == audit["consumed"] == totals["produced"], audit
+    assert not any(audit[k] for k in ("lost", "unexpected", "duplicated", "reordered", "unseen"))
     ticks = ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pydict()
     assert ticks["lag_total"][-1] == 0
     assert max(v for v in ticks["lag_total"] if v is not None) > 0  # it was measured

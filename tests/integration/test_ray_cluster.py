@@ -75,7 +75,7 @@ def spread_run(ray_cluster: RayCluster, redis_port: int,  # noqa: F811
     nodes = {n["NodeID"]: next(r for r in n["Resources"] if r.startswith("sb_node_"))
              for n in ray.nodes() if n["Alive"]}
     run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
-              out_dir=run_dir, track_ids=True, processes=cluster.workers, cluster=cluster,
+              out_dir=run_dir, audit=True, processes=cluster.workers, cluster=cluster,
               recorder=ParquetSink)
     broker: dict[str, Any] = {}
     actors: list[int] = []
@@ -108,6 +108,10 @@ def test_counts_equal_the_brokers_and_every_message_is_read_once(spread_run):
     assert all(g["lag"] == 0 and g["pending"] == 0 for g in groups)
     assert t.consumed == t.produced and t.duplicates == 0
     assert t.drained and t.final_lag == 0
+    # the delivery audit, from the actors' records: every acknowledged message read once
+    audit = t.audit
+    assert audit is not None and audit["acknowledged"] == audit["consumed"] == broker["xlen"]
+    assert not any(audit[k] for k in ("lost", "unexpected", "duplicated", "reordered", "unseen"))
 
 
 def test_the_rate_is_the_asked_one(spread_run):

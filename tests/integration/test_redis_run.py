@@ -43,7 +43,7 @@ def fixed_rate_run(tmp_path_factory) -> tuple[Path, RunSummary]:
     workload = Workload(name="fixed-rate", rate=RATE, duration_s=20, warmup_s=2, partitions=2,
                         consumers=2, message_size=1024)
     run = Run(workload, unique_labels([resolve_target("redis")]), out_dir=run_dir,
-              record_raw=True, track_ids=True, recorder=ParquetSink)
+              record_raw=True, audit=True, recorder=ParquetSink)
     summary = run_precise(run.execute())
     return run_dir, summary
 

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.core.errors import WorkloadError
-from loadgen.core.events import PhaseChange, RunEvent
+from loadgen.core.events import PhaseChange, RunEvent, RunMeta
 from loadgen.core.histogram import Histogram
 from loadgen.core.ticks import LagSnapshot, LoadgenHealth, Phase, Resources, Tick
 from loadgen.exporter import LATENCY_BOUNDS_S, RunCollector, parse_address
@@ -110,6 +110,14 @@ def test_counters_gauges_and_histograms_from_the_ticks() -> None:
     assert one(found, f"{name}_bucket", le="+Inf") == len(samples)
     assert one(found, "streambench_publish_latency_seconds_count") == 30
     assert one(found, "streambench_publish_delay_seconds_count") == 0
+    assert not [n for n, _ in found if n.startswith("streambench_delivery_audit")]
+    # the delivery audit's verdict, from run.json's totals at the end
+    c(RunMeta({"run_id": "run-1", "totals": [{"label": "redis", "audit": {
+        "lost": 2, "unexpected": 1, "duplicated": 0, "reordered": 3, "unseen": 0}}]}))
+    found = scrape(c)
+    assert {dict(ls)["category"]: v for (n, ls), v in found.items()
+            if n == "streambench_delivery_audit_messages_total"} == {
+        "lost": 2, "unexpected": 1, "duplicated": 0, "reordered": 3, "unseen": 0}
 
 
 def test_the_docs_list_every_served_metric_and_no_other() -> None:

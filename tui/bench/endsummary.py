@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loadgen.core.audit import CATEGORIES
 from loadgen.core.events import FAULT_KINDS, EventKind, RunEvent
 from loadgen.core.histogram import HistogramSnapshot
 from loadgen.core.ticks import Phase, Tick
@@ -146,6 +147,9 @@ def rows(figures: TargetFigures, totals: Any) -> list[tuple[str, str]]:
         out.append(("messages lost", f"{totals.lost:,}"))
     if totals.duplicates:
         out.append(("duplicates", f"{totals.duplicates:,}"))
+    audit = getattr(totals, "audit", None)
+    if audit:
+        out.append(("delivery audit", "clean" if _clean(audit) else "NOT clean"))
     unread = max(totals.expected - totals.consumed, 0) if totals.expected else 0
     gone = getattr(totals, "lost", 0)
     out.append(("drained", "yes" if totals.drained
@@ -283,4 +287,30 @@ def print_summary(summary: RunSummary, end: EndSummary) -> None:
         if not t.drained:
             parts.append(f"NOT drained (unconsumed {max(lost, 0):,}, lag {t.final_lag})")
         sys.stderr.write(", ".join(parts) + "\n")
+        for line in audit_lines(t.label, t.audit):
+            sys.stderr.write(line + "\n")
     print(f"run files: {summary.run_dir}")
+
+
+def _clean(audit: dict[str, Any]) -> bool:
+    return not any(audit.get(k) for k in CATEGORIES)
+
+
+def _verdict(v: dict[str, Any]) -> str:
+    counts = ", ".join(f"{k} {v.get(k, 0):,}" for k in CATEGORIES)
+    return (f"{counts} (of {v.get('acknowledged', 0):,} acknowledged, "
+            f"{v.get('consumed', 0):,} consumed)")
+
+
+def audit_lines(label: str, audit: dict[str, Any] | None) -> list[str]:
+    """The delivery audit's verdict for one target (run.json's totals[].audit): the counts,
+    the first examples, and each fault window's counts when the run had faults."""
+    if not audit:
+        return []
+    lines = [f"{label}: delivery audit: {_verdict(audit)}"]
+    for kind, shown in audit.get("examples", {}).items():
+        lines.append(f"  {kind}: {', '.join(shown)}")
+    windows = audit.get("windows", [])
+    if len(windows) > 1:
+        lines += [f"  {w['name']}: {_verdict(w)}" for w in windows]
+    return lines

@@ -347,8 +347,12 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                           "(implied by a network fault in --at or the schedule); for an existing "
                           "cluster (@ADDRESS, the listen address of one of your proxies): the "
                           "URL of your own Toxiproxy's API, http://HOST:PORT")
-    run.add_argument("--track-delivery", action="store_true",
-                     help="check that every message is consumed exactly once (uses memory)")
+    run.add_argument("--audit", "--track-delivery", action="store_true", dest="audit",
+                     help="delivery audit: every message carries its producer and a sequence "
+                          "number; the run reports, per target and fault window, messages lost "
+                          "(acknowledged, never consumed), unexpected (consumed, not "
+                          "acknowledged), duplicated, reordered within a partition, and unseen "
+                          "by a subscription (--track-delivery is the same)")
     run.add_argument("--runtime", choices=("docker", "local"),
                      help="where targets without runtime= run (default: docker when a Docker "
                           "engine answers, else local)")

@@ -198,6 +198,7 @@ def _ticks(run_dir: Path) -> list[Tick]:
             loadgen=LoadgenHealth(_nan(r["loadgen_cpu_percent"]), _nan(r["loadgen_loop_lag_ms"]),
                                   r["loadgen_saturated"] or ""),
             consumers=consumers.get((target, seq), ()),
+            duplicates=r.get("duplicates") or 0, reordered=r.get("reordered") or 0,
             **snaps,
         ))
     return ticks

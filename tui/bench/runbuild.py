@@ -237,7 +237,7 @@ def build_run(args: argparse.Namespace,
     check_memory_room(workload, targets, args.min_free_memory)
     cluster = connect_cluster(args, len(targets))
     run_args = dict(workload=workload, targets=targets, out_dir=args.out,
-                    record_raw=args.record_raw_samples, track_ids=args.track_delivery,
+                    record_raw=args.record_raw_samples, audit=args.audit,
                     processes=args.processes, argv=["streambench", *argv],
                     min_free_memory=args.min_free_memory)
     run = Run(**run_args, cluster=cluster,
