@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-# 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table
-SCHEMA_VERSION = 3
+# 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table;
+# 4: the broker_metrics table
+SCHEMA_VERSION = 4
 MIN_READER_VERSION = 1  # the oldest reader that reads what this version writes
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -132,6 +133,19 @@ BROKER = _with_meta(
     ],
 )
 
+BROKER_METRICS = _with_meta(
+    "broker_metrics",
+    [
+        *_key_fields(),
+        _req("broker", pa.string()),  # the broker of the target's stack that it describes
+        _req("name", pa.string()),  # streambench's name (loadgen.core.brokermetrics)
+        _req("unit", pa.string()),  # seconds, bytes, ratio, per_second or count
+        _req("value", pa.float64()),
+        # the read failed at this tick: the value is the last one read (a paused broker)
+        _req("stale", pa.bool_()),
+    ],
+)
+
 CONSUMERS = _with_meta(
     "consumers",
     [
@@ -172,6 +186,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "latency": LATENCY,
     "lag": LAG,
     "broker": BROKER,
+    "broker_metrics": BROKER_METRICS,
     "consumers": CONSUMERS,
     "events": EVENTS,
     "raw": RAW,
