@@ -243,7 +243,7 @@ class TargetLoad:
                 self.target, self.desc, topic, w.partitions, self.subscriptions)
         if (metrics := self.platform.broker_metrics) is not None:
             self._metrics_at = len(self.collectors)
-            self.collectors.append(metrics.make_collector(self.target, self.desc))
+            self.collectors.append(metrics.make_collector(self.target, self.desc, self.topics))
         self.settings = await self.driver.settings_in_force()
         for c in self.collectors:
             await c.start()

@@ -59,11 +59,12 @@ class BrokerMetric:
 @dataclass(frozen=True)
 class BrokerMetrics:
     """The trait: which metrics a platform's broker explains itself with, where they come from,
-    and the collector that reads them for a target (one per target, whatever its topics)."""
+    and the collector that reads them for a target (one per target, given all its topics)."""
 
     source: str  # the interface they are read from, as users know it: "INFO", "/varz and /jsz"
     metrics: tuple[BrokerMetric, ...]
-    make_collector: Callable[[Target, StackDescription], Collector]
+    # (target, stack, the target's topics) -> the collector
+    make_collector: Callable[[Target, StackDescription, list[str]], Collector]
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.metrics]

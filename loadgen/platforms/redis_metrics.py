@@ -60,7 +60,7 @@ METRICS = BrokerMetrics(
                      "fsyncs of the append-only file the server had to wait for (the disk "
                      "too slow for appendfsync everysec): each one stalls writes; aof only"),
     ),
-    make_collector=lambda target, desc: RedisMetrics.of(target, desc),
+    make_collector=lambda target, desc, _topics: RedisMetrics.of(target, desc),
 )
 
 

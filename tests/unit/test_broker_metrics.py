@@ -41,7 +41,7 @@ def test_a_name_that_does_not_say_its_unit_is_refused(name: str, unit: str) -> N
 def test_a_name_declared_twice_is_refused() -> None:
     m = BrokerMetric("blocked_clients", "blocked_clients", "count", "why")
     with pytest.raises(ValueError, match="twice"):
-        BrokerMetrics("INFO", (m, m), lambda _t, _d: None)  # type: ignore[arg-type,return-value]
+        BrokerMetrics("INFO", (m, m), lambda _t, _d, _n: None)  # type: ignore[arg-type,return-value]
 
 
 def test_every_declaring_platform_has_a_handful_with_reasons() -> None:
