@@ -135,7 +135,8 @@ def test_every_declared_metric_is_recorded_with_its_unit(paused_run: PausedRun) 
 
 def test_ops_per_second_is_the_servers_command_rate(paused_run: PausedRun) -> None:
     """instantaneous_ops_per_sec over the steady ticks within 10 % of the commands the server
-    counted in those ticks (total_commands_processed, read by the lag collector); and those
+    counted in those ticks (total_commands_processed, read by the lag collector: the
+    instantaneous figure is the server's own sample of its last 1.6 s); and those
     commands are the load's: XADD (one per message), MULTI/EXEC, XREADGROUP and XACK make
     90 % or more of them, the rest being the collectors' INFO and XINFO."""
     steady = _steady(paused_run)
@@ -157,7 +158,6 @@ def test_ops_per_second_is_the_servers_command_rate(paused_run: PausedRun) -> No
     what = (f"ops mean {np.mean(ops):.0f}/s, commands counted {counted:.0f}/s, produced "
             f"{produced / seconds:.0f} msg/s; commands per message {per_message}")
     assert abs(np.mean(ops) - counted) <= 0.10 * counted, what
-    assert abs(produced / seconds - RATE) <= 0.05 * RATE, what
     load = sum(calls.get(c, 0) for c in LOAD_COMMANDS)
     assert load >= 0.9 * sum(calls.values()), f"{what}; all calls {calls}"
     # one XADD per acknowledged message (the drain's and warm-up's too)
@@ -167,23 +167,26 @@ def test_ops_per_second_is_the_servers_command_rate(paused_run: PausedRun) -> No
 
 def test_values_are_plausible(paused_run: PausedRun) -> None:
     """Against the server's own figures and the load: the XADD time per call is the
-    server's (its cumulative usec per call within a factor of 3 of the ticks' median), the
-    memory and client counts are those of a server holding this run."""
+    server's (each tick's is the mean over the calls since the previous read, so the whole
+    run's usec per call, a weighted mean of them but for the calls before the first read and
+    after the last, lies between the smallest and the largest), the memory and client counts
+    are those of a server holding this run."""
     fresh = {name: [v for _, v, stale, phase in _series(paused_run, name)
                     if not stale and phase == "measuring"]
              for name in (m.name for m in METRICS.metrics)}
-    xadd = float(np.median(fresh["xadd_time_seconds"]))
-    assert 1e-7 < xadd < 1e-2
-    # the whole run's usec per call, from commandstats
+    per_tick = [v for _, v, stale, _ in _series(paused_run, "xadd_time_seconds") if not stale]
+    # Redis counts whole microseconds: a tick of a few fast XADDs can count 0
+    assert all(0 <= v < 1e-2 for v in per_tick), per_tick
     cumulative = paused_run.xadd_usec / paused_run.commandstats["xadd"] / 1e6
-    assert cumulative / 3 < xadd < cumulative * 3, (xadd, cumulative)
+    assert 0.9 * min(per_tick) <= cumulative <= 1.1 * max(per_tick), (per_tick, cumulative)
     assert min(fresh["used_memory_bytes"]) > 1e6  # a few seconds of 1 KiB messages kept
-    assert all(v >= 3 for v in fresh["connected_clients"])  # producer, consumer, collectors
+    # producer, consumer, collectors
+    assert all(v >= 3 for v in fresh["connected_clients"]), fresh["connected_clients"]
     assert all(0 <= b <= c for b, c in zip(fresh["blocked_clients"], fresh["connected_clients"],
-                                           strict=True))
-    assert all(v > 0 for v in fresh["mem_fragmentation_ratio"])
+                                           strict=True)), fresh["blocked_clients"]
+    assert all(v > 0 for v in fresh["mem_fragmentation_ratio"]), fresh["mem_fragmentation_ratio"]
     assert set(fresh["aof_rewrite_in_progress"]) <= {0.0, 1.0}
-    assert all(v >= 0 for v in fresh["aof_delayed_fsync_total"])
+    assert all(v >= 0 for v in fresh["aof_delayed_fsync_total"]), fresh["aof_delayed_fsync_total"]
 
 
 def test_a_paused_servers_metrics_are_stale(paused_run: PausedRun) -> None:
