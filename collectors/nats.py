@@ -171,8 +171,8 @@ class NatsMetrics(Collector):
         last = {s.get("name"): (s.get("state") or {}).get("last_seq", 0) for s in streams}
         behind = [last.get(c.get("stream_name"), 0) - (c.get("ack_floor") or {}).get("stream_seq", 0)
                   for c in consumers]
-        if behind:
-            found["ack_floor_behind_messages"] = float(max(behind))
+        if behind:  # /jsz reads the streams before their consumers: never below 0
+            found["ack_floor_behind_messages"] = float(max(0, *behind))
         return found
 
     async def sample(self) -> Reading:
