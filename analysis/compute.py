@@ -248,6 +248,22 @@ class Segment:
     latency: dict[str, LatencyStats]  # by kind; percentiles for SEGMENT_PERCENTILES
 
 
+@dataclass(frozen=True)
+class BrokerMetricStat:
+    """One of the broker's own metrics over a target's measuring phase (the ticks whose read
+    succeeded; the stale ones, a paused broker's, counted apart)."""
+
+    broker: str
+    name: str
+    unit: str
+    mean: float
+    low: float
+    high: float
+    last: float
+    ticks: int  # ticks it was read at
+    stale: int  # ticks it could not be read at (the last value read stood in)
+
+
 @dataclass
 class TargetReport:
     run_id: str
@@ -273,6 +289,8 @@ class TargetReport:
     e2e_expected: int = 0  # messages produced in the measuring phase × subscriptions
     segments: list[Segment] = field(default_factory=list)  # empty: one segment only
     measuring_start_s: float = 0.0  # seconds since the load started, where measuring began
+    # the platform's broker metrics (none in runs before schema version 4), by broker and name
+    broker_metrics: list[BrokerMetricStat] = field(default_factory=list)
 
     @property
     def heading(self) -> str:
@@ -328,6 +346,32 @@ def _num(value: Any) -> float:
 
 def _int(value: Any) -> int:
     return 0 if value is None else int(value)
+
+
+def _broker_metrics(spark: SparkSession, runs: Sequence[RunInfo]
+                    ) -> dict[Key, list[BrokerMetricStat]]:
+    """Per (run, target): each broker metric over the measuring phase, from the reads that
+    succeeded, with the count of stale ticks beside."""
+    table = read_table(spark, runs, "broker_metrics").where(_measuring())
+    fresh = ~F.col("stale")
+    rows = (table.groupBy("run_id", "target", "broker", "name", "unit").agg(
+        F.mean(F.when(fresh, F.col("value"))).alias("mean"),
+        F.min(F.when(fresh, F.col("value"))).alias("low"),
+        F.max(F.when(fresh, F.col("value"))).alias("high"),
+        F.max_by(F.col("value"), F.when(fresh, F.col("seq"))).alias("last"),
+        F.sum(F.when(fresh, 1).otherwise(0)).alias("ticks"),
+        F.sum(F.when(fresh, 0).otherwise(1)).alias("stale"),
+    ).orderBy("run_id", "target", "broker", "name").collect())
+    out: dict[Key, list[BrokerMetricStat]] = {}
+    for r in rows:
+        nan = math.nan
+        out.setdefault(_key(r), []).append(BrokerMetricStat(
+            str(r["broker"]), str(r["name"]), str(r["unit"]),
+            nan if r["mean"] is None else float(r["mean"]),
+            nan if r["low"] is None else float(r["low"]),
+            nan if r["high"] is None else float(r["high"]),
+            nan if r["last"] is None else float(r["last"]), int(r["ticks"]), int(r["stale"])))
+    return out
 
 
 def _measuring() -> Column:
@@ -896,6 +940,8 @@ def compute_report(
                 periods = _periods(measuring, histograms, totals)
             finally:
                 histograms.unpersist()
+            steps.step("broker metrics")
+            broker_metrics = _broker_metrics(spark, runs)
         finally:
             ticks.unpersist()
 
@@ -933,6 +979,7 @@ def compute_report(
                 e2e_expected=expected,
                 segments=segments.get(key, []),
                 measuring_start_s=total.start_elapsed_s,
+                broker_metrics=broker_metrics.get(key, []),
             )
         )
     chosen = baseline_key or keys[0]

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-# 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table
+# 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table;
+# 4: the audit's duplicates and reordered columns of ticks, the broker_metrics table
 SCHEMA_VERSION = 4
 MIN_READER_VERSION = 1  # the oldest reader that reads what this version writes
 
@@ -135,6 +136,19 @@ BROKER = _with_meta(
     ],
 )
 
+BROKER_METRICS = _with_meta(
+    "broker_metrics",
+    [
+        *_key_fields(),
+        _req("broker", pa.string()),  # the broker of the target's stack that it describes
+        _req("name", pa.string()),  # streambench's name (loadgen.core.brokermetrics)
+        _req("unit", pa.string()),  # seconds, bytes, ratio, per_second or count
+        _req("value", pa.float64()),
+        # the read failed at this tick: the value is the last one read (a paused broker)
+        _req("stale", pa.bool_()),
+    ],
+)
+
 CONSUMERS = _with_meta(
     "consumers",
     [
@@ -175,6 +189,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "latency": LATENCY,
     "lag": LAG,
     "broker": BROKER,
+    "broker_metrics": BROKER_METRICS,
     "consumers": CONSUMERS,
     "events": EVENTS,
     "raw": RAW,

@@ -14,6 +14,7 @@ from analysis.compute import (
     PERIOD_TICKS,
     RATE_PERCENTILES,
     SERIES_BY_NAME,
+    BrokerMetricStat,
     LatencyStats,
     ReportData,
     Segment,
@@ -635,6 +636,44 @@ def _resources_section(data: ReportData) -> Section:
     )
 
 
+# how the report shows a broker metric's unit: (shown unit, factor from the base unit)
+METRIC_UNITS = {"seconds": ("ms", 1e3), "bytes": ("MB", 1e-6), "ratio": ("", 1.0),
+                "per_second": ("/s", 1.0), "count": ("", 1.0)}
+
+
+def _broker_metric_row(stat: BrokerMetricStat, natives: dict[str, str],
+                       several: bool) -> list[str]:
+    shown, factor = METRIC_UNITS.get(stat.unit, (stat.unit, 1.0))
+    return [*([stat.broker] if several else []), stat.name, natives.get(stat.name, ""), shown,
+            *(fmt(v * factor) for v in (stat.mean, stat.low, stat.high, stat.last)),
+            fmt(stat.ticks), fmt(stat.stale)]
+
+
+def _broker_metrics_section(data: ReportData) -> Section | None:
+    """Per target: the broker's own metrics over the measuring phase."""
+    shown = [t for t in data.targets if t.broker_metrics]
+    if not shown:
+        return None
+    blocks: list[Block] = [
+        "The brokers' own metrics, read once per second from each broker's interface (named "
+        "under 'broker's name' as the broker names it), over the measuring phase: mean, "
+        "minimum and maximum of the seconds they were read at, and the last value read. "
+        "'stale' counts the seconds a read failed (a paused or stopped broker): they are left "
+        "out of the figures. Latencies in ms, memory in MB (10^6 bytes)."]
+    for t in shown:
+        declared = data.run(t.run_id).target_meta(t.target).get("broker_metrics") or {}
+        natives = {str(m.get("name")): str(m.get("native", ""))
+                   for m in declared.get("metrics", []) if isinstance(m, dict)}
+        several = len({m.broker for m in t.broker_metrics}) > 1
+        source = f" ({declared['source']})" if declared.get("source") else ""
+        blocks.append(f"{t.heading}{source}:")
+        blocks.append(Table([*(["broker"] if several else []), "metric", "broker's name", "unit",
+                             "mean", "min", "max", "last", "read", "stale"],
+                            [_broker_metric_row(m, natives, several) for m in t.broker_metrics],
+                            text_columns=4 if several else 3))
+    return Section("Broker metrics", blocks)
+
+
 def _saturation_warnings(targets: Sequence[TargetReport]) -> list[Block]:
     return [
         f"Warning: the load generator was the bottleneck (saturated) for "
@@ -697,6 +736,7 @@ def build_document(data: ReportData) -> Document:
         _latency_charts(),
         _degradation_section(data),
         _resources_section(data),
+        *(s for s in (_broker_metrics_section(data),) if s is not None),
         _errors_section(data),
         _method_section(),
     ]

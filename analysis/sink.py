@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from analysis.journal import journal_name, part_name, used_parts
 from analysis.schema import LATENCY_KINDS, MIN_READER_VERSION, SCHEMA_VERSION, SCHEMAS
+from loadgen.core.brokermetrics import unit_of
 from loadgen.core.errors import OutputError
 from loadgen.core.events import PhaseChange, RunEvent, RunMeta
 from loadgen.core.histogram import N_BUCKETS, HistogramSnapshot, bucket_value, percentiles
@@ -538,6 +539,22 @@ class ParquetSink:
                  "phase": phase},
                 {"name": [str(name) for name in broker], "value": [float(v) for v in broker.values()]},
                 len(broker))
+
+        if t.broker_metrics is not None and t.broker_metrics.values:
+            self._add_broker_metrics(t, time_us, phase)
+
+    def _add_broker_metrics(self, t: Tick, time_us: int, phase: str) -> None:
+        assert t.broker_metrics is not None
+        stale = set(t.broker_metrics.stale)
+        rows = [(broker, name, value) for broker, values in t.broker_metrics.values.items()
+                for name, value in values.items()]
+        self._buffers["broker_metrics"].add_group(
+            {"run_id": self.run_id, "target": t.target, "seq": t.seq, "time": time_us,
+             "phase": phase},
+            {"broker": [r[0] for r in rows], "name": [r[1] for r in rows],
+             "unit": [unit_of(r[1]) for r in rows], "value": [float(r[2]) for r in rows],
+             "stale": [r[0] in stale for r in rows]},
+            len(rows))
 
     def _keys(self, target: str, seq: int, time_ns: int, phase: Phase) -> dict[str, Any]:
         return {"run_id": self.run_id, "target": target, "seq": seq, "time": time_ns // 1000,

@@ -24,6 +24,7 @@ from loadgen.core.events import EventKind, PhaseChange, RunEvent, RunMeta
 from loadgen.core.histogram import HistogramSnapshot, bucket_value
 from loadgen.core.ticks import Phase, Tick
 from loadgen.load import dropped_slots
+from loadgen.platforms import PLATFORMS
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -318,7 +319,39 @@ class RunCollector:
                 texts.add_metric([target, platform, kind],
                                  {"detail": self._last_event[(target, kind)][:200]})
         return [info, phase, started, *counters.values(), dropped, *gauges.values(), *hists.values(),
-                events, texts, audit]
+                events, texts, audit, *self._broker_metric_families()]
+
+    def _broker_metric_families(self) -> list[Metric]:
+        """The brokers' own metrics at the latest tick: a family per metric name
+        (`streambench_broker_<name>`, labelled by target, platform and broker), and whether
+        each broker's read failed (its values are then left out: Prometheus marks them stale)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        labels = ["target", "platform", "broker"]
+        stale = GaugeMetricFamily(
+            f"{PREFIX}_broker_metrics_stale",
+            "1 when the broker's metrics could not be read at the latest tick (a paused or "
+            "stopped broker): its broker metrics are left out until it answers", labels=labels)
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+        for label, t in self._targets.items():
+            metrics = t.last.broker_metrics if t.last is not None else None
+            if metrics is None:
+                continue
+            for broker, values in metrics.values.items():
+                is_stale = broker in metrics.stale
+                stale.add_metric([label, t.platform, broker], 1.0 if is_stale else 0.0)
+                if is_stale:
+                    continue
+                for name, value in values.items():
+                    family = families.get(name)
+                    if family is None:
+                        full, help_text = f"{PREFIX}_broker_{name}", _metric_help(t.platform, name)
+                        family = families[name] = (
+                            CounterMetricFamily(full, help_text, labels=labels)
+                            if name.endswith("_total") else
+                            GaugeMetricFamily(full, help_text, labels=labels))
+                    family.add_metric([label, t.platform, broker], value)
+        return [stale, *families.values()] if stale.samples else []
 
     def wait_final_scrape(self) -> float:
         """Wait until a scrape has read the figures as they are now, at most about one scrape
@@ -334,6 +367,17 @@ class RunCollector:
             self._scraped.wait_for(lambda: self._scrapes[-1] > self._updated,
                                    timeout=max(0.0, limit - (time.monotonic() - started)))
         return time.monotonic() - started
+
+
+def _metric_help(platform: str, name: str) -> str:
+    """A broker metric's help: the broker's own name and why it matters, from the platform
+    that declares it."""
+    declared = PLATFORMS.get(platform)
+    trait = declared.broker_metrics if declared is not None else None
+    metric = trait.named(name) if trait is not None else None
+    if trait is None or metric is None:
+        return f"The broker's own metric {name} (docs/metrics.md)"
+    return f"{trait.source} {metric.native}: {metric.why}"
 
 
 def _tick_gauges(tick: Tick) -> dict[str, float]:

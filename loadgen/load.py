@@ -29,7 +29,14 @@ from loadgen.core.histogram import Histogram
 from loadgen.core.interventions import PROXIED_OPTION, Intervention
 from loadgen.core.stack import Stack, StackContext, StackDescription
 from loadgen.core.target import Target
-from loadgen.core.ticks import ConsumerStat, Phase, RawSamples, Resources, Tick
+from loadgen.core.ticks import (
+    BrokerMetricValues,
+    ConsumerStat,
+    Phase,
+    RawSamples,
+    Resources,
+    Tick,
+)
 from loadgen.core.workload import Workload
 from loadgen.pacing import Schedule, TimerHandle, precise_call_at
 from loadgen.placement import place
@@ -201,6 +208,9 @@ class TargetLoad:
         self.collectors: list[Collector] = []
         # collectors whose latest sample failed: index → (what failed, failed samples, since ns)
         self._collector_trouble: dict[int, tuple[str, int, int]] = {}
+        # the broker metrics' collector (its index in collectors) and the values it read last
+        self._metrics_at: int | None = None
+        self._metric_values: dict[str, dict[str, float]] = {}
         # failed sends since a tick interval last passed without one: (the error said last,
         # messages failed, since ns, errors said); None while sends succeed
         self._send_trouble: tuple[str, int, int, int] | None = None
@@ -252,6 +262,9 @@ class TargetLoad:
             await self.driver.create_topic(topic, w.partitions, self.subscriptions)
             self.collectors += self.platform.make_collectors(
                 self.target, self.desc, topic, w.partitions, self.subscriptions)
+        if (metrics := self.platform.broker_metrics) is not None:
+            self._metrics_at = len(self.collectors)
+            self.collectors.append(metrics.make_collector(self.target, self.desc, self.topics))
         self.settings = await self.driver.settings_in_force()
         for c in self.collectors:
             await c.start()
@@ -336,6 +349,9 @@ class TargetLoad:
             "layout": ({t: self.driver.topic_layout(t, self.workload.partitions) for t in self.topics}
                        if self.driver is not None else {}),
             "logs": [str(p) for p in self.stack.log_files()] if self.stack is not None else [],
+            # what the broker_metrics table's names are: the broker's own name of each
+            **({"broker_metrics": self.platform.broker_metrics.describe()}
+               if self.platform.broker_metrics is not None else {}),
         }
 
     async def fault(self, action: str, broker: str) -> None:
@@ -650,6 +666,18 @@ class TargetLoad:
                 self._collector_failed(i, c.name, f"{type(r).__name__}: {problem}")
         return reading
 
+    def _broker_metrics(self, reading: Reading) -> BrokerMetricValues | None:
+        """The tick's broker metrics: as read now, and for each broker that did not answer
+        this time the last values read, stale (the collector's trouble says why)."""
+        if self._metrics_at is None:
+            return None
+        fresh = reading.metrics or {}
+        stale = tuple(b for b in self._metric_values if b not in fresh)
+        self._metric_values = {**self._metric_values, **fresh}
+        trouble = self._collector_trouble.get(self._metrics_at)
+        problem = trouble[0] if trouble is not None else ("not read" if stale else "")
+        return BrokerMetricValues(dict(self._metric_values), stale, problem)
+
     def _send_failed(self, k: int, problem: str) -> None:
         """k messages failed: a send-error when sends start failing, and when they fail another
         way (at most SEND_ERRORS_SAID per spell), not for every failed batch."""
@@ -735,6 +763,7 @@ class TargetLoad:
             loadgen=health,
             consumers=consumers,
             **self._audit_found(),
+            broker_metrics=self._broker_metrics(reading),
         )
         if self._record_raw:
             for kind, values in raw.items():

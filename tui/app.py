@@ -26,11 +26,13 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.widgets import Footer
 
+from loadgen.core.brokermetrics import BrokerMetrics
 from loadgen.core.errors import StreambenchError
 from loadgen.core.events import PhaseChange, RunEvent
 from loadgen.core.interventions import Intervention, first_names
 from loadgen.core.ticks import Phase, Tick
 from loadgen.core.workload import Workload
+from loadgen.platforms import PLATFORMS
 from loadgen.run import BusItem, Run, RunSummary
 from tui.compare import CompareScreen
 from tui.control import EventStrip, FaultScreen, RateScreen
@@ -424,7 +426,17 @@ class DashboardApp(App[DashboardResult]):
         if isinstance(self.screen, HelpScreen):
             self.pop_screen()
         label = self.labels[self.selected]
-        self.push_screen(DetailScreen(self.histories[label], self.view, self.keys_hint()))
+        self.push_screen(DetailScreen(self.histories[label], self.view, self.keys_hint(),
+                                      self._broker_metrics_of(label)))
+
+    def _broker_metrics_of(self, label: str) -> BrokerMetrics | None:
+        """The broker metrics the target's platform declares (None when it declares none or
+        the run does not say which platform it is)."""
+        for t in self.run_description().get("targets") or []:
+            if isinstance(t, dict) and t.get("label") == label:
+                platform = PLATFORMS.get(str(t.get("platform", "")))
+                return platform.broker_metrics if platform is not None else None
+        return None
 
     def keys_hint(self) -> str:
         return "esc back · o/O sort · w window · x screenshot · ? help"

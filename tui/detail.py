@@ -1,7 +1,9 @@
 """The detail screen of one target (Enter on the selected column): per-partition rates and
 lag, per-consumer rates, lag and the partitions each holds, per-broker CPU, memory, disk and
 network, the latency percentiles over the chart window
-(a table and their curve on a "nines" axis), and the target's events. Esc goes back; the
+(a table and their curve on a "nines" axis), the broker metrics the platform declares (a panel
+per broker: each value now, a sparkline of the latencies, the broker's own names), and the
+target's events. Esc goes back; the
 figures follow the run (or the replay) as the columns do.
 
 Per-partition rates come from the broker counters `partition.<n>.produced` and
@@ -27,10 +29,12 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 
+from loadgen.core.brokermetrics import BrokerMetrics, unit_of
 from loadgen.core.histogram import HistogramSnapshot, percentiles
 from loadgen.core.ticks import ConsumerStat, Tick, partition_list
 from tui import formatting as fmt
-from tui.history import NS_PER_MS, ChartView, TargetHistory
+from tui.charts import area_chart
+from tui.history import BROKER_METRIC_POINTS, NS_PER_MS, ChartView, TargetHistory
 from tui.widgets import RichLines
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
@@ -193,6 +197,64 @@ def broker_rows(tick: Tick | None) -> list[BrokerRow]:
                       r.net_tx_bytes / seconds if networked else math.nan)]
 
 
+SPARK_CELLS = BROKER_METRIC_POINTS // 2  # a sparkline's width: two values per braille cell
+
+
+def metric_value(value: float, unit: str) -> str:
+    """A broker metric as the detail screen writes it: latencies in ms, bytes in MB."""
+    if not fmt.known(value):
+        return fmt.MISSING
+    if unit == "seconds":
+        return f"{fmt.millis(value * 1e3)} ms"
+    if unit == "bytes":
+        return f"{fmt.megabytes(value)} MB"
+    if unit == "ratio":
+        return f"{value:.2f}"
+    return fmt.count(value) + ("/s" if unit == "per_second" else "")
+
+
+def sparkline(values: Iterable[float]) -> str:
+    """One row of braille, the newest value at the right, scaled to the largest shown."""
+    points = list(values)
+    finite = [v for v in points if math.isfinite(v)]
+    top = max(finite) if finite else 0.0
+    return area_chart(points, SPARK_CELLS, 1, top)[0] if top > 0 else ""
+
+
+def broker_metrics_panel(history: TargetHistory, declared: BrokerMetrics | None) -> Text:
+    """Per broker of the target: each metric's latest value, for the latencies a sparkline of
+    the last BROKER_METRIC_POINTS ticks, and the broker's own name for it; a broker whose read failed says
+    so and shows its last values."""
+    tick = history.last
+    metrics = tick.broker_metrics if tick is not None else None
+    if metrics is None or not metrics.values:
+        return Text(" none read yet" if declared is not None else " none for this platform",
+                    style="dim")
+    order = [m.name for m in declared.metrics] if declared is not None else []
+    parts = Text(no_wrap=True, overflow="crop")  # a narrow terminal cuts the broker's names
+    for i, (broker, values) in enumerate(sorted(metrics.values.items())):
+        names = [n for n in order if n in values] + sorted(n for n in values if n not in order)
+        rows = []
+        for name in names:
+            metric = declared.named(name) if declared is not None else None
+            unit = unit_of(name)
+            points = history.broker_metrics.get((broker, name), ())
+            rows.append([name, metric_value(values[name], unit),
+                         sparkline(points) if unit == "seconds" else "",
+                         metric.native if metric is not None else ""])
+        stale = broker in metrics.stale
+        state = (f" stale: {metrics.problem or 'not read'} (last values read)" if stale
+                 else "")
+        parts.append(("\n" if i else "") + f" {broker}", style="bold")
+        parts.append(state + "\n", style="bold" if stale else "")
+        grid = _text_grid(["metric", "now", f"last {BROKER_METRIC_POINTS} s", "broker's name"],
+                          rows, left=(0, 2, 3))
+        if stale:
+            grid.stylize("dim")
+        parts.append_text(grid)
+    return parts
+
+
 def _rate(value: float) -> str:
     return f"{fmt.megabytes(value)} MB/s" if fmt.known(value) else fmt.MISSING
 
@@ -271,9 +333,11 @@ def _grid(*headers: str) -> Table:
 class DetailScreen(Screen[None]):
     """One target in detail; the app's keys still work (esc back, w window, x screenshot)."""
 
-    def __init__(self, history: TargetHistory, view: ChartView, hint: str) -> None:
+    def __init__(self, history: TargetHistory, view: ChartView, hint: str,
+                 broker_metrics: BrokerMetrics | None = None) -> None:
         super().__init__()
         self.history = history
+        self.broker_metrics = broker_metrics  # the platform's declaration, when known
         self.view = view
         self.hint = hint
         self.sort = "lag"
@@ -378,6 +442,10 @@ class DetailScreen(Screen[None]):
             Text(""), Text("brokers", style="bold"), brokers,
             Text(""), Text(f"latency over the window ({window})", style="bold"), latency,
             delay_note,
+            Text(""), Text("broker metrics" + (f" ({self.broker_metrics.source})"
+                                               if self.broker_metrics is not None else ""),
+                           style="bold"),
+            broker_metrics_panel(history, self.broker_metrics),
             Text(""), Text(f"events ({history.event_count}, newest first)", style="bold"), events,
             Text(""), Text(f"latency percentiles over the window ({window}), nines axis",
                            style="bold"), curve,

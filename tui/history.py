@@ -23,6 +23,7 @@ FINE_WINDOW_S = 300.0  # latency histograms kept per tick for this long, then pe
 RECENT_WINDOW_S = 10.0  # latency merged over the last ten seconds
 NS_PER_MS = 1e6
 EVENTS_KEPT = 200
+BROKER_METRIC_POINTS = 40  # each broker metric's latest values kept, for its sparkline
 # events drawn as a marker on the charts: changes of the load and faults
 MARKED_KINDS = ("rate", "producers", "consumers")
 MARKED_PREFIX = ("fault-", "net-")  # a broker's faults and its links'
@@ -272,6 +273,8 @@ class TargetHistory:
         self.events: deque[TargetEvent] = deque(maxlen=EVENTS_KEPT)
         self.marks: deque[float] = deque(maxlen=EVENTS_KEPT)  # times (s) of changes and faults
         self._recent: deque[Tick] = deque()
+        # each broker metric's latest values, by (broker, name); NaN where it was stale
+        self.broker_metrics: dict[tuple[str, str], deque[float]] = {}
         self.clear()
 
     def clear(self) -> None:
@@ -289,6 +292,7 @@ class TargetHistory:
         self.events.clear()
         self.marks.clear()
         self._recent.clear()
+        self.broker_metrics.clear()
         # what was done to the load on purpose, from the events: the producers stopped, and
         # how many brokers a fault paused or stopped (the rate falls short for those reasons)
         self.producers_stopped = False
@@ -308,11 +312,25 @@ class TargetHistory:
             series.add(time_s, value)
         self.latency.add(time_s, tick.e2e_latency, tick.publish_latency, tick.publish_delay)
         self._recent.append(tick)
+        if tick.broker_metrics is not None:
+            self._add_broker_metrics(tick)
         horizon = tick.time_ns - int(self.recent_window_s * 1e9)
         while self._recent and self._recent[0].time_ns <= horizon:
             self._recent.popleft()
         if summarise:
             self.summarise()
+
+    def _add_broker_metrics(self, tick: Tick) -> None:
+        metrics = tick.broker_metrics
+        assert metrics is not None
+        for broker, values in metrics.values.items():
+            stale = broker in metrics.stale
+            for name, value in values.items():
+                points = self.broker_metrics.get((broker, name))
+                if points is None:
+                    points = self.broker_metrics[(broker, name)] = deque(
+                        maxlen=BROKER_METRIC_POINTS)
+                points.append(math.nan if stale else value)
 
     def summarise(self) -> None:
         tick = self.last

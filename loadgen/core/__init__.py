@@ -21,4 +21,6 @@ The platform contract (what a platform, bundled or a plugin, implements):
 - driver: the driver base classes (topics, producers, consumers)
 - stack: the `Stack` base (up, ready, down, describe, and the faults of one broker)
 - collector: the `Collector` base (lag, broker counters, resources read once per tick)
+- brokermetrics: the broker metrics a platform declares (its broker's own figures) and the
+  collector that reads them
 """

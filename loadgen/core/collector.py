@@ -22,11 +22,14 @@ class Reading:
     net_tx_bytes: int | None = None
     lag: LagSnapshot | None = None
     broker: dict[str, float] = field(default_factory=dict)
+    # the platform's broker metrics (loadgen.core.brokermetrics): per broker that answered,
+    # by streambench's name
+    metrics: dict[str, dict[str, float]] | None = None
 
     def merge(self, other: Reading) -> Reading:
         out = Reading(broker={**self.broker, **other.broker})
         for name in ("cpu_percent", "memory_bytes", "disk_read_bytes", "disk_write_bytes",
-                     "net_rx_bytes", "net_tx_bytes", "lag"):
+                     "net_rx_bytes", "net_tx_bytes", "lag", "metrics"):
             mine, theirs = getattr(self, name), getattr(other, name)
             setattr(out, name, theirs if theirs is not None else mine)
         return out

@@ -6,6 +6,7 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from loadgen.core.brokermetrics import BrokerMetrics
 from loadgen.core.collector import Collector
 from loadgen.core.driver import Driver
 from loadgen.core.interventions import NETWORK_ACTIONS
@@ -105,6 +106,9 @@ class Platform:
     # the images its docker runtime would run for a target, for the default runtime rule (an
     # image present picks docker); none: the rule looks for no image
     docker_images: Callable[[Target], list[str]] = lambda _target: []
+    # the broker's own figures that explain its behaviour under load (a queue, a flush time,
+    # memory), read once per tick by a collector of their own; None: it declares none
+    broker_metrics: BrokerMetrics | None = None
     # What the platform contract (tests/platforms) checks beyond what every platform does; a
     # platform claims each by declaring it. Its collectors give the lag of every partition (the
     # run's lag table), not only the total:

@@ -103,6 +103,16 @@ class ConsumerStat:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerMetricValues:
+    """The platform's broker metrics (loadgen.core.brokermetrics) at a tick: per broker, by
+    streambench's name, in base units. A broker whose read failed (paused, dead, no answer in
+    time) keeps the last values read, listed in `stale`, with what failed in `problem`."""
+
+    values: dict[str, dict[str, float]] = field(default_factory=dict)  # broker -> name -> value
+    stale: tuple[str, ...] = ()  # the brokers whose values are the last ones read
+    problem: str = ""  # why they are stale: the failed read's error
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """What happened to one target during one interval (normally one second)."""
 
@@ -132,6 +142,8 @@ class Tick:
     # after a later one of their producer in their partition, found in the interval
     duplicates: int = 0
     reordered: int = 0
+    # the platform's broker metrics; None when it declares none
+    broker_metrics: BrokerMetricValues | None = None
 
     @property
     def produce_rate(self) -> float:

@@ -38,7 +38,8 @@ from nats.js.api import (
 )
 from nats.js.errors import APIError, NotFoundError
 
-from collectors.nats import NatsTelemetry, monitor_get
+from collectors.nats import METRICS as NATS_METRICS
+from collectors.nats import METRICS_SOURCE, NatsMetrics, NatsTelemetry, monitor_get
 from collectors.resources import resource_collectors
 from compose.docker import file_images
 from compose.nats import (
@@ -52,6 +53,7 @@ from compose.nats import (
     version_text,
 )
 from compose.nats import open_connection as _open_connection
+from loadgen.core.brokermetrics import BrokerMetrics
 from loadgen.core.collector import Collector
 from loadgen.core.driver import Consumer, Driver, OutMessage, Producer, ReceivedBatch
 from loadgen.core.errors import DriverError, TargetError
@@ -579,6 +581,10 @@ def _collectors(target: Target, desc: StackDescription, topic: str, partitions: 
     return found
 
 
+def _metrics_collector(target: Target, desc: StackDescription, topics: list[str]) -> Collector:
+    return NatsMetrics(desc.endpoints.get(MONITOR_ENDPOINT), [stream_name(t) for t in topics])
+
+
 def _parse_size(text: str) -> str:
     if not re.fullmatch(r"\d+[KMGT]?B?", text.upper()):
         raise ValueError("expected a size like 512M or 2G")
@@ -737,6 +743,7 @@ PLATFORMS = [
         make_driver=_driver,
         drain_stall_hint=_drain_stall_hint,
         make_collectors=_collectors,
+        broker_metrics=BrokerMetrics(METRICS_SOURCE, NATS_METRICS, _metrics_collector),
         prerequisites=(Prerequisite("nats-server", ("local",), find_server,
                                     lambda path: tool_version([path, "--version"], r"v(\d\S*)"),
                                     "Debian/Ubuntu: apt-get install nats-server"),),

@@ -50,6 +50,7 @@ from loadgen.core.stack import Stack, StackDescription
 from loadgen.core.target import OptionSpec, Target, join_host_port, parse_bool
 from loadgen.core.workload import Workload
 from loadgen.omb_driver import REDIS_FIELDS, driver_option, named_driver
+from loadgen.platforms.redis_metrics import METRICS as BROKER_METRICS
 from loadgen.platforms.redis_resp import RespConnection, RespError, encode
 from loadgen.platforms.redis_telemetry import RedisTelemetry
 from loadgen.platforms.runtime import runtime_options
@@ -511,6 +512,7 @@ PLATFORMS = [
         proxied_endpoints=("redis",),
         make_driver=_driver,
         make_collectors=_collectors,
+        broker_metrics=BROKER_METRICS,
         loss_hint=_loss_hint,
         memory_per_message=_memory_per_message,
         memory_relief="the target option maxlen= trims the stream",

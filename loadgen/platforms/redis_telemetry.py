@@ -86,26 +86,17 @@ def _info_fields(text: Any) -> dict[str, float]:
     return found
 
 
-class RedisTelemetry(Collector):
-    """One connection of its own, so sampling never waits behind producers or consumers. It
+class SampleLink:
+    """A collector's own connection, so sampling never waits behind producers or consumers. It
     is opened when first needed and again after a failed or unanswered sample (the server
     stopped, paused or restarted): replies never go to the wrong request."""
 
-    name = "redis"
-
-    def __init__(self, host: str, port: int, streams: list[str], groups: list[str],
-                 security: ClientSecurity = PLAINTEXT) -> None:
+    def __init__(self, host: str, port: int, security: ClientSecurity = PLAINTEXT) -> None:
         self._host, self._port = host, port
         self._security = security
         self._conn: RespConnection | None = None
-        self._streams = streams
-        self._groups = {g.encode() for g in groups}
-        self._deltas = CounterDeltas()
-        self._info = encode(["INFO", "stats"]) + encode(["INFO", "memory"])
-        self._xinfo = b"".join(encode(["XINFO", "GROUPS", s]) + encode(["XINFO", "STREAM", s])
-                               for s in streams)
 
-    async def _pipeline(self, payload: bytes, n: int) -> list[Any]:
+    async def pipeline(self, payload: bytes, n: int) -> list[Any]:
         conn = self._conn
         try:
             if conn is None or conn.closed:  # never opened, or lost since the last sample
@@ -120,6 +111,30 @@ class RedisTelemetry(Collector):
             if conn is not None:
                 conn.abort()
             raise
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close(1.0)
+
+
+class RedisTelemetry(Collector):
+    """Lag and counters, on a SampleLink of its own."""
+
+    name = "redis"
+
+    def __init__(self, host: str, port: int, streams: list[str], groups: list[str],
+                 security: ClientSecurity = PLAINTEXT) -> None:
+        self._link = SampleLink(host, port, security)
+        self._streams = streams
+        self._groups = {g.encode() for g in groups}
+        self._deltas = CounterDeltas()
+        self._info = encode(["INFO", "stats"]) + encode(["INFO", "memory"])
+        self._xinfo = b"".join(encode(["XINFO", "GROUPS", s]) + encode(["XINFO", "STREAM", s])
+                               for s in streams)
+
+    async def _pipeline(self, payload: bytes, n: int) -> list[Any]:
+        return await self._link.pipeline(payload, n)
 
     async def start(self) -> None:
         await self._counters()
@@ -188,6 +203,4 @@ class RedisTelemetry(Collector):
         )
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close(1.0)
+        await self._link.close()

@@ -13,6 +13,8 @@ platform takes, stopped once it recovered from them.
 - pause/resume and kill/start, each followed by a `recovered` event, as far as
   Platform.fault_actions declares them; a fault it does not declare is refused in one line
 - a bad address: one line, exit 3; a port taken: one line, exit 3
+- broker metrics, where the platform declares them: read at (nearly) every measuring tick,
+  with the declared names and units
 - beside Redis in one report (test_report.py: one report over every case's clean run)
 
 Cases: every platform of the registry on each runtime it declares that can run here, local
@@ -182,6 +184,28 @@ def test_settings_read_back(runs: Runs, case: Case) -> None:
     assert settings, "no settings recorded"
     read_back = {name.partition(".")[0] for name, s in settings.items() if s["read_back"]}
     assert read_back == set(case.record.settings_read_back), read_back
+
+
+def test_broker_metrics(runs: Runs, case: Case) -> None:
+    """A platform declaring broker metrics has them read at every measuring tick of the clean
+    run (none stale: nothing pauses the broker), only names it declares, each with its unit,
+    and run.json names each as the broker does; the others record none."""
+    run = _clean(runs, case)
+    rows = _rows(run.run_dir, "broker_metrics", case.platform)
+    trait = case.record.broker_metrics
+    if trait is None:
+        assert rows == []
+        return
+    declared = {m.name: m.unit for m in trait.metrics}
+    assert {(r["name"], r["unit"]) for r in rows} <= set(declared.items())
+    measuring = {t["seq"] for t in _rows(run.run_dir, "ticks", case.platform)
+                 if t["phase"] == "measuring"}
+    read = {r["seq"] for r in rows if r["phase"] == "measuring" and not r["stale"]}
+    # a read left unanswered for 0.9 s on a busy machine is stale: most are read
+    assert read <= measuring and len(read) >= 0.8 * len(measuring), sorted(measuring - read)
+    target, _ = _target(run, case.platform)
+    assert {m["name"]: m["native"] for m in target["broker_metrics"]["metrics"]} == {
+        m.name: m.native for m in trait.metrics}
 
 
 # ---- the fault run --------------------------------------------------------------------------

@@ -7,8 +7,10 @@ from __future__ import annotations
 import re
 from typing import cast
 
+import pyarrow.dataset as ds
 import pytest
 
+from loadgen.platforms import PLATFORMS
 from tests.conftest import run_json
 from tests.platforms.conftest import RATE, Case, Runs
 
@@ -50,3 +52,26 @@ def test_beside_redis_in_one_report(runs: Runs, case: Case, combined_report: str
         assert re.search(rf"\| {label}(?: \({run_id}\))? \| {run_id} \| "
                          rf"{re.escape(target['platform'])} \| {case.runtime} \| "
                          rf"{re.escape(target['version'])} \|", combined_report), target["label"]
+    _broker_metrics_shown(run.run_dir, meta, combined_report)
+
+
+def _broker_metrics_shown(run_dir, meta: dict, report: str) -> None:
+    """Each target whose platform declares broker metrics has its table in the report's
+    "Broker metrics" section: a row per metric the run recorded, with the broker's name."""
+    section = report.partition("\n## Broker metrics\n")[2].partition("\n## ")[0]
+    recorded = ds.dataset(run_dir / "broker_metrics", format="parquet").to_table().to_pydict()
+    for target in meta["targets"]:
+        trait = PLATFORMS[target["platform"]].broker_metrics
+        if trait is None:
+            continue
+        label, run_id = re.escape(target["label"]), re.escape(meta["run_id"])
+        found = re.search(rf"^{label}(?: \({run_id}\))? \({re.escape(trait.source)}\):\n\n"
+                          rf"((?:\|.*\n)+)", section, re.MULTILINE)
+        assert found, target["label"]
+        names = {n for n, t in zip(recorded["name"], recorded["target"], strict=True)
+                 if t == target["label"]}
+        assert names
+        for name in names:
+            metric = trait.named(name)
+            assert metric is not None
+            assert f"| {name} | {metric.native} |" in found.group(1), name

@@ -8,7 +8,15 @@ from pathlib import Path
 from analysis.sink import ParquetSink
 from loadgen.core.events import PhaseChange, RunEvent, RunMeta
 from loadgen.core.histogram import Histogram, HistogramSnapshot
-from loadgen.core.ticks import ConsumerStat, LagSnapshot, LoadgenHealth, Phase, Resources, Tick
+from loadgen.core.ticks import (
+    BrokerMetricValues,
+    ConsumerStat,
+    LagSnapshot,
+    LoadgenHealth,
+    Phase,
+    Resources,
+    Tick,
+)
 from loadgen.core.workload import Workload
 
 T0_NS = 1_800_000_000_000_000_000  # fixed wall clock of the first tick
@@ -29,6 +37,25 @@ def latency_values(seq: int, slow: int) -> list[int]:
     body = [800 + (i * 37 + seq * 11) % 1600 for i in range(196)]
     tail = [6000 + slow * 150 + seq * 40, 9000 + slow * 300, 15000 + slow * 500, 21000 + slow * 700]
     return body + tail
+
+
+STALE_TICKS = range(22, 25)  # the aof target's server does not answer its INFO in these
+
+
+def broker_metrics(aof: bool, seq: int) -> BrokerMetricValues:
+    """Redis's INFO figures as the metrics collector gives them; the aof target's server
+    paused for three ticks (its last values read, stale)."""
+    stale = aof and seq in STALE_TICKS
+    read = STALE_TICKS.start - 1 if stale else seq
+    values = {"ops_per_second": 10_000.0 + (read % 5) * 40,
+              "xadd_time_seconds": (6 + (read * 7) % 11 + (25 if aof and read > 18 else 0)) * 1e-6,
+              "used_memory_bytes": (30 + read) * 1e6, "mem_fragmentation_ratio": 1.25,
+              "connected_clients": 5.0, "blocked_clients": float(read % 2),
+              "aof_rewrite_in_progress": float(aof and 19 <= read <= 21)}
+    if aof:
+        values["aof_delayed_fsync_total"] = float(read // 10)
+    return BrokerMetricValues({"redis": values}, ("redis",) if stale else (),
+                              "TimeoutError: no answer within 0.9 s" if stale else "")
 
 
 def recorded_tick(label: str, seq: int) -> Tick:
@@ -68,6 +95,7 @@ def recorded_tick(label: str, seq: int) -> Tick:
                                 (0, 1), shared=True),
                    ConsumerStat(0, "streambench-sub-0", 1, consumed // 2 + seq % 3, (0, 1),
                                 shared=True)),
+        broker_metrics=broker_metrics(aof, seq),
     )
 
 

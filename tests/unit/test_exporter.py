@@ -3,6 +3,7 @@ back with prometheus_client's own exposition and parser; docs/metrics.md lists w
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -14,9 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from loadgen.core.errors import WorkloadError
 from loadgen.core.events import PhaseChange, RunEvent, RunMeta
 from loadgen.core.histogram import Histogram
-from loadgen.core.ticks import LagSnapshot, LoadgenHealth, Phase, Resources, Tick
+from loadgen.core.ticks import BrokerMetricValues, LagSnapshot, LoadgenHealth, Phase, Resources, Tick
 from loadgen.exporter import LATENCY_BOUNDS_S, RunCollector, parse_address
 from loadgen.load import DROPPED_SLOTS
+from loadgen.platforms import PLATFORMS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -120,9 +122,38 @@ def test_counters_gauges_and_histograms_from_the_ticks() -> None:
         "lost": 2, "unexpected": 1, "duplicated": 0, "reordered": 3, "unseen": 0}
 
 
-def test_the_docs_list_every_served_metric_and_no_other() -> None:
+def declared_metrics() -> dict[str, BrokerMetricValues]:
+    """Per platform that declares broker metrics: every one of them, at 1.0."""
+    return {name: BrokerMetricValues({"b-1": {m.name: 1.0 for m in trait.metrics}})
+            for name in PLATFORMS if (trait := PLATFORMS[name].broker_metrics) is not None}
+
+
+def test_broker_metrics_a_family_each_and_stale_brokers_left_out() -> None:
+    """A family per metric name, labelled by target, platform and broker; a counter for a
+    name ending in _total; a stale broker's values are not served, its stale gauge is 1."""
     c = RunCollector({"redis": "redis"})
+    c(dataclasses.replace(tick(1, 5, [1000]), broker_metrics=BrokerMetricValues(
+        {"redis": {"ops_per_second": 4100.0, "xadd_time_seconds": 7e-6,
+                   "aof_delayed_fsync_total": 2.0}})))
+    found = scrape(c)
+    labels = {"target": "redis", "platform": "redis", "broker": "redis"}
+    assert one(found, "streambench_broker_ops_per_second", **labels) == 4100.0
+    assert one(found, "streambench_broker_xadd_time_seconds", **labels) == 7e-6
+    assert one(found, "streambench_broker_aof_delayed_fsync_total", **labels) == 2.0
+    assert one(found, "streambench_broker_metrics_stale", **labels) == 0.0
+    c(dataclasses.replace(tick(2, 5, [1000]), broker_metrics=BrokerMetricValues(
+        {"redis": {"ops_per_second": 4100.0}}, stale=("redis",), problem="TimeoutError")))
+    found = scrape(c)
+    assert one(found, "streambench_broker_metrics_stale", **labels) == 1.0
+    assert not [n for n, _ in found if n.startswith("streambench_broker_ops")]
+
+
+def test_the_docs_list_every_served_metric_and_no_other() -> None:
+    declared = declared_metrics()
+    c = RunCollector({"redis": "redis", **{f"t-{p}": p for p in declared}})
     c(tick(1, 5, [1000]))
+    for platform, values in declared.items():
+        c(dataclasses.replace(tick(1, 5, [1000]), target=f"t-{platform}", broker_metrics=values))
     c(RunEvent(1, "redis", "rate", "x"))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(c)
@@ -146,3 +177,13 @@ def test_the_launcher_passes_metrics_on_to_its_runs() -> None:
     again = build_parser().parse_args([*argv, "redis"])
     assert again.metrics == ("127.0.0.1", 9464)
     assert str(parse_address("[::1]:80")) == "[::1]:80"
+
+
+def test_the_docs_name_each_broker_metric_as_the_broker_does() -> None:
+    """Each platform's table in docs/metrics.md: the broker's own name beside each metric."""
+    rows = dict(re.findall(r"^\| `streambench_broker_(\w+)` \| \w+ \| [\w ]* \| `([^`]+)` \|",
+                           DOCS.read_text(), re.MULTILINE))
+    for name in PLATFORMS:
+        trait = PLATFORMS[name].broker_metrics
+        for m in trait.metrics if trait is not None else ():
+            assert rows.get(m.name) == m.native, (name, m.name)

@@ -24,7 +24,15 @@ from analysis.schema import SCHEMA_VERSION, SCHEMAS
 from loadgen.core.errors import StreambenchError, WorkloadError
 from loadgen.core.events import PhaseChange, RunEvent
 from loadgen.core.histogram import HistogramSnapshot
-from loadgen.core.ticks import ConsumerStat, LagSnapshot, LoadgenHealth, Phase, Resources, Tick
+from loadgen.core.ticks import (
+    BrokerMetricValues,
+    ConsumerStat,
+    LagSnapshot,
+    LoadgenHealth,
+    Phase,
+    Resources,
+    Tick,
+)
 from loadgen.core.workload import Workload, parse_workload
 from tui.history import Baseline
 
@@ -144,6 +152,23 @@ def _consumers(run_dir: Path) -> dict[tuple[str, int], tuple[ConsumerStat, ...]]
             for key, found in out.items()}
 
 
+def _broker_metrics(run_dir: Path) -> dict[tuple[str, int], BrokerMetricValues]:
+    """(target, seq) → the tick's broker metrics (none in runs of schema version 3 and
+    older)."""
+    rows = read_table(run_dir, "broker_metrics").select(
+        ["target", "seq", "broker", "name", "value", "stale"]).to_pydict()
+    values: dict[tuple[str, int], dict[str, dict[str, float]]] = {}
+    stale: dict[tuple[str, int], set[str]] = {}
+    for target, seq, broker, name, value, is_stale in zip(*rows.values(), strict=True):
+        key = (str(target), int(seq))
+        values.setdefault(key, {}).setdefault(str(broker), {})[str(name)] = _nan(value)
+        if is_stale:
+            stale.setdefault(key, set()).add(str(broker))
+    return {key: BrokerMetricValues(found, tuple(sorted(stale.get(key, ()))),
+                                    "not read" if key in stale else "")
+            for key, found in values.items()}
+
+
 def _phase(name: Any, run_dir: Path) -> Phase:
     try:
         return Phase(name)
@@ -165,6 +190,7 @@ def _ticks(run_dir: Path) -> list[Tick]:
     sources = _per_tick(run_dir, "lag", "partition", "source")
     counters = _per_tick(run_dir, "broker", "name", "value")
     consumers = _consumers(run_dir)
+    metrics = _broker_metrics(run_dir)
     empty = np.zeros(0, np.int64)
     ticks = []
     for r, time_us in zip(rows, times, strict=True):
@@ -199,6 +225,7 @@ def _ticks(run_dir: Path) -> list[Tick]:
                                   r["loadgen_saturated"] or ""),
             consumers=consumers.get((target, seq), ()),
             duplicates=r.get("duplicates") or 0, reordered=r.get("reordered") or 0,
+            broker_metrics=metrics.get((target, seq)),
             **snaps,
         ))
     return ticks

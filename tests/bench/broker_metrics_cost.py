@@ -1,0 +1,182 @@
+"""Benchmark: what reading a platform's broker metrics once per tick costs, and what showing them
+costs the dashboard.
+
+Redis: a redis-server of its own on loopback, with a stream of 20,000 entries so INFO has
+something to count. Three figures, each beside an independent one:
+
+- the collector's CPU per read (RedisMetrics.read(): five INFO sections in one pipelined write,
+  parsed), from this process's CPU time (time.process_time) over N back-to-back reads, beside
+  the wall time per read;
+- the server's CPU per read, from the server process's CPU time (psutil, user + system) over
+  the same N reads, beside what the server itself accounts for its INFO commands (INFO
+  commandstats `cmdstat_info` usec / calls, which leaves out reading the request and writing the
+  reply);
+- the server's CPU over 20 s of a steady load (XADD at 2,000 msg/s from this process) with
+  the metrics read once a second and without, as % of one core, side by side: the difference
+  is the cost at one read per tick (small against the noise of a shared machine: the per-read
+  figure above times one read a second is the better estimate).
+
+Then the detail screen's broker-metrics panel: the CPU per render of the panel (redis, 8
+metrics, a sparkline) over N renders, which the detail screen pays once per repaint (at most
+four a second). The machine's load average is printed beside each figure."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import psutil
+import redis
+
+from compose.process import free_port
+from loadgen.core.histogram import HistogramSnapshot
+from loadgen.core.ticks import BrokerMetricValues, Phase, Resources, Tick
+from loadgen.platforms.redis_metrics import METRICS, SECTIONS, RedisMetrics
+from tui.detail import broker_metrics_panel
+from tui.history import TargetHistory
+
+
+def load() -> str:
+    return f"(load average {os.getloadavg()[0]:.2f})"
+
+
+def server_cpu(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+def start_server(tmp: str) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no", "--dir", tmp],
+                            stdout=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            return proc, port
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                raise SystemExit("redis-server did not start") from None
+            time.sleep(0.05)
+
+
+async def timed_reads(port: int, n: int, server: psutil.Process
+                      ) -> tuple[float, float, float]:
+    """(this process's CPU, wall, the server's CPU) over n reads, after 10 to warm up."""
+    collector = RedisMetrics("127.0.0.1", port)
+    try:
+        for _ in range(10):
+            await collector.read()
+        redis.Redis(port=port).config_resetstat()
+        cpu0, wall0, srv0 = time.process_time(), time.perf_counter(), server_cpu(server)
+        for _ in range(n):
+            await collector.read()
+        return (time.process_time() - cpu0, time.perf_counter() - wall0,
+                server_cpu(server) - srv0)
+    finally:
+        await collector.close()
+
+
+def per_read(proc: psutil.Process, client: redis.Redis, port: int, n: int) -> None:
+    cpu, wall, srv = asyncio.run(timed_reads(port, n, proc))
+    info = client.info("commandstats")["cmdstat_info"]
+    own = info["usec"] / info["calls"] * len(SECTIONS)
+    print(f"collector: {cpu / n * 1e6:7.0f} µs CPU per read, {wall / n * 1e6:7.0f} µs wall per "
+          f"read, over {n:,} reads {load()}")
+    print(f"server:    {srv / n * 1e6:7.0f} µs CPU per read (process CPU time); its own "
+          f"accounting of the {len(SECTIONS)} INFO commands {own:5.0f} µs per read "
+          f"({info['calls']:,} INFO calls) {load()}")
+    print(f"at one read per tick: collector {cpu / n * 100:.3f} % of a core, server "
+          f"{srv / n * 100:.3f} % of a core")
+
+
+async def steady(port: int, seconds: float, rate: float, with_reads: bool) -> int:
+    """XADD at `rate` msg/s (batches of rate/100 every 10 ms) and, with_reads, the metrics
+    read once a second."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis(port=port)
+    collector = RedisMetrics("127.0.0.1", port)
+    batch = max(1, int(rate / 100))
+    sent = 0
+    start = time.monotonic()
+    next_read = start
+    while (now := time.monotonic()) - start < seconds:
+        pipe = client.pipeline(transaction=False)
+        for _ in range(batch):
+            pipe.xadd("load", {"p": b"x" * 100}, maxlen=10_000, approximate=True)
+        await pipe.execute()
+        sent += batch
+        if with_reads and now >= next_read:
+            await collector.read()
+            next_read += 1.0
+        await asyncio.sleep(max(0.0, 0.01 - (time.monotonic() - now)))
+    await collector.close()
+    await client.aclose()
+    return sent
+
+
+def with_and_without(proc: psutil.Process, port: int, seconds: float, rate: float) -> None:
+    for with_reads in (False, True, False, True):
+        srv0, t0 = server_cpu(proc), time.monotonic()
+        sent = asyncio.run(steady(port, seconds, rate, with_reads))
+        took = time.monotonic() - t0
+        pct = (server_cpu(proc) - srv0) / took * 100
+        what = "with one read a second" if with_reads else "without reads         "
+        print(f"server under {sent / took:,.0f} XADD/s {what}: {pct:5.2f} % of a core "
+              f"{load()}")
+
+
+def panel_cost(n: int) -> None:
+    history = TargetHistory("redis")
+    empty = HistogramSnapshot.empty()
+    values = {m.name: 1.0 + i for i, m in enumerate(METRICS.metrics)}
+    for seq in range(60):
+        history.add(Tick(target="redis", seq=seq, time_ns=(seq + 1) * 10**9, interval_s=1.0,
+                         phase=Phase.MEASURING, elapsed_s=float(seq), produced=0, produced_bytes=0,
+                         consumed=0, consumed_bytes=0, send_errors=0, target_rate=0.0,
+                         publish_latency=empty, publish_delay=empty, e2e_latency=empty, lag=None,
+                         resources=Resources(), broker_metrics=BrokerMetricValues(
+                             {"redis": {k: v * (1 + seq % 7) for k, v in values.items()}})),
+                    summarise=False)
+    cpu0 = time.process_time()
+    for _ in range(n):
+        broker_metrics_panel(history, METRICS)
+    cpu = time.process_time() - cpu0
+    print(f"detail panel: {cpu / n * 1e6:7.0f} µs CPU per render ({n:,} renders); at 4 "
+          f"repaints a second {cpu / n * 4 * 100:.3f} % of a core {load()}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reads", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--rate", type=float, default=2000.0)
+    args = parser.parse_args()
+    tmp = tempfile.mkdtemp(prefix="streambench-metrics-cost-")
+    proc, port = start_server(tmp)
+    try:
+        client = redis.Redis(port=port)
+        pipe = client.pipeline(transaction=False)
+        for i in range(20_000):
+            pipe.xadd("s", {"p": str(i)})
+        pipe.execute()
+        server = psutil.Process(proc.pid)
+        per_read(server, client, port, args.reads)
+        with_and_without(server, port, args.seconds, args.rate)
+        panel_cost(args.reads)
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""NATS JetStream's broker metrics in a real run on a local nats-server streambench starts:
+every declared metric in the broker_metrics table, plausible against the load and the server's
+other interfaces, and stale while the server is paused (streambench's own pause fault).
+
+What /varz in_msgs counts for this load: every published message and every acknowledgement
+(one per message consumed), so its rate is the produce rate plus the consume rate; the pull
+requests of the consumers add a few more."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow.dataset as ds
+import pytest
+
+from collectors.nats import METRICS
+from tests.conftest import run_cli, run_json
+
+pytestmark = pytest.mark.integration
+
+RATE = 1000
+PAUSE_AT_S, RESUME_AT_S = 9, 13  # measuring seconds
+
+
+def _table(run_dir: Path, name: str) -> dict[str, list]:
+    return ds.dataset(run_dir / name, format="parquet").to_table().to_pydict()
+
+
+@pytest.fixture(scope="module")
+def nats_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("nats-metrics") / "run"
+    res = run_cli(["run", "nats", "--headless", "--rate", str(RATE), "--warmup", "2",
+                   "--duration", "16", "--out", str(run_dir),
+                   "--at", f"{PAUSE_AT_S}s:pause=nats", "--at", f"{RESUME_AT_S}s:resume=nats"],
+                  timeout_s=240)
+    assert res.returncode == 0, res.stderr
+    return run_dir
+
+
+def _by_tick(run_dir: Path) -> dict[int, tuple[dict[str, float], bool, str]]:
+    t = _table(run_dir, "broker_metrics")
+    out: dict[int, tuple[dict[str, float], bool, str]] = {}
+    for seq, name, value, stale, phase in zip(t["seq"], t["name"], t["value"], t["stale"],
+                                              t["phase"], strict=True):
+        out.setdefault(seq, ({}, stale, phase))[0][name] = value
+    return out
+
+
+def _fault_times(run_dir: Path) -> tuple[float, float]:
+    events = _table(run_dir, "events")
+    when = {k: t.timestamp() for k, t in zip(events["kind"], events["time"], strict=True)
+            if k in ("fault-pause", "fault-resume")}
+    return when["fault-pause"], when["fault-resume"]
+
+
+def test_every_declared_metric_read_and_named(nats_run: Path) -> None:
+    ticks = _by_tick(nats_run)
+    measuring = [v for v, stale, phase in ticks.values() if phase == "measuring" and not stale]
+    assert measuring and all(set(v) == {m.name for m in METRICS} for v in measuring)
+    target = run_json(nats_run)["targets"][0]
+    assert target["broker_metrics"]["source"] == "/varz and /jsz"
+
+
+def test_values_follow_the_load(nats_run: Path) -> None:
+    """Before the pause: in_msgs' rate within 10 % of produced + consumed per second; the
+    pending and ack-pending messages within 5 % of a second's messages of the lag the
+    collector read from the consumers' info (the server's JetStream API); the stored bytes
+    those of the run's stream as /jsz totals them (the only stream on the server; read by the
+    other collector at nearly the same moment); no
+    redelivery, no slow consumer, no API error in a clean stretch."""
+    paused, _ = _fault_times(nats_run)
+    ticks = _table(nats_run, "ticks")
+    metrics = _by_tick(nats_run)
+    broker = _table(nats_run, "broker")
+    server_bytes = {s: v for s, n, v in zip(broker["seq"], broker["name"], broker["value"],
+                                            strict=True) if n == "js_stored_bytes"}
+    steady = [i for i, (p, t) in enumerate(zip(ticks["phase"], ticks["time"], strict=True))
+              if p == "measuring" and t.timestamp() < paused - 1.5]
+    steady = steady[2:]  # the first measuring ticks still carry the warm-up's start
+    assert len(steady) >= 4, steady
+    rates, expected, queued, lags = [], [], [], []
+    for i in steady:
+        seq = ticks["seq"][i]
+        values, stale, _ = metrics[seq]
+        assert not stale
+        rates.append(values["in_messages_per_second"])
+        expected.append((ticks["produced"][i] + ticks["consumed"][i]) / ticks["interval_s"][i])
+        queued.append(values["pending_messages"] + values["ack_pending_messages"])
+        lags.append(ticks["lag_total"][i])
+        # read by two collectors side by side: a fifth of a second's messages apart at most
+        assert abs(values["stored_bytes"] - server_bytes[seq]) <= 0.2 * RATE * 1500
+        assert values["redelivered_messages"] == values["slow_consumers_total"] == 0
+        assert values["api_errors_total"] == 0
+        # at most the stream's messages: the slowest ack floor is within the stream
+        assert 0 <= values["ack_floor_behind_messages"] <= values["stored_bytes"] / 1024
+    what = f"in_msgs/s {np.mean(rates):.0f}, produced+consumed/s {np.mean(expected):.0f}"
+    assert abs(np.mean(rates) - np.mean(expected)) <= 0.10 * np.mean(expected), what
+    assert abs(np.mean(queued) - np.mean(lags)) <= 0.05 * RATE, (queued, lags)
+
+
+def test_a_paused_servers_metrics_are_stale(nats_run: Path) -> None:
+    """Ticks cut while the server is paused (the read follows the cut by up to 0.9 s) are
+    stale with the last values read; the server answers again after it is resumed."""
+    paused, resumed = _fault_times(nats_run)
+    ticks = _table(nats_run, "ticks")
+    metrics = _by_tick(nats_run)
+    times = {s: t.timestamp() for s, t in zip(ticks["seq"], ticks["time"], strict=True)}
+    inside = [seq for seq, t in times.items() if paused + 0.2 < t < resumed - 1.0]
+    assert inside and all(metrics[s][1] for s in inside), inside
+    before = max(s for s, t in times.items() if t < paused and not metrics[s][1])
+    assert all(metrics[s][0] == metrics[before][0] for s in inside)
+    after = [metrics[s][1] for s, t in times.items() if t > resumed + 2.0 and s in metrics]
+    assert after and not any(after)
