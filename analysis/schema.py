@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-# 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table
-SCHEMA_VERSION = 3
+# 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table;
+# 4: ticks gained e2e_below_zero and e2e_clock_bound_ns, and the nodes table
+SCHEMA_VERSION = 4
 MIN_READER_VERSION = 1  # the oldest reader that reads what this version writes
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -99,6 +100,10 @@ TICKS = _with_meta(
         _opt("loadgen_cpu_percent", pa.float64()),
         _opt("loadgen_loop_lag_ms", pa.float64()),
         _opt("loadgen_saturated", pa.string()),  # why it was the bottleneck; empty when not
+        # e2e samples below zero (counted as 0 in the e2e figures) and the largest clock error
+        # bound applied to the interval's samples (schema 4; null in older runs)
+        _opt("e2e_below_zero", pa.int64()),
+        _opt("e2e_clock_bound_ns", pa.int64()),
     ],
 )
 
@@ -146,6 +151,25 @@ CONSUMERS = _with_meta(
     ],
 )
 
+NODES = _with_meta(
+    "nodes",
+    [
+        *_key_fields(),
+        _req("node", pa.string()),  # the node's id (Ray's)
+        _req("host", pa.string()),
+        _req("produced", pa.int64()),  # messages in the interval
+        _req("consumed", pa.int64()),
+        _opt("loadgen_cpu_percent", pa.float64()),  # the node's load actor
+        _opt("loadgen_loop_lag_ms", pa.float64()),
+        _req("memory_bytes", pa.int64()),  # the actor's resident memory
+        _req("loadgen_saturated", pa.string()),
+        # the node's wall clock against the coordinator's, as estimated last
+        _opt("clock_offset_ns", pa.int64()),  # its wall clock minus the coordinator's
+        _opt("clock_bound_ns", pa.int64()),  # the most the offset can be wrong by
+        _opt("clock_estimated", TIMESTAMP),  # when that estimate was made
+    ],
+)
+
 EVENTS = _with_meta(
     "events",
     [
@@ -173,6 +197,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "lag": LAG,
     "broker": BROKER,
     "consumers": CONSUMERS,
+    "nodes": NODES,
     "events": EVENTS,
     "raw": RAW,
 }

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from compose.process import abandon
 from loadgen.assignments import AssignmentWatch
+from loadgen.clocks import BoundWatch
 from loadgen.core.errors import StackError, StreambenchError
 from loadgen.core.events import RunEvent
 from loadgen.core.fdwatch import watch_readable
@@ -37,7 +38,7 @@ from loadgen.core.histogram import HistogramSnapshot
 from loadgen.core.interventions import Intervention
 from loadgen.core.stack import StackDescription
 from loadgen.core.target import Target
-from loadgen.core.ticks import LoadgenHealth, Phase, Tick
+from loadgen.core.ticks import LoadgenHealth, NodeClock, Phase, Tick
 from loadgen.core.workload import Workload
 from loadgen.load import (
     DROPPED_SLOTS,
@@ -180,6 +181,10 @@ async def _control(load: TargetLoad, conn: Connection, item: Intervention) -> st
     return await load.control(item)
 
 
+async def _clock(load: TargetLoad, conn: Connection, clock: NodeClock) -> None:
+    load.set_clock(clock)
+
+
 HANDLERS: dict[str, Handler] = {
     "start": _start,
     "join": _join,
@@ -190,6 +195,7 @@ HANDLERS: dict[str, Handler] = {
     "fault": _fault,
     "network_fault": _network_fault,
     "control": _control,
+    "clock": _clock,
 }
 
 
@@ -397,6 +403,10 @@ def _merge_ticks(ticks: list[Tick]) -> Tick:
         loadgen=LoadgenHealth.merge([t.loadgen for t in ticks]),
         consumers=tuple(sorted((c for t in ticks for c in t.consumers),
                                key=lambda c: (c.topic, c.subscription, c.index))),
+        e2e_below_zero=sum(t.e2e_below_zero for t in ticks),
+        e2e_clock_bound_ns=max(t.e2e_clock_bound_ns for t in ticks),
+        clocks=tuple(c for t in ticks for c in t.clocks),
+        nodes=tuple(n for t in ticks for n in t.nodes),
     )
 
 
@@ -417,6 +427,7 @@ class TargetWorker:
         self._publish = publish
         self._described: dict[str, Any] | None = None
         self._assignments = AssignmentWatch()
+        self._clock_bound = BoundWatch(self.label, publish)
         args = (index, target, workload, run_id, record_raw, track_ids)
         self._procs: list[LoadChannel]
         if cluster is None:
@@ -491,6 +502,7 @@ class TargetWorker:
             *(p.request("tick", seq, time_ns, phase, elapsed_s) for p in self._procs))
         self._take_counts([totals for _, totals in replies])
         tick = _merge_ticks([t for t, _ in replies])
+        self._clock_bound.check(tick)
         for detail in self._assignments.changes(tick.consumers):
             self._publish(RunEvent(time.time_ns(), self.label, "assignment", detail))
         return tick

@@ -50,6 +50,7 @@ class EventKind(StrEnum):
     MEMORY_LOW = "memory-low"
     BROKER_MEMORY_HIGH = "broker-memory-high"
     HANGUP = "hangup"  # the terminal hung up: the run stopped early
+    CLOCK_BOUND = "clock-bound"  # the nodes' clock bound is coarse against the e2e p50
     # clients and collectors
     CONSUMER_FAILED = "consumer-failed"
     CONNECTION_LOST = "connection-lost"

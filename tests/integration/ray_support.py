@@ -1,6 +1,7 @@
 """A real two-node Ray cluster on this machine for the tests of `run --cluster`: a head and one
 more node started with `ray start`, each with one CPU and a resource of its own (sb_node_0,
-sb_node_1) so that where an actor ran can be told; the dashboard off, a small object store, a
+sb_node_1) so that where an actor ran can be told, node 1's wall clock shifted by
++200 ms for its load actors (the test hook of loadgen.clocks); the dashboard off, a small object store, a
 temp dir of its own. It is started once per session, and stopped at the end by its own
 processes (never `ray stop`, which would end every Ray on the machine), none left."""
 
@@ -22,7 +23,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from loadgen.clocks import WALL_SHIFT_ENV
+
 RAY = str(Path(sys.executable).with_name("ray"))
+NODE_1_SHIFT_MS = 200.0
 OBJECT_STORE_BYTES = 80 * 1024 * 1024  # Ray's least is 75 MiB
 
 
@@ -74,8 +78,8 @@ class RayCluster:
         return True
 
 
-def _ray_start(args: list[str]) -> None:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+def _ray_start(args: list[str], env_vars: dict[str, str] | None = None) -> None:
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env_vars or {})}
     done = subprocess.run([RAY, "start", "--node-ip-address=127.0.0.1", "--num-cpus=1",
                            f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats",
                            *args], capture_output=True, text=True, timeout=120, env=env,
@@ -100,7 +104,10 @@ def two_node_cluster() -> Iterator[RayCluster]:
         _ray_start(["--head", f"--port={gcs}", f"--ray-client-server-port={client}",
                     "--include-dashboard=false", f"--temp-dir={temp_dir}",
                     "--resources=" + json.dumps({"sb_node_0": 1})])
-        _ray_start([f"--address=127.0.0.1:{gcs}", "--resources=" + json.dumps({"sb_node_1": 1})])
+        # node 1's load actors see its wall clock 200 ms ahead (the test hook), so that every
+        # run on the cluster times e2e across a clock offset
+        _ray_start([f"--address=127.0.0.1:{gcs}", "--resources=" + json.dumps({"sb_node_1": 1})],
+                   {WALL_SHIFT_ENV: str(NODE_1_SHIFT_MS)})
         yield cluster
     finally:
         procs = cluster.processes()

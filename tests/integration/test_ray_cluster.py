@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.dataset as ds
 import pytest
 import redis
@@ -20,14 +21,20 @@ import redis
 from analysis.sink import ParquetSink
 from loadgen.cluster import LEASE_S, Cluster
 from loadgen.core.events import PhaseChange
+from loadgen.core.histogram import HistogramSnapshot, percentiles
 from loadgen.core.target import unique_labels
-from loadgen.core.ticks import Phase
+from loadgen.core.ticks import Phase, RawSamples, Tick
 from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, RunSummary
 from tests.conftest import CliRun, run_cli, run_json
-from tests.integration.ray_support import RayCluster, free_port, ray_cluster  # noqa: F401
+from tests.integration.ray_support import (  # noqa: F401
+    NODE_1_SHIFT_MS,
+    RayCluster,
+    free_port,
+    ray_cluster,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +65,18 @@ def redis_port() -> Iterator[int]:
         server.wait(10)
 
 
+def connected(ray_cluster: RayCluster, nodes: int,  # noqa: F811
+              resources: dict[str, float] | None = None) -> tuple[Cluster, dict[str, str]]:
+    """The cluster, joined and placed (spread), and each node's id by the resource the
+    fixture gave it (sb_node_0, sb_node_1): the cluster's own account."""
+    cluster = Cluster(ray_cluster.gcs, nodes=nodes, strategy="spread", resources=resources or {})
+    cluster.connect()
+    import ray
+
+    return cluster, {n["NodeID"]: next(r for r in n["Resources"] if r.startswith("sb_node_"))
+                     for n in ray.nodes() if n["Alive"]}
+
+
 @pytest.fixture(scope="module")
 def spread_run(ray_cluster: RayCluster, redis_port: int,  # noqa: F811
                tmp_path_factory: pytest.TempPathFactory
@@ -67,13 +86,7 @@ def spread_run(ray_cluster: RayCluster, redis_port: int,  # noqa: F811
     run_dir = tmp_path_factory.mktemp("ray") / "run"
     workload = Workload(name="ray", rate=RATE, duration_s=DURATION_S, warmup_s=WARMUP_S,
                         partitions=2, producers=2, consumers=2, message_size=256)
-    cluster = Cluster(ray_cluster.gcs, nodes=2, strategy="spread")
-    cluster.connect()
-    import ray
-
-    # each node's id, by the resource the fixture gave it: the cluster's own account
-    nodes = {n["NodeID"]: next(r for r in n["Resources"] if r.startswith("sb_node_"))
-             for n in ray.nodes() if n["Alive"]}
+    cluster, nodes = connected(ray_cluster, 2)
     run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
               out_dir=run_dir, track_ids=True, processes=cluster.workers, cluster=cluster,
               recorder=ParquetSink)
@@ -181,3 +194,95 @@ def test_more_nodes_than_the_cluster_has_is_one_line_and_exit_2(ray_cluster, tmp
         f"streambench: error: --nodes 3 --placement spread: the cluster at {ray_cluster.gcs} "
         "has 2 nodes alive"]
     assert not (tmp_path / "run").exists()
+
+
+SKEW_RATE = 1000.0
+
+
+def _clock_run(ray_cluster: RayCluster, redis_port: int, run_dir: Path,  # noqa: F811
+               nodes: int, resources: dict[str, float]
+               ) -> tuple[RunSummary, list[Tick], list[int], dict[str, str]]:
+    """1 producer and 2 consumers of one topic (2 partitions, which every consumer reads: the
+    server deals the entries) at 1,000 msg/s: over 2 nodes the producer's node consumes about
+    half the messages and the other node the rest, so half the samples cross nodes and half
+    are timed on node 1's shifted clock whichever node the actors land on. Its ticks as
+    published, every raw e2e sample, and each node's id by the resource the fixture gave it."""
+    workload = Workload(name="clock", rate=SKEW_RATE, duration_s=5, warmup_s=1, partitions=2,
+                        producers=1, consumers=2, message_size=256)
+    cluster, names = connected(ray_cluster, nodes, resources)
+    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
+              out_dir=run_dir, record_raw=True, processes=cluster.workers, cluster=cluster,
+              recorder=ParquetSink)
+    ticks: list[Tick] = []
+    raw: list[int] = []
+
+    def watch(item: object) -> None:
+        if isinstance(item, Tick):
+            ticks.append(item)
+        if isinstance(item, RawSamples) and item.kind == "e2e" and item.phase is Phase.MEASURING:
+            raw.extend(int(v) for v in item.values)
+
+    run.subscribe(watch)
+    return run_precise(run.execute()), ticks, raw, names
+
+
+def test_a_nodes_clock_offset_is_estimated_and_taken_out_of_e2e(
+        ray_cluster, redis_port, tmp_path):  # noqa: F811
+    """Node 1's load actors read a wall clock 200 ms ahead (the test hook): the estimates
+    find it within their bound, every tick carries both nodes' estimates, and the e2e p50
+    across the two nodes is the one of a run with everything on node 0."""
+    cross, ticks, raw, names = _clock_run(ray_cluster, redis_port, tmp_path / "cross", 2, {})
+    same, same_ticks, same_raw, _ = _clock_run(ray_cluster, redis_port, tmp_path / "same", 1,
+                                               {"sb_node_0": 1})
+    for summary in (cross, same):
+        (t,) = summary.targets
+        assert t.consumed == t.produced == int(SKEW_RATE * 6) and t.send_errors == 0
+
+    # each node's estimates, from run.json: the shift found within each estimate's bound
+    shift = {"sb_node_0": 0, "sb_node_1": int(NODE_1_SHIFT_MS * 1e6)}
+    workers = run_json(tmp_path / "cross")["cluster_placement"]["workers"]
+    assert {names[w["node_id"]] for w in workers} == {"sb_node_0", "sb_node_1"}
+    for w in workers:
+        series = w["clock"]
+        assert len(series) >= 2  # at the start and again while the run went on
+        for c in series:
+            assert 0 < c["bound_ns"] < 50_000_000
+            assert abs(c["offset_ns"] - shift[names[w["node_id"]]]) <= c["bound_ns"], (w, c)
+    # the ticks carry both nodes' estimates and shares, as the nodes table does; the nodes'
+    # counts add up to the target's
+    measuring = [t for t in ticks if t.phase is Phase.MEASURING]
+    assert all({names[c.node] for c in t.clocks} == {"sb_node_0", "sb_node_1"} for t in measuring)
+    assert all([n.node for n in t.nodes] == [c.node for c in t.clocks] for t in ticks)
+    assert all(sum(n.produced for n in t.nodes) == t.produced
+               and sum(n.consumed for n in t.nodes) == t.consumed for t in ticks)
+    node_1_share = (sum(n.consumed for t in measuring for n in t.nodes
+                        if names[n.node] == "sb_node_1") / sum(t.consumed for t in measuring))
+    table = ds.dataset(tmp_path / "cross" / "nodes", format="parquet").to_table().to_pydict()
+    assert len(table["node"]) == sum(len(t.nodes) for t in ticks)
+    assert sum(table["produced"]) == sum(t.produced for t in ticks) == cross.targets[0].produced
+    assert table["clock_offset_ns"] == [c.offset_ns for t in ticks for c in t.clocks]
+    assert all(h and m > 0 for h, m in zip(table["host"], table["memory_bytes"], strict=True))
+    assert all(t.e2e_clock_bound_ns > 0 for t in measuring)
+    assert all([names[c.node] for c in t.clocks] == ["sb_node_0"] for t in same_ticks)
+
+    # e2e: node 1 consumed a good share of the messages, and far fewer samples than that are
+    # 150 ms or more (stalls of a loaded machine give some; the shift would give that share);
+    # the p50 is the same-node run's (numpy on the raw samples, checked against the merged
+    # histograms of the ticks)
+    assert len(raw) == sum(t.e2e_latency.total for t in measuring) > SKEW_RATE * 4
+    slow = sum(1 for v in raw if v >= 150_000_000) / len(raw)
+    print(f"node 1 consumed {node_1_share:.2f} of the messages; {slow:.3f} of the samples "
+          f"150 ms or more (max {max(raw) / 1e6:.1f} ms)")
+    assert node_1_share > 0.3 and slow < node_1_share / 2
+    # a sample below zero is counted (and kept, as 0): the ticks' count is the raw samples'
+    assert sum(t.e2e_below_zero for t in measuring) == sum(1 for v in raw if v < 0)
+    p50, same_p50 = float(np.percentile(raw, 50)), float(np.percentile(same_raw, 50))
+    merged = HistogramSnapshot.merge([t.e2e_latency for t in measuring])
+    assert float(percentiles(merged, [50.0])[0]) == pytest.approx(max(p50, 0), rel=0.01, abs=2_000)
+    bounds = [c["bound_ns"] for w in workers for c in w["clock"]]
+    print(f"e2e p50 {p50 / 1e6:.3f} ms over 2 nodes, {same_p50 / 1e6:.3f} ms on node 0; "
+          f"clock bounds {min(bounds) / 1e6:.3f}-{max(bounds) / 1e6:.3f} ms; offsets "
+          + ", ".join(f"{names[w['node_id']]} {c['offset_ns'] / 1e6:+.3f}"
+                      for w in workers for c in w["clock"]))
+    assert abs(p50 - same_p50) <= 500_000, (
+        f"e2e p50 {p50 / 1e6:.3f} ms across nodes, {same_p50 / 1e6:.3f} ms on one node")
