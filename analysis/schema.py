@@ -104,6 +104,8 @@ TICKS = _with_meta(
         # bound applied to the interval's samples (schema 4; null in older runs)
         _opt("e2e_below_zero", pa.int64()),
         _opt("e2e_clock_bound_ns", pa.int64()),
+        # load nodes of the target lost by the tick, their share missing (schema 4)
+        _opt("nodes_lost", pa.int64()),
     ],
 )
 

@@ -489,6 +489,7 @@ class ParquetSink:
             "loadgen_saturated": t.loadgen.saturated,
             "e2e_below_zero": t.e2e_below_zero,
             "e2e_clock_bound_ns": t.e2e_clock_bound_ns,
+            "nodes_lost": t.nodes_lost,
         }
         snaps = {"e2e": t.e2e_latency, "publish": t.publish_latency, "delay": t.publish_delay}
         for kind in LATENCY_KINDS:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.clocks import BURST, CLOCK_EVERY_S, WALL_SHIFT_ENV, Exchange, estimate, shift_wall_clock
-from loadgen.core.errors import StackError, StreambenchError
+from loadgen.core.errors import NodeLost, StackError, StreambenchError
 from loadgen.core.target import Target
 from loadgen.core.ticks import NodeClock
 from loadgen.core.workload import Workload
@@ -228,6 +228,7 @@ class LoadActorHandle:
         self._offset_ns = 0  # the actor's monotonic clock minus the coordinator's
         self._mono_bound_ns = 0  # the most that offset can be wrong by
         self._closing = False
+        self.lost = False  # it ran, then its node or process went
         self._clock_stop = asyncio.Event()
         self._clock_task: asyncio.Task[None] | None = None
         self.clocks: list[NodeClock] = []  # every estimate of the node's wall clock, in order
@@ -323,6 +324,12 @@ class LoadActorHandle:
             raise
         except Exception as exc:
             where = self.where.get("hostname") or "its node"
+            ready = self._ready
+            if ready.done() and not ready.cancelled() and ready.exception() is None:  # it ran
+                self.lost = True
+                raise NodeLost(f"the load actor on {where} (node "
+                               f"{self.where.get('node_id', '')[:12]}) is gone "
+                               f"({type(exc).__name__})") from None
             raise StackError(f"{self.label}: the load actor on {where} ended unexpectedly "
                              f"({type(exc).__name__})") from None
         for item in items:
@@ -345,7 +352,8 @@ class LoadActorHandle:
                 await asyncio.wait_for(asyncio.shield(self._clock_task), 10)
         final = None
         with contextlib.suppress(Exception):
-            final = await asyncio.wait_for(self._call("close", ()), _CLOSE_TIMEOUT_S)
+            if not self.lost:
+                final = await asyncio.wait_for(self._call("close", ()), _CLOSE_TIMEOUT_S)
         # the poll under way ends by itself within POLL_S: Ray Client reports a call given up
         # on (a cancelled await) as a traceback of its own
         self._closing = True

@@ -24,7 +24,7 @@ RECENT_WINDOW_S = 10.0  # latency merged over the last ten seconds
 NS_PER_MS = 1e6
 EVENTS_KEPT = 200
 # events drawn as a marker on the charts: changes of the load and faults
-MARKED_KINDS = ("rate", "producers", "consumers")
+MARKED_KINDS = ("rate", "producers", "consumers", "node-lost")
 MARKED_PREFIX = ("fault-", "net-")  # a broker's faults and its links'
 
 Reducer = Callable[[Sequence[float]], float]

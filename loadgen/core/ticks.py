@@ -163,6 +163,8 @@ class Tick:
     e2e_clock_bound_ns: int = 0
     clocks: tuple[NodeClock, ...] = ()  # each node's clock estimate in force, on a cluster
     nodes: tuple[NodeStat, ...] = ()  # each load node's share, on a cluster
+    # load nodes of the target lost by this tick (their share is missing from it and after)
+    nodes_lost: int = 0
 
     @property
     def produce_rate(self) -> float:

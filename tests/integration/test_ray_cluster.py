@@ -6,6 +6,7 @@ line and exit 2; no actor outlives its run, however the run ends."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -20,7 +21,7 @@ import redis
 
 from analysis.sink import ParquetSink
 from loadgen.cluster import LEASE_S, Cluster
-from loadgen.core.events import PhaseChange
+from loadgen.core.events import PhaseChange, RunEvent
 from loadgen.core.histogram import HistogramSnapshot, percentiles
 from loadgen.core.target import unique_labels
 from loadgen.core.ticks import Phase, RawSamples, Tick
@@ -286,3 +287,72 @@ def test_a_nodes_clock_offset_is_estimated_and_taken_out_of_e2e(
                       for w in workers for c in w["clock"]))
     assert abs(p50 - same_p50) <= 500_000, (
         f"e2e p50 {p50 / 1e6:.3f} ms across nodes, {same_p50 / 1e6:.3f} ms on one node")
+
+
+LOSS_RATE = 2000.0
+
+
+def test_a_node_lost_mid_run_is_an_event_and_the_run_goes_on(ray_cluster, redis_port,  # noqa: F811
+                                                              tmp_path):
+    """2 producers and 1 consumer over 2 nodes: the second node's load actor (its one
+    producer) is killed 2 s into the measuring phase. The run goes on with the first node to
+    its end; the loss is one event; the ticks after it lack that node and are flagged; the rate
+    falls to the remaining producer's share; every message the broker holds is read once."""
+    workload = Workload(name="loss", rate=LOSS_RATE, duration_s=6, warmup_s=1, partitions=2,
+                        producers=2, consumers=1, message_size=256)
+    cluster, _ = connected(ray_cluster, 2)
+    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
+              out_dir=tmp_path / "run", processes=cluster.workers, cluster=cluster,
+              recorder=ParquetSink)
+    ticks: list[Tick] = []
+    events: list[RunEvent] = []
+    broker: dict[str, Any] = {}
+    killed: list[int] = []
+
+    def watch(item: object) -> None:
+        if isinstance(item, Tick):
+            ticks.append(item)
+            if item.phase is Phase.MEASURING and item.seq >= 2 and not killed:
+                victim = cluster.handles[1].where  # share 1: producer 1, no consumer
+                killed.append(item.seq)
+                os.kill(victim["pid"], signal.SIGKILL)
+        if isinstance(item, RunEvent):
+            events.append(item)
+        if isinstance(item, PhaseChange) and item.phase is Phase.WRITING and not broker:
+            client = redis.Redis(port=redis_port)
+            ((_topic, layout),) = run.runners[0].describe()["layout"].items()
+            broker["xlen"] = sum(client.xlen(s) for s in layout["streams"])
+            broker["read"] = sum(g["entries-read"] for s in layout["streams"]
+                                 for g in client.xinfo_groups(s))
+
+    run.subscribe(watch)
+    summary = run_precise(run.execute())
+    (t,) = summary.targets
+    victim = summary.placement["workers"][1] if summary.placement else {}
+    (lost,) = [e for e in events if e.kind == "node-lost"]
+    print(f"node-lost: {lost.detail}; ticks (seq, phase, nodes lost, produced): "
+          + ", ".join(f"{k.seq} {k.phase.value} {k.nodes_lost} {k.produced}" for k in ticks))
+    assert lost.detail.startswith(f"the load actor on {victim['hostname']} (node "
+                                  f"{victim['node_id'][:12]}) is gone")
+    assert "its 1 producer(s) and 0 consumer(s) stop for the rest of the run" in lost.detail
+    # the ticks: both nodes before the loss, the first alone and flagged after it
+    before = [k for k in ticks if k.seq <= killed[0]]
+    after = [k for k in ticks if k.nodes_lost]
+    assert all(len(k.nodes) == 2 and not k.nodes_lost for k in before)
+    assert after and all(k.nodes_lost == 1 and [n.node for n in k.nodes] ==
+                         [summary.placement["workers"][0]["node_id"]] for k in after)
+    assert [k.seq for k in after] == list(range(after[0].seq, ticks[-1].seq + 1))
+    assert after[0].seq <= killed[0] + 3  # noticed within a few ticks
+    # the rate: the remaining producer's share, over the measuring ticks after the loss
+    settled = [k for k in after[1:] if k.phase is Phase.MEASURING]
+    assert settled
+    rate = sum(k.produced for k in settled) / sum(k.interval_s for k in settled)
+    assert abs(rate - LOSS_RATE / 2) / (LOSS_RATE / 2) < 0.02, f"{rate:.0f} msg/s"
+    # the broker's count: every message there read once; the lost producer's acknowledged
+    # messages after its last tick are in the broker's count, not in ours
+    assert t.send_errors == 0 and t.duplicates == 0 and t.drained
+    assert broker["read"] == broker["xlen"] == t.consumed
+    assert 0 <= broker["xlen"] - t.produced <= LOSS_RATE / 2 * 1.5
+    assert ray_cluster.no_load_actor_within(5)
+    stored = ds.dataset(tmp_path / "run" / "events", format="parquet").to_table().to_pydict()
+    assert stored["kind"].count("node-lost") == 1

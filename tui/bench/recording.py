@@ -233,6 +233,7 @@ def _ticks(run_dir: Path) -> list[Tick]:
             consumers=consumers.get((target, seq), ()),
             e2e_below_zero=r["e2e_below_zero"] or 0,
             e2e_clock_bound_ns=r["e2e_clock_bound_ns"] or 0,
+            nodes_lost=r["nodes_lost"] or 0,
             nodes=nodes.get((target, seq), ((), ()))[0],
             clocks=nodes.get((target, seq), ((), ()))[1],
             **snaps,
