@@ -105,11 +105,12 @@ class LoadActor:
 
     def __init__(self, index: int, target: Target, workload: Workload, run_id: str,
                  record_raw: bool, track_ids: bool, share: tuple[int, int],
-                 log_dir: Path | None) -> None:
+                 log_dir: Path | None, split_roles: bool = False) -> None:
         shift = os.environ.get(WALL_SHIFT_ENV)
         if shift:  # the test hook: this node's wall clock is wrong by that much
             shift_wall_clock(float(shift))
         self._items: list[object] = []  # bus items not yet handed to the coordinator
+        self._split_roles = split_roles
         self._heard = time.monotonic()
         self._started = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -132,6 +133,7 @@ class LoadActor:
         self._loop = asyncio.get_running_loop()
         self._wake, self._closed = asyncio.Event(), asyncio.Event()
         self.load = make()
+        self.load.split_roles = self._split_roles
         import ray
 
         self.load.node = (ray.get_runtime_context().get_node_id(), socket.gethostname())
@@ -378,6 +380,8 @@ class Cluster:
     targets: int = 1
     # custom resources each node must have (a node's share asks this much of each)
     resources: dict[str, float] = field(default_factory=dict)
+    # producers on the first half of the nodes, consumers on the others (OMB's default)
+    split_roles: bool = False
     ray_version: str = ""
     _group: Any = None
     _nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -413,6 +417,10 @@ class Cluster:
         self._nodes = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
         alive = len(self._nodes)
         self.nodes = self.nodes or alive
+        if self.split_roles and self.nodes < 2:
+            self.close()
+            raise ClusterError(f"--split-roles: producers and consumers need 2 nodes or more, "
+                               f"the load takes {self.nodes}")
         if self.strategy == "spread" and self.nodes > alive:
             self.close()
             raise ClusterError(f"--nodes {self.nodes} --placement spread: the cluster at "
@@ -459,7 +467,7 @@ class Cluster:
         """The actors of one target, one per bundle, share k of `workers` on bundle k."""
         made = [LoadActorHandle(self, target.label, k,
                                 (index, target, workload, run_id, record_raw, track_ids,
-                                 (k, self.workers), log_dir), publish)
+                                 (k, self.workers), log_dir, self.split_roles), publish)
                 for k in range(self.workers)]
         self.handles += made
         return made
@@ -467,7 +475,7 @@ class Cluster:
     def placement(self) -> dict[str, Any]:
         """run.json's cluster_placement: where every load actor ran."""
         return {"address": self.address, "strategy": self.strategy, "nodes": self.workers,
-                "ray_version": self.ray_version,
+                "split_roles": self.split_roles, "ray_version": self.ray_version,
                 "workers": [{"target": h.label, "worker": h.share, **h.where,
                              "clock": [{"time_ns": c.estimated_ns, "offset_ns": c.offset_ns,
                                         "bound_ns": c.bound_ns} for c in h.clocks]}

@@ -217,6 +217,7 @@ class TargetLoad:
         # taken back by its offset; None on the coordinator's own clock
         self._clock: NodeClock | None = None
         self.node: tuple[str, str] | None = None  # (node id, host name) on a cluster's node
+        self.split_roles = False  # producers and consumers dealt to different processes
         self._below_zero = 0  # e2e samples of the interval below zero
         self._clock_bound = 0  # the largest bound applied to the interval's e2e samples
         # message ids read, per subscription: each subscription reads every message once
@@ -303,7 +304,7 @@ class TargetLoad:
         w = self.workload
         subs = len(self.subscriptions)
         mine = place(len(self.topics) * w.producers, len(self.topics) * subs * w.consumers,
-                     self.shares)[self.share]
+                     self.shares, self.split_roles)[self.share]
         self.driver.plan(w.consumers)
         for number in mine.consumers:
             t, rest = divmod(number, subs * w.consumers)

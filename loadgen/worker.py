@@ -264,6 +264,8 @@ class LoadChannel(Protocol):
 class ClusterPlacement(Protocol):
     """A cluster whose nodes run a target's clients (loadgen.cluster.Cluster)."""
 
+    split_roles: bool  # producers and consumers on different nodes
+
     def load_workers(self, index: int, target: Target, workload: Workload, run_id: str,
                      record_raw: bool, track_ids: bool, log_dir: Path | None,
                      publish: Publish) -> Sequence[LoadChannel]: ...
@@ -446,7 +448,7 @@ class TargetWorker:
                            *cluster.load_workers(*args, log_dir, publish)]
             w = workload
             shares = place(w.topics * w.producers, w.topics * w.subscriptions * w.consumers,
-                           len(self._procs) - 1)
+                           len(self._procs) - 1, cluster.split_roles)
             self._shares = {k + 1: share for k, share in enumerate(shares)}
             self._producers = w.topics * w.producers
 

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from analysis.sink import ParquetSink
-from loadgen.cluster import LEASE_S, Cluster
+from loadgen.cluster import LEASE_S, Cluster, ClusterError
 from loadgen.core.events import PhaseChange, RunEvent
 from loadgen.core.histogram import HistogramSnapshot, percentiles
 from loadgen.core.target import unique_labels
@@ -356,3 +356,36 @@ def test_a_node_lost_mid_run_is_an_event_and_the_run_goes_on(ray_cluster, redis_
     assert ray_cluster.no_load_actor_within(5)
     stored = ds.dataset(tmp_path / "run" / "events", format="parquet").to_table().to_pydict()
     assert stored["kind"].count("node-lost") == 1
+
+
+def test_split_roles_put_producers_and_consumers_on_different_nodes(ray_cluster, redis_port,  # noqa: F811
+                                                                   tmp_path):
+    """--split-roles over 2 nodes: both producers on one node, both consumers on the other
+    (the nodes' own counts say so), every message read once; on 1 node it is refused."""
+    with pytest.raises(ClusterError, match="--split-roles: producers and consumers need 2 "
+                                           "nodes or more, the load takes 1"):
+        Cluster(ray_cluster.gcs, nodes=1, split_roles=True).connect()
+    workload = Workload(name="split", rate=2000.0, duration_s=3, warmup_s=1, partitions=2,
+                        producers=2, consumers=2, message_size=256)
+    cluster = Cluster(ray_cluster.gcs, nodes=2, strategy="spread", split_roles=True)
+    cluster.connect()
+    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
+              out_dir=tmp_path / "run", processes=cluster.workers, cluster=cluster,
+              recorder=ParquetSink)
+    summary = run_precise(run.execute())
+    (t,) = summary.targets
+    assert t.produced == 2000 * 4 and t.consumed == t.produced and t.duplicates == 0
+    doc = run_json(tmp_path / "run")
+    assert doc["cluster_placement"]["split_roles"] is True
+    assert doc["load_placement"] == [{"producers": [0, 1], "consumers": []},
+                                     {"producers": [], "consumers": [0, 1]}]
+    producer_node, consumer_node = (w["node_id"] for w in doc["cluster_placement"]["workers"])
+    assert producer_node != consumer_node
+    nodes = ds.dataset(tmp_path / "run" / "nodes", format="parquet").to_table().to_pydict()
+    produced = {n: 0 for n in (producer_node, consumer_node)}
+    consumed = dict(produced)
+    for node, p, c in zip(nodes["node"], nodes["produced"], nodes["consumed"], strict=True):
+        produced[node] += p
+        consumed[node] += c
+    assert produced == {producer_node: t.produced, consumer_node: 0}
+    assert consumed == {producer_node: 0, consumer_node: t.consumed}

@@ -189,7 +189,8 @@ def test_node_resource_without_a_cluster_is_one_line_and_exit_2(tmp_path) -> Non
                    "--node-resource", "streambench=1", "--out", str(tmp_path / "run")])
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
-        "streambench: error: --nodes, --placement and --node-resource choose nodes of a --cluster"]
+        "streambench: error: --nodes, --placement, --node-resource and --split-roles choose "
+        "nodes of a --cluster"]
     assert not (tmp_path / "run").exists()
 
 

@@ -298,6 +298,9 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
     run.add_argument("--placement", choices=("spread", "pack"), metavar="spread|pack",
                      help="--cluster: spread (the default): every actor of a target on another "
                           "node; pack: on as few nodes as have the CPUs")
+    run.add_argument("--split-roles", action="store_true",
+                     help="--cluster: producers on the first half of the nodes, consumers on "
+                          "the others (OMB's default; 2 nodes or more)")
     run.add_argument("--node-resource", type=_node_resource, action="append", default=[],
                      metavar="NAME=N",
                      help="--cluster: only nodes with N of the Ray resource NAME free take load "
