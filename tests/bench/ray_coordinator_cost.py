@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,8 @@ from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
-from tests.integration.ray_support import _ray_start, free_port, two_node_cluster
+from tests.conftest import redis_server
+from tests.integration.ray_support import ray_start, two_node_cluster
 
 RATE_PER_NODE = 1000.0
 REPLIES: list[Any] = []  # the last tick replies of a run, measured after it
@@ -115,30 +115,25 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of the six runs")
     args = parser.parse_args()
     keep_replies()
-    port = free_port()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                               "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
     results: dict[tuple[str, int], list[tuple[float, int, float]]] = {}
-    try:
-        time.sleep(0.5)
-        with two_node_cluster() as cluster, tempfile.TemporaryDirectory() as tmp:
-            # a third node of the same cluster (its processes are the cluster's: stopped with it)
-            _ray_start([f"--address={cluster.gcs}", '--resources={"sb_node_2": 1}'])
-            for k in range(args.rounds):
-                for nodes in (1, 2, 3):
-                    for name, gcs in (("local", None), ("ray", cluster.gcs)):
-                        load = os.getloadavg()[0]
-                        r = one_run(port, gcs, nodes, args.seconds,
-                                    Path(tmp) / f"{name}-{nodes}-{k}")
-                        results.setdefault((name, nodes), []).append(r)
-                        cpu, n, size = r
-                        print(f"round {k + 1} {name:5} {nodes} node(s)/process(es): coordinator "
-                              f"{cpu / n * 1000:6.2f} ms CPU per tick, {cpu / n / nodes * 1000:6.2f} "
-                              f"ms per node tick, {size:,.0f} bytes per node tick "
-                              f"(load {load:.1f} before)", flush=True)
-    finally:
-        server.terminate()
-        server.wait(10)
+    # the cluster's network namespace holds the nodes, the redis-server and this process's
+    # runs: loopback is its only address
+    with two_node_cluster() as cluster, cluster.net.entered(), redis_server() as port, \
+            tempfile.TemporaryDirectory() as tmp:
+        # a third node of the same cluster (its processes are the cluster's: stopped with it)
+        ray_start(cluster.net, [f"--address={cluster.gcs}", '--resources={"sb_node_2": 1}'])
+        for k in range(args.rounds):
+            for nodes in (1, 2, 3):
+                for name, gcs in (("local", None), ("ray", cluster.gcs)):
+                    load = os.getloadavg()[0]
+                    r = one_run(port, gcs, nodes, args.seconds,
+                                Path(tmp) / f"{name}-{nodes}-{k}")
+                    results.setdefault((name, nodes), []).append(r)
+                    cpu, n, size = r
+                    print(f"round {k + 1} {name:5} {nodes} node(s)/process(es): coordinator "
+                          f"{cpu / n * 1000:6.2f} ms CPU per tick, {cpu / n / nodes * 1000:6.2f} "
+                          f"ms per node tick, {size:,.0f} bytes per node tick "
+                          f"(load {load:.1f} before)", flush=True)
     print(f"\n{'placement':12}{'nodes':>6}{'CPU ms/tick':>13}{'ms/node tick':>14}"
           f"{'bytes/node tick':>17}")
     per_tick: dict[tuple[str, int], float] = {}

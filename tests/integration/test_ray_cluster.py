@@ -1,5 +1,7 @@
-"""`run --cluster` on a real two-node Ray cluster of this machine (loopback): a Redis target's
-producers and consumers in Ray actors, one on each node, the broker and the coordinator here.
+"""`run --cluster` on a real two-node Ray cluster of this machine: a Redis target's producers and
+consumers in Ray actors, one on each node, the broker and the coordinator here, all of them in
+the cluster's network namespace, where loopback is the only address (this test process enters
+it for the module; every socket of the nodes is checked to be on loopback).
 The counts are checked against the broker's own (XLEN, XINFO GROUPS), the rate against the
 ticks, the placement against the cluster's own node list; a cluster nothing answers at is one
 line and exit 2; no actor outlives its run, however the run ends."""
@@ -8,13 +10,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pyarrow.dataset as ds
 import pytest
 import redis
@@ -29,12 +30,14 @@ from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, RunSummary
-from tests.conftest import CliRun, run_cli, run_json
+from tests.conftest import CliRun, redis_server, run_cli, run_json
 from tests.integration.ray_support import (  # noqa: F401
     NODE_1_SHIFT_MS,
     RayCluster,
     free_port,
+    on_loopback,
     ray_cluster,
+    without_ray_route_warning,
 )
 
 pytestmark = pytest.mark.integration
@@ -44,26 +47,19 @@ WARMUP_S = 1
 DURATION_S = 5
 
 
+@pytest.fixture(scope="module", autouse=True)
+def in_cluster_net(ray_cluster: RayCluster) -> Iterator[None]:  # noqa: F811
+    """This module's tests, the runs and brokers they start and the clients they read with,
+    in the cluster's network namespace."""
+    with ray_cluster.net.entered():
+        yield
+
+
 @pytest.fixture(scope="module")
-def redis_port() -> Iterator[int]:
+def redis_port(in_cluster_net: None) -> Iterator[int]:
     """A redis-server of its own, so that its streams can be read after the run's load."""
-    port = free_port()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                               "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    try:
-        client = redis.Redis(port=port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.1)
+    with redis_server() as port:
         yield port
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def connected(ray_cluster: RayCluster, nodes: int,  # noqa: F811
@@ -148,6 +144,33 @@ def test_the_placement_names_both_nodes(spread_run, ray_cluster):  # noqa: F811
     assert ray_cluster.no_load_actor_within(5)  # none left once the run is over (ray.kill)
 
 
+def test_every_socket_of_the_nodes_is_on_loopback(ray_cluster):  # noqa: F811
+    """Each node's GCS, raylet, object manager, agents and workers listen on and connect to
+    loopback only, and every node reports 127.0.0.1; neither `ray start` nor Ray's view of the
+    nodes names an address of the machine's own."""
+    sockets = ray_cluster.sockets()
+    listening = {(p.pid, c.laddr.port) for p, c in sockets if c.status == psutil.CONN_LISTEN}
+    raylets = {p.pid for p in ray_cluster.processes() if p.name() == "raylet"}
+    # the sockets were found: the GCS's port, and a node manager and object manager per raylet
+    assert int(ray_cluster.gcs.rsplit(":", 1)[1]) in {port for _, port in listening}
+    assert len(raylets) == 2
+    assert all(sum(pid == r for pid, _ in listening) >= 2 for r in raylets)
+    elsewhere = [(p.name(), c.laddr, c.raddr) for p, c in sockets
+                 if not on_loopback(c.laddr.ip) or (c.raddr and not on_loopback(c.raddr.ip))]
+    print(f"{len(sockets)} sockets of {len(ray_cluster.processes())} Ray processes, "
+          f"{len(listening)} listening: " + ", ".join(sorted(
+              {f"{p.name()} {c.laddr.ip}" for p, c in sockets if c.status == psutil.CONN_LISTEN})))
+    assert not elsewhere, f"Ray sockets off loopback: {elsewhere}"
+    assert not [a for a in ray_cluster.net.outside if a in ray_cluster.started_output]
+    cluster, _ = connected(ray_cluster, 2)
+    try:
+        import ray
+
+        assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+    finally:
+        cluster.close()
+
+
 def test_a_cluster_nothing_answers_at_is_one_line_and_exit_2(tmp_path):
     res = run_cli(["run", "redis@127.0.0.1:1", "--headless", "--duration", "2",
                    "--cluster", f"127.0.0.1:{free_port()}", "--out", str(tmp_path / "run")])
@@ -174,6 +197,7 @@ def test_no_actor_outlives_its_coordinator(sig, ray_cluster, redis_port, tmp_pat
         cli.signal(sig)
         code, out, err = cli.finish(60)
         assert code == (143 if sig is signal.SIGTERM else -signal.SIGKILL), err[-2000:]
+        assert not [a for a in ray_cluster.net.outside if a in out + err]  # loopback only
         if auto:  # the end summary says where the load ran, as run.json does
             placement = run_json(tmp_path / "run")["cluster_placement"]
             assert placement["address"] == ray_cluster.client  # auto: RAY_ADDRESS
@@ -191,7 +215,7 @@ def test_more_nodes_than_the_cluster_has_is_one_line_and_exit_2(ray_cluster, tmp
     res = run_cli(["run", "redis@127.0.0.1:1", "--headless", "--duration", "2",
                    "--cluster", ray_cluster.gcs, "--nodes", "3", "--out", str(tmp_path / "run")])
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == [
+    assert without_ray_route_warning(res.stderr) == [
         f"streambench: error: --nodes 3 --placement spread: the cluster at {ray_cluster.gcs} "
         "has 2 nodes alive"]
     assert not (tmp_path / "run").exists()
