@@ -78,6 +78,7 @@ bench: setup-test
 	$(BIN)/python tests/bench/prometheus_scrape.py
 	$(BIN)/python tests/bench/metrics_cost.py
 	$(BIN)/python tests/bench/ray_placement.py
+	$(BIN)/python tests/bench/ray_coordinator_cost.py
 
 # 60 minutes at 10,000 msg/s on a local redis-server: RSS of every process per minute
 soak: setup-test

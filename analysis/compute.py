@@ -305,6 +305,26 @@ class TargetReport:
         return self.throughput.seconds >= MIN_EXTRAPOLATION_S
 
 
+@dataclass(frozen=True)
+class NodeRow:
+    """One load node of a target on a Ray cluster over the measuring phase (the nodes table)."""
+
+    key: Key  # (run_id, target)
+    node: str
+    host: str
+    produced: int
+    consumed: int
+    cpu_percent: float  # the load actor's mean CPU (% of one core)
+    loop_lag_ms: float  # its event loop's latest wake-up
+    memory_bytes: int  # its largest resident memory
+    saturated_ticks: int  # ticks in which it was the bottleneck
+    offset_min_ns: float  # its clock's estimated offset, lowest and highest (NaN: none)
+    offset_max_ns: float
+    bound_max_ns: float  # the largest error bound of those estimates
+    below_zero: int = 0  # the target's e2e samples below zero (per target, not per node)
+    nodes_lost: int = 0  # the target's load nodes lost by the end of the measuring phase
+
+
 @dataclass
 class ReportData:
     runs: list[RunInfo]
@@ -313,6 +333,7 @@ class ReportData:
     changes: list[ChangeRow] = field(default_factory=list)  # "Faults and changes", time order
     # "Consumer assignments": the consumers' partitions at start-up and each change, time order
     assignments: list[AssignmentRow] = field(default_factory=list)
+    nodes: list[NodeRow] = field(default_factory=list)  # "Load nodes", on a Ray cluster
 
     def run(self, run_id: str) -> RunInfo:
         return next(r for r in self.runs if r.run_id == run_id)
@@ -897,6 +918,40 @@ def _subscriptions(run: RunInfo) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
 
 
+def _nodes(spark: SparkSession, runs: Sequence[RunInfo], measuring: DataFrame,
+           keys: Sequence[Key]) -> list[NodeRow]:
+    """Each target's load nodes over the measuring phase (runs on a Ray cluster; none for
+    the others), in the targets' order, then by node."""
+    rows = (read_table(spark, runs, "nodes").where(_measuring())
+            .groupBy("run_id", "target", "node", "host")
+            .agg(F.sum("produced").alias("produced"), F.sum("consumed").alias("consumed"),
+                 F.avg("loadgen_cpu_percent").alias("cpu"),
+                 F.max("loadgen_loop_lag_ms").alias("lag"),
+                 F.max("memory_bytes").alias("memory"),
+                 F.sum(F.when(F.col("loadgen_saturated") != "", 1).otherwise(0)).alias("sat"),
+                 F.min("clock_offset_ns").alias("lo"), F.max("clock_offset_ns").alias("hi"),
+                 F.max("clock_bound_ns").alias("bound"))
+            .collect())
+    if not rows:
+        return []
+    per_target = {(r["run_id"], r["target"]): r for r in (
+        measuring.groupBy("run_id", "target")
+        .agg(F.sum(F.coalesce(F.col("e2e_below_zero"), F.lit(0))).alias("below"),
+             F.max(F.coalesce(F.col("nodes_lost"), F.lit(0))).alias("lost"))
+        .collect())}
+    order = {k: i for i, k in enumerate(keys)}
+    out = []
+    for r in rows:
+        key = (r["run_id"], r["target"])
+        target = per_target.get(key)
+        out.append(NodeRow(
+            key, r["node"], r["host"], _int(r["produced"]), _int(r["consumed"]), _num(r["cpu"]),
+            _num(r["lag"]), _int(r["memory"]), _int(r["sat"]), _num(r["lo"]), _num(r["hi"]),
+            _num(r["bound"]), _int(target["below"]) if target else 0,
+            _int(target["lost"]) if target else 0))
+    return sorted(out, key=lambda n: (order.get(n.key, len(order)), n.node))
+
+
 # -- the job -----------------------------------------------------------------------------------
 
 
@@ -942,6 +997,8 @@ def compute_report(
                 histograms.unpersist()
             steps.step("broker metrics")
             broker_metrics = _broker_metrics(spark, runs)
+            steps.step("load nodes")
+            nodes = _nodes(spark, runs, measuring, keys)
         finally:
             ticks.unpersist()
 
@@ -987,4 +1044,4 @@ def compute_report(
     measuring_start = {k: totals[k].start_us for k in keys}
     return ReportData(runs=list(runs), targets=targets, baseline=base,
                       changes=change_rows(events, measuring_start),
-                      assignments=assignment_rows(events, measuring_start))
+                      assignments=assignment_rows(events, measuring_start), nodes=nodes)

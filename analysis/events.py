@@ -43,6 +43,8 @@ NOTE_KINDS = _values(
     EventKind.DRAIN_STALLED,  # a drain that reads nothing, messages unread
     EventKind.MESSAGES_LOST,  # … and the broker shows nothing left to read
     EventKind.DELIVERY_AUDIT,  # the delivery audit's verdict (--audit)
+    EventKind.CLOCK_BOUND,  # e2e across a cluster's clocks as uncertain as it is large
+    EventKind.NODE_LOST,  # a cluster node's share of the load gone
     EventKind.BROKER_MEMORY_HIGH,  # a container near its memory limit
     EventKind.MEMORY_LOW, EventKind.HANGUP)  # the run stopped early: memory, the terminal
 # which partitions the consumers hold: at start-up, and each change (a rebalance) after

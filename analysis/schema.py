@@ -12,7 +12,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 # 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table;
-# 4: the audit's duplicates and reordered columns of ticks, the broker_metrics table
+# 4: ticks gained the audit's duplicates and reordered, e2e_below_zero, e2e_clock_bound_ns and
+# nodes_lost; the broker_metrics and nodes tables
 SCHEMA_VERSION = 4
 MIN_READER_VERSION = 1  # the oldest reader that reads what this version writes
 
@@ -103,6 +104,12 @@ TICKS = _with_meta(
         # the delivery audit's finds in the interval (schema 4; 0 without --audit, null before)
         _opt("duplicates", pa.int64()),
         _opt("reordered", pa.int64()),
+        # e2e samples below zero (counted as 0 in the e2e figures) and the largest clock error
+        # bound applied to the interval's samples (schema 4; null in older runs)
+        _opt("e2e_below_zero", pa.int64()),
+        _opt("e2e_clock_bound_ns", pa.int64()),
+        # load nodes of the target lost by the tick, their share missing (schema 4)
+        _opt("nodes_lost", pa.int64()),
     ],
 )
 
@@ -163,6 +170,25 @@ CONSUMERS = _with_meta(
     ],
 )
 
+NODES = _with_meta(
+    "nodes",
+    [
+        *_key_fields(),
+        _req("node", pa.string()),  # the node's id (Ray's)
+        _req("host", pa.string()),
+        _req("produced", pa.int64()),  # messages in the interval
+        _req("consumed", pa.int64()),
+        _opt("loadgen_cpu_percent", pa.float64()),  # the node's load actor
+        _opt("loadgen_loop_lag_ms", pa.float64()),
+        _req("memory_bytes", pa.int64()),  # the actor's resident memory
+        _req("loadgen_saturated", pa.string()),
+        # the node's wall clock against the coordinator's, as estimated last
+        _opt("clock_offset_ns", pa.int64()),  # its wall clock minus the coordinator's
+        _opt("clock_bound_ns", pa.int64()),  # the most the offset can be wrong by
+        _opt("clock_estimated", TIMESTAMP),  # when that estimate was made
+    ],
+)
+
 EVENTS = _with_meta(
     "events",
     [
@@ -191,6 +217,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "broker": BROKER,
     "broker_metrics": BROKER_METRICS,
     "consumers": CONSUMERS,
+    "nodes": NODES,
     "events": EVENTS,
     "raw": RAW,
 }

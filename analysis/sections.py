@@ -369,6 +369,43 @@ def _assignments_section(data: ReportData) -> Section | None:
     return Section("Consumer assignments", blocks)
 
 
+def _node_target(data: ReportData, key: tuple[str, str]) -> str:
+    return next((t.heading for t in data.targets if (t.run_id, t.target) == key), key[1])
+
+
+def _nodes_section(data: ReportData) -> Section | None:
+    """A run on a Ray cluster: each target's load nodes over the measuring phase."""
+    if not data.nodes:
+        return None
+    rows = []
+    for n in data.nodes:
+        clock = (f"{n.offset_min_ns / 1e6:+.3f} to {n.offset_max_ns / 1e6:+.3f}"
+                 if math.isfinite(n.offset_min_ns) else "n/a")
+        rows.append([_node_target(data, n.key), n.node[:12], n.host, f"{n.produced:,}",
+                     f"{n.consumed:,}", fmt(n.cpu_percent, 1), fmt(n.loop_lag_ms, 1),
+                     fmt(n.memory_bytes / 1e6, 0), str(n.saturated_ticks), clock,
+                     fmt(n.bound_max_ns / 1e6, 3) if math.isfinite(n.bound_max_ns) else "n/a"])
+    notes = []
+    for key in dict.fromkeys(n.key for n in data.nodes):
+        first = next(n for n in data.nodes if n.key == key)
+        if first.below_zero or first.nodes_lost:
+            notes.append(f"{_node_target(data, key)}: {first.below_zero:,} end-to-end samples "
+                         f"below zero (counted as 0), {first.nodes_lost} load node(s) lost.")
+    return Section("Load nodes", [
+        "The run's load ran on a Ray cluster: each target's load nodes over the measuring "
+        "phase, from the run's nodes table: what each node's producers had acknowledged and "
+        "its consumers read, its load actor's mean CPU (% of one core), its event loop's "
+        "latest wake-up, its largest resident memory, the seconds it was the bottleneck, and "
+        "its wall clock against streambench's: the estimated offsets (lowest to highest) and "
+        "the largest error bound. End-to-end samples are taken back by their consumer's "
+        "node's offset and are that uncertain.",
+        Table(["target", "node", "host", "produced", "consumed", "CPU %", "loop lag (ms)",
+               "memory (MB)", "saturated (s)", "clock offset (ms)", "bound (ms)"], rows,
+              text_columns=3),
+        *notes,
+    ])
+
+
 def _target_rate(low: float, high: float) -> str:
     def one(rate: float) -> str:
         return "max" if rate == 0 else fmt(rate)
@@ -729,7 +766,7 @@ def build_document(data: ReportData) -> Document:
         *(s for s in (configuration_section(data),) if s is not None),
         _comparison_section(data),
         *(s for s in (_changes_section(data), delivery_section(data), _assignments_section(data),
-                      _segments_section(data))
+                      _segments_section(data), _nodes_section(data))
           if s is not None),
         _throughput_section(data),
         *(_latency_section(data, kind) for kind in LATENCY_KINDS),

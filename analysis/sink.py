@@ -490,6 +490,9 @@ class ParquetSink:
             "loadgen_saturated": t.loadgen.saturated,
             "duplicates": t.duplicates,
             "reordered": t.reordered,
+            "e2e_below_zero": t.e2e_below_zero,
+            "e2e_clock_bound_ns": t.e2e_clock_bound_ns,
+            "nodes_lost": t.nodes_lost,
         }
         snaps = {"e2e": t.e2e_latency, "publish": t.publish_latency, "delay": t.publish_delay}
         for kind in LATENCY_KINDS:
@@ -532,6 +535,8 @@ class ParquetSink:
                         "shared": c.shared,
                     }
                 )
+        if t.nodes:
+            self._add_nodes(t, time_us, phase)
         if t.broker:
             broker = t.broker
             self._buffers["broker"].add_group(
@@ -555,6 +560,24 @@ class ParquetSink:
              "unit": [unit_of(r[1]) for r in rows], "value": [float(r[2]) for r in rows],
              "stale": [r[0] in stale for r in rows]},
             len(rows))
+
+    def _add_nodes(self, t: Tick, time_us: int, phase: str) -> None:
+        clocks = {c.node: c for c in t.clocks}
+        nodes = t.nodes
+        known = [clocks.get(n.node) for n in nodes]
+        self._buffers["nodes"].add_group(
+            {"run_id": self.run_id, "target": t.target, "seq": t.seq, "time": time_us,
+             "phase": phase},
+            {"node": [n.node for n in nodes], "host": [n.host for n in nodes],
+             "produced": [n.produced for n in nodes], "consumed": [n.consumed for n in nodes],
+             "loadgen_cpu_percent": [_finite(n.cpu_percent) for n in nodes],
+             "loadgen_loop_lag_ms": [_finite(n.loop_lag_ms) for n in nodes],
+             "memory_bytes": [n.memory_bytes for n in nodes],
+             "loadgen_saturated": [n.saturated for n in nodes],
+             "clock_offset_ns": [None if c is None else c.offset_ns for c in known],
+             "clock_bound_ns": [None if c is None else c.bound_ns for c in known],
+             "clock_estimated": [None if c is None else c.estimated_ns // 1000 for c in known]},
+            len(nodes))
 
     def _keys(self, target: str, seq: int, time_ns: int, phase: Phase) -> dict[str, Any]:
         return {"run_id": self.run_id, "target": target, "seq": seq, "time": time_ns // 1000,

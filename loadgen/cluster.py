@@ -27,8 +27,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from loadgen.core.errors import StackError, StreambenchError
+from loadgen.clocks import BURST, CLOCK_EVERY_S, WALL_SHIFT_ENV, Exchange, estimate, shift_wall_clock
+from loadgen.core.errors import NodeLost, StackError, StreambenchError
 from loadgen.core.target import Target
+from loadgen.core.ticks import NodeClock
 from loadgen.core.workload import Workload
 from loadgen.load import Publish, TargetLoad, TargetTotals
 from loadgen.pacing import run_precise
@@ -103,8 +105,12 @@ class LoadActor:
 
     def __init__(self, index: int, target: Target, workload: Workload, run_id: str,
                  record_raw: bool, audit: bool, share: tuple[int, int],
-                 log_dir: Path | None) -> None:
+                 log_dir: Path | None, split_roles: bool = False) -> None:
+        shift = os.environ.get(WALL_SHIFT_ENV)
+        if shift:  # the test hook: this node's wall clock is wrong by that much
+            shift_wall_clock(float(shift))
         self._items: list[object] = []  # bus items not yet handed to the coordinator
+        self._split_roles = split_roles
         self._heard = time.monotonic()
         self._started = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -127,6 +133,10 @@ class LoadActor:
         self._loop = asyncio.get_running_loop()
         self._wake, self._closed = asyncio.Event(), asyncio.Event()
         self.load = make()
+        self.load.split_roles = self._split_roles
+        import ray
+
+        self.load.node = (ray.get_runtime_context().get_node_id(), socket.gethostname())
         self._started.set()
         while not self._closed.is_set():
             with contextlib.suppress(TimeoutError):
@@ -187,6 +197,12 @@ class LoadActor:
     def clock(self) -> int:
         return time.monotonic_ns()
 
+    async def wall(self) -> tuple[int, int]:
+        """This node's wall clock when the request came in and when it is answered (t2, t3
+        of a clock exchange: loadgen.clocks)."""
+        t2 = time.time_ns()
+        return t2, time.time_ns()
+
     def where(self) -> dict[str, Any]:
         import ray
 
@@ -212,7 +228,12 @@ class LoadActorHandle:
         self._ready: asyncio.Task[None] | None = None
         self._poller: asyncio.Task[None] | None = None
         self._offset_ns = 0  # the actor's monotonic clock minus the coordinator's
+        self._mono_bound_ns = 0  # the most that offset can be wrong by
         self._closing = False
+        self.lost = False  # it ran, then its node or process went
+        self._clock_stop = asyncio.Event()
+        self._clock_task: asyncio.Task[None] | None = None
+        self.clocks: list[NodeClock] = []  # every estimate of the node's wall clock, in order
         self.where: dict[str, Any] = {}
 
     def spawn(self) -> None:
@@ -232,7 +253,7 @@ class LoadActorHandle:
                 if best is None or t4 - t1 < best[0]:
                     best = (t4 - t1, t2 - (t1 + t4) // 2)
             assert best is not None
-            self._offset_ns = best[1]
+            self._mono_bound_ns, self._offset_ns = -(-best[0] // 2), best[1]
         node = self.cluster.node(where["node_id"])
         self.where = {"node_id": where["node_id"], "hostname": where["hostname"],
                       "ip": node.get("NodeManagerAddress", ""),
@@ -241,7 +262,41 @@ class LoadActorHandle:
         if where["ray_version"] != ray.__version__:
             raise ClusterError(f"{self.label}: Ray {where['ray_version']} on node "
                              f"{where['node_id'][:12]}, {ray.__version__} here")
+        if self._mono_bound_ns:
+            self.where["monotonic_bound_ns"] = self._mono_bound_ns
         self._poller = asyncio.create_task(self._poll())
+        await self._set_clock(await self._wall_clock())
+        self._clock_task = asyncio.create_task(self._follow_clock())
+
+    async def _wall_clock(self) -> NodeClock:
+        """A burst of clock exchanges: the node's wall clock against this one's."""
+        burst = []
+        for _ in range(BURST):
+            t1 = time.time_ns()
+            t2, t3 = await self._actor.wall.remote()
+            burst.append(Exchange(t1, t2, t3, time.time_ns()))
+        offset, bound = estimate(burst)
+        clock = NodeClock(self.where["node_id"], offset, bound, time.time_ns())
+        self.clocks.append(clock)
+        return clock
+
+    async def _set_clock(self, clock: NodeClock) -> None:
+        items, ok, value = await self._actor.call.remote("clock", (clock,))
+        for item in items:
+            self._publish(item)
+        if not ok:
+            raise value
+
+    async def _follow_clock(self) -> None:
+        """A burst every CLOCK_EVERY_S, its estimate handed to the actor, until closing."""
+        while not self._clock_stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._clock_stop.wait(), CLOCK_EVERY_S)
+                return
+            try:
+                await self._set_clock(await self._wall_clock())
+            except Exception:
+                return  # the actor is gone: the next request says so
 
     async def _poll(self) -> None:
         while not self._closing:
@@ -271,6 +326,12 @@ class LoadActorHandle:
             raise
         except Exception as exc:
             where = self.where.get("hostname") or "its node"
+            ready = self._ready
+            if ready.done() and not ready.cancelled() and ready.exception() is None:  # it ran
+                self.lost = True
+                raise NodeLost(f"the load actor on {where} (node "
+                               f"{self.where.get('node_id', '')[:12]}) is gone "
+                               f"({type(exc).__name__})") from None
             raise StackError(f"{self.label}: the load actor on {where} ended unexpectedly "
                              f"({type(exc).__name__})") from None
         for item in items:
@@ -287,9 +348,14 @@ class LoadActorHandle:
         could still give them."""
         if self._actor is None:
             return None
+        self._clock_stop.set()
+        if self._clock_task is not None:  # a burst under way takes milliseconds
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._clock_task), 10)
         final = None
         with contextlib.suppress(Exception):
-            final = await asyncio.wait_for(self._call("close", ()), _CLOSE_TIMEOUT_S)
+            if not self.lost:
+                final = await asyncio.wait_for(self._call("close", ()), _CLOSE_TIMEOUT_S)
         # the poll under way ends by itself within POLL_S: Ray Client reports a call given up
         # on (a cancelled await) as a traceback of its own
         self._closing = True
@@ -312,6 +378,10 @@ class Cluster:
     nodes: int | None = None  # nodes the load takes; None: every node alive
     strategy: str = "spread"  # spread: one bundle per node; pack: as few nodes as fit
     targets: int = 1
+    # custom resources each node must have (a node's share asks this much of each)
+    resources: dict[str, float] = field(default_factory=dict)
+    # producers on the first half of the nodes, consumers on the others (OMB's default)
+    split_roles: bool = False
     ray_version: str = ""
     _group: Any = None
     _nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -347,11 +417,16 @@ class Cluster:
         self._nodes = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
         alive = len(self._nodes)
         self.nodes = self.nodes or alive
+        if self.split_roles and self.nodes < 2:
+            self.close()
+            raise ClusterError(f"--split-roles: producers and consumers need 2 nodes or more, "
+                               f"the load takes {self.nodes}")
         if self.strategy == "spread" and self.nodes > alive:
             self.close()
             raise ClusterError(f"--nodes {self.nodes} --placement spread: the cluster at "
                                f"{address} has {alive} node{'s' if alive != 1 else ''} alive")
-        bundle = {"CPU": float(self.targets)}  # one actor per target on each bundle's node
+        # one actor per target on each bundle's node
+        bundle = {"CPU": float(self.targets), **self.resources}
         self._group = placement_group([dict(bundle) for _ in range(self.nodes)],
                                       strategy=STRATEGIES[self.strategy],
                                       name=f"streambench-{os.getpid()}")
@@ -359,9 +434,10 @@ class Cluster:
             ray.get(self._group.ready(), timeout=CONNECT_TIMEOUT_S)
         except Exception:
             self.close()
+            asked = ", ".join(f"{v:g} {k}" for k, v in bundle.items())
             raise ClusterError(f"the Ray cluster at {address} cannot place {self.nodes} × "
-                               f"{bundle['CPU']:g} CPU ({self.strategy}) within "
-                               f"{CONNECT_TIMEOUT_S:.0f} s: too few free CPUs or nodes") from None
+                               f"{asked} ({self.strategy}) within {CONNECT_TIMEOUT_S:.0f} s: "
+                               "too few nodes with those free") from None
         self._actor_class = ray.remote(num_cpus=1, max_restarts=0)(LoadActor)
 
     def _resolved_address(self) -> str:
@@ -391,7 +467,7 @@ class Cluster:
         """The actors of one target, one per bundle, share k of `workers` on bundle k."""
         made = [LoadActorHandle(self, target.label, k,
                                 (index, target, workload, run_id, record_raw, audit,
-                                 (k, self.workers), log_dir), publish)
+                                 (k, self.workers), log_dir, self.split_roles), publish)
                 for k in range(self.workers)]
         self.handles += made
         return made
@@ -399,8 +475,10 @@ class Cluster:
     def placement(self) -> dict[str, Any]:
         """run.json's cluster_placement: where every load actor ran."""
         return {"address": self.address, "strategy": self.strategy, "nodes": self.workers,
-                "ray_version": self.ray_version,
-                "workers": [{"target": h.label, "worker": h.share, **h.where}
+                "split_roles": self.split_roles, "ray_version": self.ray_version,
+                "workers": [{"target": h.label, "worker": h.share, **h.where,
+                             "clock": [{"time_ns": c.estimated_ns, "offset_ns": c.offset_ns,
+                                        "bound_ns": c.bound_ns} for c in h.clocks]}
                             for h in self.handles]}
 
     def close(self) -> None:

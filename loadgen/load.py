@@ -32,6 +32,8 @@ from loadgen.core.target import Target
 from loadgen.core.ticks import (
     BrokerMetricValues,
     ConsumerStat,
+    NodeClock,
+    NodeStat,
     Phase,
     RawSamples,
     Resources,
@@ -85,6 +87,17 @@ def _nan_if_none(x: float | None) -> float:
 def subscription_names(count: int) -> list[str]:
     """The subscriptions (consumer groups) of each topic."""
     return [f"streambench-sub-{s}" for s in range(count)]
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory (Linux /proc; 0 where it cannot be read)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE_BYTES
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 # the share of the process that owns a target's stack and runs none of its clients (they run
@@ -225,6 +238,13 @@ class TargetLoad:
         self._delay = Histogram()
         self._e2e = Histogram()
         self._raw: dict[str, list[int]] = {"e2e": [], "publish": [], "delay": []}
+        # this node's wall clock against the coordinator's (loadgen.clocks): receive times are
+        # taken back by its offset; None on the coordinator's own clock
+        self._clock: NodeClock | None = None
+        self.node: tuple[str, str] | None = None  # (node id, host name) on a cluster's node
+        self.split_roles = False  # producers and consumers dealt to different processes
+        self._below_zero = 0  # e2e samples of the interval below zero
+        self._clock_bound = 0  # the largest bound applied to the interval's e2e samples
         self._interval_start = time.monotonic_ns()
         self._live_before = (0, 0)  # the audit's (duplicates, reorders) at the last tick
         self._watch = SelfWatch()
@@ -311,7 +331,7 @@ class TargetLoad:
         w = self.workload
         subs = len(self.subscriptions)
         mine = place(len(self.topics) * w.producers, len(self.topics) * subs * w.consumers,
-                     self.shares)[self.share]
+                     self.shares, self.split_roles)[self.share]
         self.driver.plan(w.consumers)
         for number in mine.consumers:
             t, rest = divmod(number, subs * w.consumers)
@@ -629,8 +649,17 @@ class TargetLoad:
             return
         await asyncio.sleep(0.1)
 
+    def set_clock(self, clock: NodeClock) -> None:
+        """The latest estimate of this node's wall clock against the coordinator's: the e2e
+        samples from now on are timed on the coordinator's clock through it."""
+        self._clock = clock
+
     def _count(self, slot: int, batch: ReceivedBatch) -> None:
         rn = batch.receive_ns
+        clock = self._clock
+        if clock is not None:
+            rn -= clock.offset_ns
+            self._clock_bound = max(self._clock_bound, clock.bound_ns)
         intended = batch.intended_ns
         if self.ledger is not None:  # the values are stamps: record them, keep their times
             topic, subscription, _ = self._consumer_specs[slot]
@@ -638,6 +667,8 @@ class TargetLoad:
             intended = self.ledger.read(slot, self._topic_index[topic], subscription, intended, where)
             self.totals.duplicates, self.totals.reordered = self.ledger.live()
         lat = [rn - t for t in intended]
+        if lat and min(lat) < 0:  # recorded as 0 by the histogram, counted here
+            self._below_zero += sum(1 for v in lat if v < 0)
         self._e2e.record_many(lat)
         if self._record_raw:
             self._raw["e2e"].extend(lat)
@@ -734,12 +765,17 @@ class TargetLoad:
         self._sends_settled(errors, produced)
         pub, delay, e2e = (self._pub.snapshot_and_reset(), self._delay.snapshot_and_reset(),
                            self._e2e.snapshot_and_reset())
+        below_zero, clock_bound = self._below_zero, self._clock_bound
+        self._below_zero = self._clock_bound = 0
         produced_total, consumed_total = self.totals.produced, self.totals.consumed
         raw = {k: np.asarray(v, dtype=np.int64) for k, v in self._raw.items()}
         for v in self._raw.values():
             v.clear()
         consumers = self._consumer_stats()
         health = self._watch.reading(loaded=bool(self._pacers or self._consumer_tasks))
+        if self.node is not None and health.saturated:
+            health = dataclasses.replace(
+                health, saturated=f"{health.saturated} on node {self.node[0][:12]} ({self.node[1]})")
         self._note_saturation(health.saturated)
         # everything above is cut at one instant; the telemetry answers from the brokers follow
         reading = await self._sample()
@@ -764,6 +800,12 @@ class TargetLoad:
             consumers=consumers,
             **self._audit_found(),
             broker_metrics=self._broker_metrics(reading),
+            e2e_below_zero=below_zero,
+            e2e_clock_bound_ns=clock_bound,
+            clocks=() if self._clock is None else (self._clock,),
+            nodes=() if self.node is None else (NodeStat(
+                *self.node, produced, consumed, health.cpu_percent, health.loop_lag_ms,
+                _resident_bytes(), health.saturated),),
         )
         if self._record_raw:
             for kind, values in raw.items():
@@ -795,11 +837,14 @@ class TargetLoad:
 
     def _note_saturation(self, reason: str) -> None:
         """An event when the generator becomes the bottleneck, and one when it no longer is."""
-        where = f" (load process {self.share + 1} of {self.shares})" if self.shares > 1 else ""
+        # on a cluster's node the reason names the node (tick)
+        where = (f" (load process {self.share + 1} of {self.shares})"
+                 if self.shares > 1 and self.node is None else "")
         if reason and not self._saturated:
             self._publish(RunEvent(time.time_ns(), self.label, "loadgen-saturated",
                                    f"{reason}{where}: figures describe the load generator, not "
-                                   "the broker; add --processes or lower the rate"))
+                                   f"the broker; add {'--nodes' if self.node else '--processes'} "
+                                   "or lower the rate"))
         elif self._saturated and not reason:
             self._publish(RunEvent(time.time_ns(), self.label, "loadgen-recovered",
                                    f"the load generator keeps up again{where}"))
@@ -976,7 +1021,9 @@ class _Pacer:
             task = self._loop.create_task(self._send(batch, send_wall, n + 1))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
-        delays = [send_wall - t for t in due]
+        # the intended times are on the coordinator's clock: the send time is taken there too
+        sent = send_wall if load._clock is None else send_wall - load._clock.offset_ns
+        delays = [sent - t for t in due]
         load._delay.record_many(delays)
         if load._record_raw:
             load._raw["delay"].extend(delays)

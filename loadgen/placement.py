@@ -23,8 +23,19 @@ class Placement:
         return f"{len(self.producers)} producer(s), {len(self.consumers)} consumer(s)"
 
 
-def place(producers: int, consumers: int, processes: int) -> list[Placement]:
-    """Deal `producers` then `consumers` over `processes` processes, round robin."""
+def place(producers: int, consumers: int, processes: int,
+          split_roles: bool = False) -> list[Placement]:
+    """Deal `producers` then `consumers` over `processes` processes, round robin. With
+    `split_roles` (and two processes or more) the producers go round the first half of the
+    processes and the consumers round the others: no process has both."""
+    if split_roles and processes >= 2:
+        half = processes // 2
+        shares = [Placement() for _ in range(processes)]
+        for k in range(producers):
+            shares[k % half].producers.append(k)
+        for k in range(consumers):
+            shares[half + k % (processes - half)].consumers.append(k)
+        return shares
     shares = [Placement() for _ in range(processes)]
     for k in range(producers + consumers):
         share = shares[k % processes]

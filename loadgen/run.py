@@ -292,7 +292,8 @@ class Run:
         self._measure_start_ns: int | None = None  # wall time the measuring phase started
         w = workload
         self.placement = place(w.topics * w.producers, w.topics * w.subscriptions * w.consumers,
-                               processes if cluster is None else cluster.workers)
+                               processes if cluster is None else cluster.workers,
+                               cluster is not None and cluster.split_roles)
         self.broker_failures: list[str] = []
         self._memory = MemoryGuard(min_free_memory)
         self.stopped_for: str | None = None

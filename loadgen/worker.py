@@ -24,21 +24,23 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from compose.process import abandon
 from loadgen.assignments import AssignmentWatch
+from loadgen.clocks import BoundWatch
 from loadgen.core.audit import AuditLedger, merge
-from loadgen.core.errors import StackError, StreambenchError
-from loadgen.core.events import RunEvent
+from loadgen.core.errors import NodeLost, StackError, StreambenchError
+from loadgen.core.events import EventKind, RunEvent
 from loadgen.core.fdwatch import watch_readable
 from loadgen.core.histogram import HistogramSnapshot
 from loadgen.core.interventions import Intervention
 from loadgen.core.stack import StackDescription
 from loadgen.core.target import Target
-from loadgen.core.ticks import LoadgenHealth, Phase, Tick
+from loadgen.core.ticks import LoadgenHealth, NodeClock, Phase, Tick
 from loadgen.core.workload import Workload
 from loadgen.load import (
     DROPPED_SLOTS,
@@ -50,6 +52,7 @@ from loadgen.load import (
     dropped_slots,
 )
 from loadgen.pacing import run_precise
+from loadgen.placement import Placement, place
 
 _CLOSE_TIMEOUT_S = 120.0
 ORPHAN_CLOSE_S = 2.0  # what an orphaned worker gives its clients and stack to close
@@ -185,6 +188,10 @@ async def _control(load: TargetLoad, conn: Connection, item: Intervention) -> st
     return await load.control(item)
 
 
+async def _clock(load: TargetLoad, conn: Connection, clock: NodeClock) -> None:
+    load.set_clock(clock)
+
+
 HANDLERS: dict[str, Handler] = {
     "start": _start,
     "join": _join,
@@ -196,6 +203,7 @@ HANDLERS: dict[str, Handler] = {
     "network_fault": _network_fault,
     "control": _control,
     "collect_audit": _collect_audit,
+    "clock": _clock,
 }
 
 
@@ -261,6 +269,8 @@ class LoadChannel(Protocol):
 
 class ClusterPlacement(Protocol):
     """A cluster whose nodes run a target's clients (loadgen.cluster.Cluster)."""
+
+    split_roles: bool  # producers and consumers on different nodes
 
     def load_workers(self, index: int, target: Target, workload: Workload, run_id: str,
                      record_raw: bool, audit: bool, log_dir: Path | None,
@@ -406,6 +416,10 @@ def _merge_ticks(ticks: list[Tick]) -> Tick:
         loadgen=LoadgenHealth.merge([t.loadgen for t in ticks]),
         consumers=tuple(sorted((c for t in ticks for c in t.consumers),
                                key=lambda c: (c.topic, c.subscription, c.index))),
+        e2e_below_zero=sum(t.e2e_below_zero for t in ticks),
+        e2e_clock_bound_ns=max(t.e2e_clock_bound_ns for t in ticks),
+        clocks=tuple(c for t in ticks for c in t.clocks),
+        nodes=tuple(n for t in ticks for n in t.nodes),
     )
 
 
@@ -426,6 +440,13 @@ class TargetWorker:
         self._publish = publish
         self._described: dict[str, Any] | None = None
         self._assignments = AssignmentWatch()
+        self._clock_bound = BoundWatch(self.label, publish)
+        # channels whose node was lost (a cluster's), with their last counts, and every
+        # channel's last counts; each channel's clients, to say what a loss takes
+        self._lost: dict[int, TargetTotals | None] = {}
+        self._last: dict[int, TargetTotals] = {}
+        self._shares: dict[int, Placement] = {}
+        self._producers = 0
         args = (index, target, workload, run_id, record_raw, audit)
         self._procs: list[LoadChannel]
         if cluster is None:
@@ -434,6 +455,11 @@ class TargetWorker:
         else:
             self._procs = [_LoadProcess(self.label, (*args, STACK_ONLY, log_dir), publish),
                            *cluster.load_workers(*args, log_dir, publish)]
+            w = workload
+            shares = place(w.topics * w.producers, w.topics * w.subscriptions * w.consumers,
+                           len(self._procs) - 1, cluster.split_roles)
+            self._shares = {k + 1: share for k, share in enumerate(shares)}
+            self._producers = w.topics * w.producers
 
     def spawn(self) -> None:
         """Start the worker processes. Done before a dashboard takes over the terminal:
@@ -455,16 +481,64 @@ class TargetWorker:
         return {"label": self.label, "spec": self.target.spec, "platform": self.target.platform,
                 "options": dict(self.target.options), "runtime": self.target.runtime}
 
+    def _alive(self) -> list[tuple[int, LoadChannel]]:
+        return [(i, p) for i, p in enumerate(self._procs) if i not in self._lost]
+
+    def _node_lost(self, i: int, why: str) -> None:
+        """A cluster node's load actor is gone: said once; its clients are left out from now
+        on (their share of the rate is lost, not dealt to the other nodes: each producer's
+        schedule and message sequence were that actor's, and dealing them over would change
+        the other nodes' producers and rates mid-run), its last counts kept."""
+        if i in self._lost:
+            return
+        self._lost[i] = self._last.get(i)
+        share = self._shares.get(i, Placement())
+        part = len(share.producers) / self._producers if self._producers else 0.0
+        self._publish(RunEvent(
+            time.time_ns(), self.label, EventKind.NODE_LOST,
+            f"{why}: its {len(share.producers)} producer(s) and {len(share.consumers)} "
+            f"consumer(s) stop for the rest of the run, the rate loses their share "
+            f"({part:.0%}); the other nodes go on"))
+
+    def _noted(self, i: int, fut: asyncio.Future[Any]) -> None:
+        """A request nobody waits for: a node lost meanwhile is said."""
+        if not fut.cancelled() and isinstance(fut.exception(), NodeLost):
+            self._node_lost(i, str(fut.exception()))
+
+    def _send_all(self, op: str, *args: Any) -> None:
+        for i, p in self._alive():
+            p.request(op, *args).add_done_callback(partial(self._noted, i))
+
+    async def _each(self, op: str, *args: Any) -> list[tuple[int, Any]]:
+        """`op` on every channel still there, side by side: (channel, answer) of those that
+        answered. A node lost meanwhile is said and left out from then on; any other failure
+        is raised."""
+        alive = self._alive()
+        answers = await asyncio.gather(*(p.request(op, *args) for _, p in alive),
+                                       return_exceptions=True)
+        out: list[tuple[int, Any]] = []
+        failed: BaseException | None = None
+        for (i, _), answer in zip(alive, answers, strict=True):
+            if isinstance(answer, NodeLost):
+                self._node_lost(i, str(answer))
+            elif isinstance(answer, BaseException):
+                failed = failed or answer
+            else:
+                out.append((i, answer))
+        if failed is not None:
+            raise failed
+        return out
+
     def start_load(self, t0_mono: int, t0_wall: int, end_mono: int) -> None:
-        for p in self._procs:
-            p.request("start_load", t0_mono, t0_wall, end_mono)
+        self._send_all("start_load", t0_mono, t0_wall, end_mono)
 
     def stop_producing_at(self, end_mono: int) -> None:
-        for p in self._procs:
-            p.request("stop_producing_at", end_mono)
+        self._send_all("stop_producing_at", end_mono)
 
     def _take_counts(self, parts: list[TargetTotals]) -> None:
-        # keep the coordinator's drain bookkeeping, take the workers' counts
+        # keep the coordinator's drain bookkeeping, take the workers' counts (a lost node's
+        # as it last gave them)
+        parts = parts + [t for t in self._lost.values() if t is not None]
         totals = _sum_totals(self.label, parts)
         totals.expected, totals.drained, totals.final_lag, totals.lost, totals.audit = (
             self.totals.expected, self.totals.drained, self.totals.final_lag, self.totals.lost,
@@ -472,8 +546,7 @@ class TargetWorker:
         self.totals = totals
 
     async def stop_producers(self) -> None:
-        self._take_counts(list(await asyncio.gather(
-            *(p.request("stop_producers") for p in self._procs))))
+        self._take_counts([totals for _, totals in await self._each("stop_producers")])
 
     async def fault(self, action: str, broker: str) -> None:
         """Pause, unpause, kill, start or restart one broker of the target (docker runtime);
@@ -486,15 +559,15 @@ class TargetWorker:
         return str(await self._procs[0].request("network_fault", item))
 
     async def collect_audit(self) -> AuditLedger | None:
-        parts = [p for p in await asyncio.gather(*(p.request("collect_audit") for p in self._procs))
-                 if p is not None]
+        """The audit's records of every process still there, merged (a lost node's records
+        went with it: see docs/delivery-audit.md)."""
+        parts = [p for _, p in await self._each("collect_audit") if p is not None]
         return merge(parts) if parts else None
 
     async def control(self, item: Intervention) -> str:
         """A change of the load (rate, producers or consumers stopped or started) in every
         process of the target; returns what changed (old → new)."""
-        details = [str(d) for d in
-                   await asyncio.gather(*(p.request("control", item) for p in self._procs))]
+        details = [str(d) for _, d in await self._each("control", item)]
         dropped = [d.split("; ", 1) for d in details if d.endswith(DROPPED_SLOTS)]
         if not dropped:
             return details[0]
@@ -502,10 +575,14 @@ class TargetWorker:
         return f"{dropped[0][0]}; {count:,} {DROPPED_SLOTS}"
 
     async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
-        replies = await asyncio.gather(
-            *(p.request("tick", seq, time_ns, phase, elapsed_s) for p in self._procs))
-        self._take_counts([totals for _, totals in replies])
-        tick = _merge_ticks([t for t, _ in replies])
+        replies = await self._each("tick", seq, time_ns, phase, elapsed_s)
+        for i, (_, totals) in replies:
+            self._last[i] = totals
+        self._take_counts([totals for _, (_, totals) in replies])
+        tick = _merge_ticks([t for _, (t, _) in replies])
+        if self._lost:  # the lost nodes' share is missing: flagged, never filled in
+            tick = dataclasses.replace(tick, nodes_lost=len(self._lost))
+        self._clock_bound.check(tick)
         for detail in self._assignments.changes(tick.consumers):
             self._publish(RunEvent(time.time_ns(), self.label, "assignment", detail))
         return tick
@@ -515,7 +592,7 @@ class TargetWorker:
         first, *others = self._procs
         finals = list(await asyncio.gather(*(p.close() for p in others)))
         finals.insert(0, await first.close())
-        if all(f is not None for f in finals):
+        if all(f is not None or i in self._lost for i, f in enumerate(finals)):
             self._take_counts([f for f in finals if f is not None])
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 import pytest
+import redis
 
 # Targets without runtime= run locally in the tests, whether or not a Docker engine answers;
 # the container tests ask for runtime=docker themselves.
@@ -172,6 +173,32 @@ class CliRun:
 def run_cli(args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout_s,
                           stdin=subprocess.DEVNULL)
+
+
+@contextlib.contextmanager
+def redis_server(*args: str) -> Iterator[int]:
+    """A redis-server of its own on loopback (with `args` more), answering while the block
+    runs; its port. It runs in the calling thread's network namespace."""
+    from compose.process import free_port
+
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                               "--save", "", "--appendonly", "no", *args],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(port=port)
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(redis.ConnectionError):
+                client.ping()
+                break
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+        client.close()
+        yield port
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def run_json(run_dir: Path) -> dict:

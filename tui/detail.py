@@ -285,6 +285,38 @@ def nines_curve(e2e: HistogramSnapshot, publish: HistogramSnapshot, width: int =
                       note=f"log scale {fmt.millis(10 ** low)} … {fmt.millis(10 ** high)} ms")
 
 
+def clock_lines(history: TargetHistory) -> list[Text]:
+    """On a cluster: the worst clock bound the run's e2e samples carried and the samples
+    below zero (counted as 0); then each load node's share at the last tick, its load actor's
+    own figures and its clock against streambench's."""
+    tick = history.last
+    if tick is None or not (tick.nodes or history.clock_bound_worst_ns or
+                            history.below_zero_total):
+        return []
+    note = (f" e2e timed on streambench's clock: worst bound ±"
+            f"{history.clock_bound_worst_ns / NS_PER_MS:.3f} ms, "
+            f"{history.below_zero_total:,} sample(s) below zero (counted as 0)")
+    lines = [Text(note, style="dim", no_wrap=True, overflow="ellipsis")]
+    if tick.nodes:
+        clocks = {c.node: c for c in tick.clocks}
+        per_s = 1 / tick.interval_s if tick.interval_s > 0 else float("nan")
+        rows = []
+        for n in tick.nodes:
+            clock = clocks.get(n.node)
+            rows.append([n.node[:12], n.host, fmt.count(n.produced * per_s),
+                         fmt.count(n.consumed * per_s), fmt.percent(n.cpu_percent),
+                         fmt.millis(n.loop_lag_ms), fmt.megabytes(n.memory_bytes),
+                         fmt.MISSING if clock is None else f"{clock.offset_ns / NS_PER_MS:+.3f}",
+                         fmt.MISSING if clock is None else f"±{clock.bound_ns / NS_PER_MS:.3f}",
+                         n.saturated or "no"])
+        lines += [Text(""), Text("load nodes (last tick; clock in ms against streambench's)",
+                                 style="bold"),
+                  _text_grid(["node", "host", "produce/s", "consume/s", "cpu", "loop lag ms",
+                              "memory MB", "clock", "bound", "saturated"], rows,
+                             left=(0, 1, 9))]
+    return lines
+
+
 def latency_row(snap: HistogramSnapshot) -> list[str]:
     if not snap.total:
         return [fmt.MISSING] * (len(PERCENTILES) + 1) + ["0"]
@@ -418,6 +450,7 @@ class DetailScreen(Screen[None]):
                           "(e2e counts it; none at max rate)", style="dim", no_wrap=True,
                           overflow="ellipsis")
         curve = nines_curve(e2e, publish)
+        clocks = clock_lines(history)
 
         events = _grid("time", "event")
         events.columns[0].min_width = 8
@@ -441,7 +474,7 @@ class DetailScreen(Screen[None]):
             consumers,
             Text(""), Text("brokers", style="bold"), brokers,
             Text(""), Text(f"latency over the window ({window})", style="bold"), latency,
-            delay_note,
+            delay_note, *clocks,
             Text(""), Text("broker metrics" + (f" ({self.broker_metrics.source})"
                                                if self.broker_metrics is not None else ""),
                            style="bold"),

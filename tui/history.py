@@ -25,7 +25,7 @@ NS_PER_MS = 1e6
 EVENTS_KEPT = 200
 BROKER_METRIC_POINTS = 40  # each broker metric's latest values kept, for its sparkline
 # events drawn as a marker on the charts: changes of the load and faults
-MARKED_KINDS = ("rate", "producers", "consumers")
+MARKED_KINDS = ("rate", "producers", "consumers", "node-lost")
 MARKED_PREFIX = ("fault-", "net-")  # a broker's faults and its links'
 
 Reducer = Callable[[Sequence[float]], float]
@@ -288,6 +288,9 @@ class TargetHistory:
         self.e2e_recent = EMPTY_LATENCY
         self.publish = EMPTY_LATENCY
         self.send_errors_total = 0
+        # e2e across a cluster's clocks: samples below zero, the worst bound a tick carried
+        self.below_zero_total = 0
+        self.clock_bound_worst_ns = 0
         self.event_count = 0
         self.events.clear()
         self.marks.clear()
@@ -307,6 +310,8 @@ class TargetHistory:
         self.last = tick
         self.ticks += 1
         self.send_errors_total += tick.send_errors
+        self.below_zero_total += tick.e2e_below_zero
+        self.clock_bound_worst_ns = max(self.clock_bound_worst_ns, tick.e2e_clock_bound_ns)
         time_s = tick.time_ns / 1e9
         for series, value in zip(self.series.values(), values or metric_values(tick), strict=True):
             series.add(time_s, value)

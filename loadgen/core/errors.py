@@ -13,6 +13,11 @@ class TargetError(StreambenchError):
     """A TARGET argument names an unknown platform or option, or a bad value."""
 
 
+class NodeLost(Exception):
+    """A cluster node's load actor is gone (its node or process lost): the run goes on with the
+    other nodes. Never reaches the user as an error."""
+
+
 class StackError(StreambenchError):
     """A broker could not be started, reached or stopped."""
 

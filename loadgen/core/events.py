@@ -50,6 +50,8 @@ class EventKind(StrEnum):
     MEMORY_LOW = "memory-low"
     BROKER_MEMORY_HIGH = "broker-memory-high"
     HANGUP = "hangup"  # the terminal hung up: the run stopped early
+    CLOCK_BOUND = "clock-bound"  # the nodes' clock bound is coarse against the e2e p50
+    NODE_LOST = "node-lost"  # a cluster node's load actor is gone; the run goes on without it
     # clients and collectors
     CONSUMER_FAILED = "consumer-failed"
     CONNECTION_LOST = "connection-lost"

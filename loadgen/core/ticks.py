@@ -112,6 +112,34 @@ class BrokerMetricValues:
     stale: tuple[str, ...] = ()  # the brokers whose values are the last ones read
     problem: str = ""  # why they are stale: the failed read's error
 
+
+@dataclass(frozen=True, slots=True)
+class NodeClock:
+    """A node's wall clock against the coordinator's, as last estimated by a burst of clock
+    exchanges (loadgen.clocks): the node's wall clock minus the coordinator's, and the most
+    that estimate can be wrong by (half the round trip of the burst's fastest exchange)."""
+
+    node: str  # the node's id (a Ray node id)
+    offset_ns: int
+    bound_ns: int
+    estimated_ns: int  # the coordinator's wall clock when the burst ended
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStat:
+    """One load node's share of a target over the interval, on a cluster: what its load actor
+    produced and consumed, and the actor process watching itself."""
+
+    node: str  # the node's id (a Ray node id)
+    host: str  # its host name
+    produced: int
+    consumed: int
+    cpu_percent: float = float("nan")  # the actor process's CPU, 100 % = one core
+    loop_lag_ms: float = float("nan")
+    memory_bytes: int = 0  # the actor process's resident memory at the tick
+    saturated: str = ""  # why this node's load generator is the bottleneck; empty when not
+
+
 @dataclass(frozen=True, slots=True)
 class Tick:
     """What happened to one target during one interval (normally one second)."""
@@ -144,6 +172,16 @@ class Tick:
     reordered: int = 0
     # the platform's broker metrics; None when it declares none
     broker_metrics: BrokerMetricValues | None = None
+    # e2e samples below zero (recorded as 0 in e2e_latency, counted here): a receive time
+    # before the intended send time, which only a clock error can give
+    e2e_below_zero: int = 0
+    # the largest clock error bound applied to the interval's e2e samples (their consumer's
+    # node's offset bound); 0 when every sample was timed on the coordinator's own clock
+    e2e_clock_bound_ns: int = 0
+    clocks: tuple[NodeClock, ...] = ()  # each node's clock estimate in force, on a cluster
+    nodes: tuple[NodeStat, ...] = ()  # each load node's share, on a cluster
+    # load nodes of the target lost by this tick (their share is missing from it and after)
+    nodes_lost: int = 0
 
     @property
     def produce_rate(self) -> float:

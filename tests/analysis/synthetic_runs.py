@@ -19,7 +19,7 @@ from analysis.schema import LATENCY_KINDS
 from analysis.sink import ParquetSink, RawSamples, write_run_json
 from loadgen.core.events import PhaseChange, RunEvent
 from loadgen.core.histogram import Histogram
-from loadgen.core.ticks import LagSnapshot, Phase, Resources, Tick
+from loadgen.core.ticks import LagSnapshot, NodeClock, NodeStat, Phase, Resources, Tick
 
 T0_NS = 1_767_225_600_123_456_789  # 2026-01-01T00:00:00.123456789Z
 MESSAGE_SIZE = 1000
@@ -109,6 +109,28 @@ def _samples(rng: np.random.Generator, kind: str, model: TargetModel, n: int,
     return np.rint(v * scale).astype(np.int64)
 
 
+def _cluster_fields(nodes: Sequence[str], seq: int, time_ns: int, produced: int,
+                    consumed: int) -> dict[str, Any]:
+    """A tick's figures on a Ray cluster of `nodes`: the counts dealt over them (the first
+    takes the remainder), node i's clock i ms ahead with a bound growing with seq, one e2e
+    sample below zero every 10 ticks, the last node lost from tick 40 on."""
+    if not nodes:
+        return {}
+    alive = list(nodes[:-1]) if seq >= 40 and len(nodes) > 1 else list(nodes)
+    k = len(alive)
+    share = [(produced // k + (produced % k if i == 0 else 0),
+              consumed // k + (consumed % k if i == 0 else 0)) for i in range(k)]
+    return {
+        "nodes": tuple(NodeStat(n, f"host-{i}", p, c, 10.0 + i, 1.0 + i, (100 + i) * 10**6,
+                                "worker CPU 95%" if seq % 20 == 5 else "")
+                       for i, (n, (p, c)) in enumerate(zip(alive, share, strict=True))),
+        "clocks": tuple(NodeClock(n, i * 10**6 + seq, 300_000 + seq * 1000, time_ns)
+                        for i, n in enumerate(alive)),
+        "e2e_below_zero": int(seq % 10 == 0),
+        "nodes_lost": len(nodes) - k,
+    }
+
+
 def write_synthetic_run(
     run_dir: Path,
     run_id: str,
@@ -127,6 +149,7 @@ def write_synthetic_run(
     ended: bool | None = None,
     stopped_early: bool = False,
     drained: Mapping[str, bool] | None = None,
+    nodes: Sequence[str] = (),
 ) -> SyntheticRun:
     """Feed one tick per target per second through a real ParquetSink and close it (or, with
     close=False, leave it as a killed process would: the last rows never written).
@@ -218,6 +241,7 @@ def write_synthetic_run(
                 broker={"bytes_in": float(produced * MESSAGE_SIZE), "requests": 42.0},
                 produced_total=totals[name][0],
                 consumed_total=totals[name][1],
+                **_cluster_fields(nodes, seq, time_ns, produced, consumed),
             )
             run.ticks.append(tick)
             sink(tick)

@@ -84,8 +84,9 @@ def test_progress_names_steps_and_counts_stages(report: Computed) -> None:
     steps = report.steps
     names = ["reading runs", "per-second series and trends", "events and segments",
              "latency percentiles", "OpenMessaging-Benchmark periods"]
-    # then the broker metrics (none in these runs: the step may run no Spark stage)
-    assert [s for s in steps if ":" not in s] == [*names, "broker metrics"]
+    # then the broker metrics and the load nodes (none in these runs: those steps may run no
+    # Spark stage)
+    assert [s for s in steps if ":" not in s] == [*names, "broker metrics", "load nodes"]
     for name in names:
         lines = [s for s in steps if s.startswith(f"{name}: Spark stages ")]
         assert lines, name
@@ -416,3 +417,42 @@ def test_default_out_dir_and_number_format(tmp_path: Path, monkeypatch) -> None:
     for value, text in cases.items():
         assert fmt(value) == text, value
     assert fmt(59.84, 1) == "59.8"
+
+
+def test_a_cluster_runs_load_nodes(spark, tmp_path: Path) -> None:
+    """A run on a 3-node Ray cluster, its last node lost from tick 40: the report's Load
+    nodes rows add up the nodes table over the measuring phase, node by node, as the ticks
+    have it; a run without nodes has no such section (the report tests above)."""
+    nodes = ("node-aaaaaaaaaaaa1", "node-bbbbbbbbbbbb2", "node-cccccccccccc3")
+    run = write_synthetic_run(tmp_path / "cluster", "cluster", {"alpha": MODELS["alpha"]},
+                              warmup_s=2, measuring_s=50, draining_s=0, samples_per_tick=50,
+                              raw=False, nodes=nodes)
+    data = compute_report(spark, load_runs([run.run_dir]))
+    measuring = _measuring(run, "alpha")
+    assert [n.node for n in data.nodes] == list(nodes)
+    for row in data.nodes:
+        mine = [s for t in measuring for s in t.nodes if s.node == row.node]
+        clocks = [c for t in measuring for c in t.clocks if c.node == row.node]
+        assert row.produced == sum(s.produced for s in mine) > 0
+        assert row.consumed == sum(s.consumed for s in mine)
+        assert row.saturated_ticks == sum(1 for s in mine if s.saturated)
+        assert row.memory_bytes == max(s.memory_bytes for s in mine)
+        assert row.cpu_percent == pytest.approx(sum(s.cpu_percent for s in mine) / len(mine))
+        assert (row.offset_min_ns, row.offset_max_ns) == (min(c.offset_ns for c in clocks),
+                                                          max(c.offset_ns for c in clocks))
+        assert row.bound_max_ns == max(c.bound_ns for c in clocks)
+        assert row.below_zero == sum(t.e2e_below_zero for t in measuring)
+        assert row.nodes_lost == 1
+    assert sum(n.produced for n in data.nodes) == data.targets[0].throughput.produced
+    text = build_document_text(data)
+    section = text[text.index("## Load nodes"):]
+    assert "| alpha | node-bbbbbbb | host-1 |" in section
+    assert f"alpha: {sum(t.e2e_below_zero for t in measuring):,} end-to-end samples below zero " \
+           "(counted as 0), 1 load node(s) lost." in section
+
+
+def build_document_text(data: ReportData) -> str:
+    from analysis.markdown import render_markdown
+    from analysis.sections import build_document
+
+    return render_markdown(build_document(data))

@@ -1,6 +1,6 @@
 """Benchmark: the aggregate maximum rate of one Redis target with its load in two local worker
 processes (--processes 2) against two Ray actors on a two-node Ray cluster of this machine
-(--cluster, loopback), in alternating pairs in the same run, and the coordinator's CPU in each.
+(--cluster), in alternating pairs in the same run, and the coordinator's CPU in each.
 
 Both placements drive the same redis-server with 2 producers and 2 consumers (2 partitions,
 1 KiB, as fast as acknowledged). A run's rate is its measuring ticks' produced messages over
@@ -33,7 +33,8 @@ from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
-from tests.integration.ray_support import free_port, two_node_cluster
+from tests.conftest import redis_server
+from tests.integration.ray_support import two_node_cluster
 
 
 def xadd_calls(port: int) -> int:
@@ -75,24 +76,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10, help="measuring phase of each run")
     parser.add_argument("--pairs", type=int, default=2, help="local/Ray pairs, alternated")
     args = parser.parse_args()
-    port = free_port()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                               "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
     results: dict[str, list[tuple[float, float, float]]] = {"local": [], "ray": []}
-    try:
-        time.sleep(0.5)
-        with two_node_cluster() as cluster, tempfile.TemporaryDirectory() as tmp:
-            for k in range(args.pairs):
-                for name, gcs in (("local", None), ("ray", cluster.gcs)):
-                    load = os.getloadavg()[0]
-                    r = one_run(port, gcs, args.seconds, Path(tmp) / f"{name}-{k}")
-                    results[name].append(r)
-                    print(f"pair {k + 1} {name:5}: produced {r[0]:>9,.0f} msg/s, consumed "
-                          f"{r[1]:>9,.0f} msg/s, coordinator CPU {r[2]:5.1f} % "
-                          f"(load {load:.1f} before)", flush=True)
-    finally:
-        server.terminate()
-        server.wait(10)
+    # the cluster's network namespace holds the nodes, the redis-server and this process's
+    # runs: loopback is its only address
+    with two_node_cluster() as cluster, cluster.net.entered(), redis_server() as port, \
+            tempfile.TemporaryDirectory() as tmp:
+        for k in range(args.pairs):
+            for name, gcs in (("local", None), ("ray", cluster.gcs)):
+                load = os.getloadavg()[0]
+                r = one_run(port, gcs, args.seconds, Path(tmp) / f"{name}-{k}")
+                results[name].append(r)
+                print(f"pair {k + 1} {name:5}: produced {r[0]:>9,.0f} msg/s, consumed "
+                      f"{r[1]:>9,.0f} msg/s, coordinator CPU {r[2]:5.1f} % "
+                      f"(load {load:.1f} before)", flush=True)
     print(f"\n{'placement':26}{'produced msg/s':>16}{'consumed msg/s':>16}{'coordinator CPU %':>19}")
     medians = {}
     for name, label in (("local", "local, --processes 2"), ("ray", "Ray, 2 nodes × 1 actor")):

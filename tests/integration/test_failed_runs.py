@@ -5,7 +5,6 @@ without --out."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import time
@@ -15,19 +14,17 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-import redis
 
 from analysis.labels import FAILED, ending, run_marks
 from analysis.runs import expand_run_args, load_runs
 from analysis.sink import ParquetSink
-from compose.process import free_port
 from loadgen.core.errors import DriverError
 from loadgen.core.target import unique_labels
 from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import SPACE_RESERVE, Run
-from tests.conftest import CLI, CliRun, run_cli, run_json
+from tests.conftest import CLI, CliRun, redis_server, run_cli, run_json
 
 pytestmark = pytest.mark.integration
 
@@ -116,25 +113,9 @@ def test_a_disk_that_fills_stops_the_run_at_once_and_marks_it_failed(small_disk,
 @pytest.fixture
 def redis_without_xadd(tmp_path: Path) -> Iterator[int]:
     """A redis-server whose default user may do everything but XADD."""
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--dir", str(tmp_path), "--user", "default", "on", "nopass", "~*", "&*", "+@all",
-         "-xadd"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        client = redis.Redis(port=port)
-        deadline = time.monotonic() + 10
-        while True:
-            with contextlib.suppress(redis.ConnectionError):
-                client.ping()
-                break
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-        client.close()
+    with redis_server("--dir", str(tmp_path), "--user", "default", "on", "nopass", "~*", "&*",
+                      "+@all", "-xadd") as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_a_run_whose_every_send_failed_fails(redis_without_xadd, tmp_path: Path):

@@ -1,33 +1,44 @@
-"""`run --cluster` on a real two-node Ray cluster of this machine (loopback): a Redis target's
-producers and consumers in Ray actors, one on each node, the broker and the coordinator here.
+"""`run --cluster` on a real two-node Ray cluster of this machine: a Redis target's producers and
+consumers in Ray actors, one on each node, the broker and the coordinator here, all of them in
+the cluster's network namespace, where loopback is the only address (this test process enters
+it for the module; every socket of the nodes is checked to be on loopback).
 The counts are checked against the broker's own (XLEN, XINFO GROUPS), the rate against the
 ticks, the placement against the cluster's own node list; a cluster nothing answers at is one
 line and exit 2; no actor outlives its run, however the run ends."""
 
 from __future__ import annotations
 
+import os
 import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import psutil
 import pyarrow.dataset as ds
 import pytest
 import redis
 
 from analysis.sink import ParquetSink
-from loadgen.cluster import LEASE_S, Cluster
-from loadgen.core.events import PhaseChange
+from loadgen.cluster import LEASE_S, Cluster, ClusterError
+from loadgen.core.events import PhaseChange, RunEvent
+from loadgen.core.histogram import HistogramSnapshot, percentiles
 from loadgen.core.target import unique_labels
-from loadgen.core.ticks import Phase
+from loadgen.core.ticks import Phase, RawSamples, Tick
 from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run, RunSummary
-from tests.conftest import CliRun, run_cli, run_json
-from tests.integration.ray_support import RayCluster, free_port, ray_cluster  # noqa: F401
+from tests.conftest import CliRun, redis_server, run_cli, run_json
+from tests.integration.ray_support import (  # noqa: F401
+    NODE_1_SHIFT_MS,
+    RayCluster,
+    free_port,
+    on_loopback,
+    ray_cluster,
+    without_ray_route_warning,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -36,26 +47,31 @@ WARMUP_S = 1
 DURATION_S = 5
 
 
+@pytest.fixture(scope="module", autouse=True)
+def in_cluster_net(ray_cluster: RayCluster) -> Iterator[None]:  # noqa: F811
+    """This module's tests, the runs and brokers they start and the clients they read with,
+    in the cluster's network namespace."""
+    with ray_cluster.net.entered():
+        yield
+
+
 @pytest.fixture(scope="module")
-def redis_port() -> Iterator[int]:
+def redis_port(in_cluster_net: None) -> Iterator[int]:
     """A redis-server of its own, so that its streams can be read after the run's load."""
-    port = free_port()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                               "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    try:
-        client = redis.Redis(port=port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.1)
+    with redis_server() as port:
         yield port
-    finally:
-        server.terminate()
-        server.wait(10)
+
+
+def connected(ray_cluster: RayCluster, nodes: int,  # noqa: F811
+              resources: dict[str, float] | None = None) -> tuple[Cluster, dict[str, str]]:
+    """The cluster, joined and placed (spread), and each node's id by the resource the
+    fixture gave it (sb_node_0, sb_node_1): the cluster's own account."""
+    cluster = Cluster(ray_cluster.gcs, nodes=nodes, strategy="spread", resources=resources or {})
+    cluster.connect()
+    import ray
+
+    return cluster, {n["NodeID"]: next(r for r in n["Resources"] if r.startswith("sb_node_"))
+                     for n in ray.nodes() if n["Alive"]}
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +83,7 @@ def spread_run(ray_cluster: RayCluster, redis_port: int,  # noqa: F811
     run_dir = tmp_path_factory.mktemp("ray") / "run"
     workload = Workload(name="ray", rate=RATE, duration_s=DURATION_S, warmup_s=WARMUP_S,
                         partitions=2, producers=2, consumers=2, message_size=256)
-    cluster = Cluster(ray_cluster.gcs, nodes=2, strategy="spread")
-    cluster.connect()
-    import ray
-
-    # each node's id, by the resource the fixture gave it: the cluster's own account
-    nodes = {n["NodeID"]: next(r for r in n["Resources"] if r.startswith("sb_node_"))
-             for n in ray.nodes() if n["Alive"]}
+    cluster, nodes = connected(ray_cluster, 2)
     run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
               out_dir=run_dir, audit=True, processes=cluster.workers, cluster=cluster,
               recorder=ParquetSink)
@@ -138,6 +148,33 @@ def test_the_placement_names_both_nodes(spread_run, ray_cluster):  # noqa: F811
     assert ray_cluster.no_load_actor_within(5)  # none left once the run is over (ray.kill)
 
 
+def test_every_socket_of_the_nodes_is_on_loopback(ray_cluster):  # noqa: F811
+    """Each node's GCS, raylet, object manager, agents and workers listen on and connect to
+    loopback only, and every node reports 127.0.0.1; neither `ray start` nor Ray's view of the
+    nodes names an address of the machine's own."""
+    sockets = ray_cluster.sockets()
+    listening = {(p.pid, c.laddr.port) for p, c in sockets if c.status == psutil.CONN_LISTEN}
+    raylets = {p.pid for p in ray_cluster.processes() if p.name() == "raylet"}
+    # the sockets were found: the GCS's port, and a node manager and object manager per raylet
+    assert int(ray_cluster.gcs.rsplit(":", 1)[1]) in {port for _, port in listening}
+    assert len(raylets) == 2
+    assert all(sum(pid == r for pid, _ in listening) >= 2 for r in raylets)
+    elsewhere = [(p.name(), c.laddr, c.raddr) for p, c in sockets
+                 if not on_loopback(c.laddr.ip) or (c.raddr and not on_loopback(c.raddr.ip))]
+    print(f"{len(sockets)} sockets of {len(ray_cluster.processes())} Ray processes, "
+          f"{len(listening)} listening: " + ", ".join(sorted(
+              {f"{p.name()} {c.laddr.ip}" for p, c in sockets if c.status == psutil.CONN_LISTEN})))
+    assert not elsewhere, f"Ray sockets off loopback: {elsewhere}"
+    assert not [a for a in ray_cluster.net.outside if a in ray_cluster.started_output]
+    cluster, _ = connected(ray_cluster, 2)
+    try:
+        import ray
+
+        assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+    finally:
+        cluster.close()
+
+
 def test_a_cluster_nothing_answers_at_is_one_line_and_exit_2(tmp_path):
     res = run_cli(["run", "redis@127.0.0.1:1", "--headless", "--duration", "2",
                    "--cluster", f"127.0.0.1:{free_port()}", "--out", str(tmp_path / "run")])
@@ -164,6 +201,7 @@ def test_no_actor_outlives_its_coordinator(sig, ray_cluster, redis_port, tmp_pat
         cli.signal(sig)
         code, out, err = cli.finish(60)
         assert code == (143 if sig is signal.SIGTERM else -signal.SIGKILL), err[-2000:]
+        assert not [a for a in ray_cluster.net.outside if a in out + err]  # loopback only
         if auto:  # the end summary says where the load ran, as run.json does
             placement = run_json(tmp_path / "run")["cluster_placement"]
             assert placement["address"] == ray_cluster.client  # auto: RAY_ADDRESS
@@ -181,7 +219,201 @@ def test_more_nodes_than_the_cluster_has_is_one_line_and_exit_2(ray_cluster, tmp
     res = run_cli(["run", "redis@127.0.0.1:1", "--headless", "--duration", "2",
                    "--cluster", ray_cluster.gcs, "--nodes", "3", "--out", str(tmp_path / "run")])
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == [
+    assert without_ray_route_warning(res.stderr) == [
         f"streambench: error: --nodes 3 --placement spread: the cluster at {ray_cluster.gcs} "
         "has 2 nodes alive"]
     assert not (tmp_path / "run").exists()
+
+
+SKEW_RATE = 1000.0
+
+
+def _clock_run(ray_cluster: RayCluster, redis_port: int, run_dir: Path,  # noqa: F811
+               nodes: int, resources: dict[str, float]
+               ) -> tuple[RunSummary, list[Tick], list[int], dict[str, str]]:
+    """1 producer and 2 consumers of one topic (2 partitions, which every consumer reads: the
+    server deals the entries) at 1,000 msg/s: over 2 nodes the producer's node consumes about
+    half the messages and the other node the rest, so half the samples cross nodes and half
+    are timed on node 1's shifted clock whichever node the actors land on. Its ticks as
+    published, every raw e2e sample, and each node's id by the resource the fixture gave it."""
+    workload = Workload(name="clock", rate=SKEW_RATE, duration_s=5, warmup_s=1, partitions=2,
+                        producers=1, consumers=2, message_size=256)
+    cluster, names = connected(ray_cluster, nodes, resources)
+    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
+              out_dir=run_dir, record_raw=True, processes=cluster.workers, cluster=cluster,
+              recorder=ParquetSink)
+    ticks: list[Tick] = []
+    raw: list[int] = []
+
+    def watch(item: object) -> None:
+        if isinstance(item, Tick):
+            ticks.append(item)
+        if isinstance(item, RawSamples) and item.kind == "e2e" and item.phase is Phase.MEASURING:
+            raw.extend(int(v) for v in item.values)
+
+    run.subscribe(watch)
+    return run_precise(run.execute()), ticks, raw, names
+
+
+def test_a_nodes_clock_offset_is_estimated_and_taken_out_of_e2e(
+        ray_cluster, redis_port, tmp_path):  # noqa: F811
+    """Node 1's load actors read a wall clock 200 ms ahead (the test hook): the estimates
+    find it within their bound, every tick carries both nodes' estimates, and the e2e p50
+    across the two nodes is the one of a run with everything on node 0."""
+    cross, ticks, raw, names = _clock_run(ray_cluster, redis_port, tmp_path / "cross", 2, {})
+    same, same_ticks, same_raw, _ = _clock_run(ray_cluster, redis_port, tmp_path / "same", 1,
+                                               {"sb_node_0": 1})
+    for summary in (cross, same):
+        (t,) = summary.targets
+        assert t.consumed == t.produced == int(SKEW_RATE * 6) and t.send_errors == 0
+
+    # each node's estimates, from run.json: the shift found within each estimate's bound
+    shift = {"sb_node_0": 0, "sb_node_1": int(NODE_1_SHIFT_MS * 1e6)}
+    workers = run_json(tmp_path / "cross")["cluster_placement"]["workers"]
+    assert {names[w["node_id"]] for w in workers} == {"sb_node_0", "sb_node_1"}
+    for w in workers:
+        series = w["clock"]
+        assert len(series) >= 2  # at the start and again while the run went on
+        for c in series:
+            assert 0 < c["bound_ns"] < 50_000_000
+            assert abs(c["offset_ns"] - shift[names[w["node_id"]]]) <= c["bound_ns"], (w, c)
+    # the ticks carry both nodes' estimates and shares, as the nodes table does; the nodes'
+    # counts add up to the target's
+    measuring = [t for t in ticks if t.phase is Phase.MEASURING]
+    assert all({names[c.node] for c in t.clocks} == {"sb_node_0", "sb_node_1"} for t in measuring)
+    assert all([n.node for n in t.nodes] == [c.node for c in t.clocks] for t in ticks)
+    assert all(sum(n.produced for n in t.nodes) == t.produced
+               and sum(n.consumed for n in t.nodes) == t.consumed for t in ticks)
+    node_1_share = (sum(n.consumed for t in measuring for n in t.nodes
+                        if names[n.node] == "sb_node_1") / sum(t.consumed for t in measuring))
+    table = ds.dataset(tmp_path / "cross" / "nodes", format="parquet").to_table().to_pydict()
+    assert len(table["node"]) == sum(len(t.nodes) for t in ticks)
+    assert sum(table["produced"]) == sum(t.produced for t in ticks) == cross.targets[0].produced
+    assert table["clock_offset_ns"] == [c.offset_ns for t in ticks for c in t.clocks]
+    assert all(h and m > 0 for h, m in zip(table["host"], table["memory_bytes"], strict=True))
+    assert all(t.e2e_clock_bound_ns > 0 for t in measuring)
+    assert all([names[c.node] for c in t.clocks] == ["sb_node_0"] for t in same_ticks)
+
+    # e2e: node 1 consumed a good share of the messages, and far fewer samples than that are
+    # 150 ms or more (stalls of a loaded machine give some; the shift would give that share);
+    # the p50 is the same-node run's (numpy on the raw samples, checked against the merged
+    # histograms of the ticks)
+    assert len(raw) == sum(t.e2e_latency.total for t in measuring) > SKEW_RATE * 4
+    slow = sum(1 for v in raw if v >= 150_000_000) / len(raw)
+    print(f"node 1 consumed {node_1_share:.2f} of the messages; {slow:.3f} of the samples "
+          f"150 ms or more (max {max(raw) / 1e6:.1f} ms)")
+    assert node_1_share > 0.3 and slow < node_1_share / 2
+    # a sample below zero is counted (and kept, as 0): the ticks' count is the raw samples'
+    assert sum(t.e2e_below_zero for t in measuring) == sum(1 for v in raw if v < 0)
+    p50, same_p50 = float(np.percentile(raw, 50)), float(np.percentile(same_raw, 50))
+    merged = HistogramSnapshot.merge([t.e2e_latency for t in measuring])
+    assert float(percentiles(merged, [50.0])[0]) == pytest.approx(max(p50, 0), rel=0.01, abs=2_000)
+    bounds = [c["bound_ns"] for w in workers for c in w["clock"]]
+    print(f"e2e p50 {p50 / 1e6:.3f} ms over 2 nodes, {same_p50 / 1e6:.3f} ms on node 0; "
+          f"clock bounds {min(bounds) / 1e6:.3f}-{max(bounds) / 1e6:.3f} ms; offsets "
+          + ", ".join(f"{names[w['node_id']]} {c['offset_ns'] / 1e6:+.3f}"
+                      for w in workers for c in w["clock"]))
+    assert abs(p50 - same_p50) <= 500_000, (
+        f"e2e p50 {p50 / 1e6:.3f} ms across nodes, {same_p50 / 1e6:.3f} ms on one node")
+
+
+LOSS_RATE = 2000.0
+
+
+def test_a_node_lost_mid_run_is_an_event_and_the_run_goes_on(ray_cluster, redis_port,  # noqa: F811
+                                                              tmp_path):
+    """2 producers and 1 consumer over 2 nodes: the second node's load actor (its one
+    producer) is killed 2 s into the measuring phase. The run goes on with the first node to
+    its end; the loss is one event; the ticks after it lack that node and are flagged; the rate
+    falls to the remaining producer's share; every message the broker holds is read once."""
+    workload = Workload(name="loss", rate=LOSS_RATE, duration_s=6, warmup_s=1, partitions=2,
+                        producers=2, consumers=1, message_size=256)
+    cluster, _ = connected(ray_cluster, 2)
+    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
+              out_dir=tmp_path / "run", processes=cluster.workers, cluster=cluster,
+              recorder=ParquetSink)
+    ticks: list[Tick] = []
+    events: list[RunEvent] = []
+    broker: dict[str, Any] = {}
+    killed: list[int] = []
+
+    def watch(item: object) -> None:
+        if isinstance(item, Tick):
+            ticks.append(item)
+            if item.phase is Phase.MEASURING and item.seq >= 2 and not killed:
+                victim = cluster.handles[1].where  # share 1: producer 1, no consumer
+                killed.append(item.seq)
+                os.kill(victim["pid"], signal.SIGKILL)
+        if isinstance(item, RunEvent):
+            events.append(item)
+        if isinstance(item, PhaseChange) and item.phase is Phase.WRITING and not broker:
+            client = redis.Redis(port=redis_port)
+            ((_topic, layout),) = run.runners[0].describe()["layout"].items()
+            broker["xlen"] = sum(client.xlen(s) for s in layout["streams"])
+            broker["read"] = sum(g["entries-read"] for s in layout["streams"]
+                                 for g in client.xinfo_groups(s))
+
+    run.subscribe(watch)
+    summary = run_precise(run.execute())
+    (t,) = summary.targets
+    victim = summary.placement["workers"][1] if summary.placement else {}
+    (lost,) = [e for e in events if e.kind == "node-lost"]
+    print(f"node-lost: {lost.detail}; ticks (seq, phase, nodes lost, produced): "
+          + ", ".join(f"{k.seq} {k.phase.value} {k.nodes_lost} {k.produced}" for k in ticks))
+    assert lost.detail.startswith(f"the load actor on {victim['hostname']} (node "
+                                  f"{victim['node_id'][:12]}) is gone")
+    assert "its 1 producer(s) and 0 consumer(s) stop for the rest of the run" in lost.detail
+    # the ticks: both nodes before the loss, the first alone and flagged after it
+    before = [k for k in ticks if k.seq <= killed[0]]
+    after = [k for k in ticks if k.nodes_lost]
+    assert all(len(k.nodes) == 2 and not k.nodes_lost for k in before)
+    assert after and all(k.nodes_lost == 1 and [n.node for n in k.nodes] ==
+                         [summary.placement["workers"][0]["node_id"]] for k in after)
+    assert [k.seq for k in after] == list(range(after[0].seq, ticks[-1].seq + 1))
+    assert after[0].seq <= killed[0] + 3  # noticed within a few ticks
+    # the rate: the remaining producer's share, over the measuring ticks after the loss
+    settled = [k for k in after[1:] if k.phase is Phase.MEASURING]
+    assert settled
+    rate = sum(k.produced for k in settled) / sum(k.interval_s for k in settled)
+    assert abs(rate - LOSS_RATE / 2) / (LOSS_RATE / 2) < 0.02, f"{rate:.0f} msg/s"
+    # the broker's count: every message there read once; the lost producer's acknowledged
+    # messages after its last tick are in the broker's count, not in ours
+    assert t.send_errors == 0 and t.duplicates == 0 and t.drained
+    assert broker["read"] == broker["xlen"] == t.consumed
+    assert 0 <= broker["xlen"] - t.produced <= LOSS_RATE / 2 * 1.5
+    assert ray_cluster.no_load_actor_within(5)
+    stored = ds.dataset(tmp_path / "run" / "events", format="parquet").to_table().to_pydict()
+    assert stored["kind"].count("node-lost") == 1
+
+
+def test_split_roles_put_producers_and_consumers_on_different_nodes(ray_cluster, redis_port,  # noqa: F811
+                                                                   tmp_path):
+    """--split-roles over 2 nodes: both producers on one node, both consumers on the other
+    (the nodes' own counts say so), every message read once; on 1 node it is refused."""
+    with pytest.raises(ClusterError, match="--split-roles: producers and consumers need 2 "
+                                           "nodes or more, the load takes 1"):
+        Cluster(ray_cluster.gcs, nodes=1, split_roles=True).connect()
+    workload = Workload(name="split", rate=2000.0, duration_s=3, warmup_s=1, partitions=2,
+                        producers=2, consumers=2, message_size=256)
+    cluster = Cluster(ray_cluster.gcs, nodes=2, strategy="spread", split_roles=True)
+    cluster.connect()
+    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
+              out_dir=tmp_path / "run", processes=cluster.workers, cluster=cluster,
+              recorder=ParquetSink)
+    summary = run_precise(run.execute())
+    (t,) = summary.targets
+    assert t.produced == 2000 * 4 and t.consumed == t.produced and t.duplicates == 0
+    doc = run_json(tmp_path / "run")
+    assert doc["cluster_placement"]["split_roles"] is True
+    assert doc["load_placement"] == [{"producers": [0, 1], "consumers": []},
+                                     {"producers": [], "consumers": [0, 1]}]
+    producer_node, consumer_node = (w["node_id"] for w in doc["cluster_placement"]["workers"])
+    assert producer_node != consumer_node
+    nodes = ds.dataset(tmp_path / "run" / "nodes", format="parquet").to_table().to_pydict()
+    produced = {n: 0 for n in (producer_node, consumer_node)}
+    consumed = dict(produced)
+    for node, p, c in zip(nodes["node"], nodes["produced"], nodes["consumed"], strict=True):
+        produced[node] += p
+        consumed[node] += c
+    assert produced == {producer_node: t.produced, consumer_node: 0}
+    assert consumed == {producer_node: 0, consumer_node: t.consumed}

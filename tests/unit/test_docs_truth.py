@@ -30,7 +30,8 @@ FOREIGN_OPTIONS = {
     "--pairs": "tests/bench/redis_consume.py", "--pc-processes": "tests/bench/kafka_produce.py",
     "--snapshot-update": "pytest-textual-snapshot", "--strict": "mkdocs",
     "--head": "ray start", "--address": "ray start", "--port": "ray start",
-    "--ray-client-server-port": "ray start",
+    "--ray-client-server-port": "ray start", "--node-ip-address": "ray start",
+    "--net": "unshare, nsenter",
 }
 # `word:thing` spans that are not TARGETs (Erlang functions named in the RabbitMQ notes)
 NOT_TARGETS = {"file"}

@@ -208,6 +208,13 @@ def test_placement_deals_producers_then_consumers() -> None:
     spread = place(3, 3, 2)
     assert [(p.producers, p.consumers) for p in spread] == [([0, 2], [1]), ([1], [0, 2])]
     assert all(p.producers or p.consumers for p in place(2, 2, 4))
+    # split roles: producers round the first half, consumers round the others
+    split = place(2, 2, 2, split_roles=True)
+    assert [(p.producers, p.consumers) for p in split] == [([0, 1], []), ([], [0, 1])]
+    split = place(3, 4, 3, split_roles=True)
+    assert [(p.producers, p.consumers) for p in split] == [([0, 1, 2], []), ([], [0, 2]),
+                                                           ([], [1, 3])]
+    assert place(2, 2, 1, split_roles=True) == place(2, 2, 1)  # one process: nothing to split
     assert auto_processes(2, 1, cores=2) == 1  # a 2-core host: one worker, the rest for brokers
     assert auto_processes(2, 1, cores=8) == 2
     assert auto_processes(10, 3, cores=8) == 2

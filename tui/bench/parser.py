@@ -154,6 +154,14 @@ _positive_int = _number(int, 1, exclusive=False)
 _non_negative_int = _number(int, 0, exclusive=False)
 
 
+def _node_resource(text: str) -> tuple[str, float]:
+    """NAME=N: a Ray resource a node must have N of for each of its load actors' shares."""
+    name, eq, amount = text.partition("=")
+    if not eq or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=N (a Ray resource), got {text!r}")
+    return name.strip(), _positive_float(amount)
+
+
 def _seconds(text: str) -> float:
     try:
         return units.parse_duration(text, "s")
@@ -312,6 +320,13 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
     run.add_argument("--placement", choices=("spread", "pack"), metavar="spread|pack",
                      help="--cluster: spread (the default): every actor of a target on another "
                           "node; pack: on as few nodes as have the CPUs")
+    run.add_argument("--split-roles", action="store_true",
+                     help="--cluster: producers on the first half of the nodes, consumers on "
+                          "the others (OMB's default; 2 nodes or more)")
+    run.add_argument("--node-resource", type=_node_resource, action="append", default=[],
+                     metavar="NAME=N",
+                     help="--cluster: only nodes with N of the Ray resource NAME free take load "
+                          "(ray start --resources; repeatable)")
     run.add_argument("--at", action="append", default=[], metavar="TIME:ACTION=VALUE",
                      help="an intervention at a time of the measuring phase (repeatable): "
                           "30s:rate=5000, 45s:rate=max@redis, 60s:kill=kafka-2, 90s:start=kafka-2, "

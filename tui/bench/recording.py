@@ -29,6 +29,8 @@ from loadgen.core.ticks import (
     ConsumerStat,
     LagSnapshot,
     LoadgenHealth,
+    NodeClock,
+    NodeStat,
     Phase,
     Resources,
     Tick,
@@ -168,6 +170,28 @@ def _broker_metrics(run_dir: Path) -> dict[tuple[str, int], BrokerMetricValues]:
                                     "not read" if key in stale else "")
             for key, found in values.items()}
 
+def _nodes(run_dir: Path) -> dict[tuple[str, int], tuple[tuple[NodeStat, ...],
+                                                          tuple[NodeClock, ...]]]:
+    """(target, seq) → each load node's share and clock estimate at the tick (runs on a
+    cluster, schema version 4 and later)."""
+    table = read_table(run_dir, "nodes")
+    rows = table.select(["target", "seq", "node", "host", "produced", "consumed",
+                         "loadgen_cpu_percent", "loadgen_loop_lag_ms", "memory_bytes",
+                         "loadgen_saturated", "clock_offset_ns", "clock_bound_ns"]).to_pydict()
+    estimated = table["clock_estimated"].cast(pa.int64()).to_pylist()
+    stats: dict[tuple[str, int], list[NodeStat]] = {}
+    clocks: dict[tuple[str, int], list[NodeClock]] = {}
+    for (target, seq, node, host, produced, consumed, cpu, lag, memory, saturated, offset,
+         bound), at in zip(zip(*rows.values(), strict=True), estimated, strict=True):
+        node = str(node or "")
+        stats.setdefault((target, seq), []).append(NodeStat(
+            node, str(host or ""), int(produced or 0), int(consumed or 0), _nan(cpu), _nan(lag),
+            int(memory or 0), str(saturated or "")))
+        if offset is not None:
+            clocks.setdefault((target, seq), []).append(
+                NodeClock(node, int(offset), int(bound or 0), int(at or 0) * 1000))
+    return {key: (tuple(found), tuple(clocks.get(key, ()))) for key, found in stats.items()}
+
 
 def _phase(name: Any, run_dir: Path) -> Phase:
     try:
@@ -191,6 +215,7 @@ def _ticks(run_dir: Path) -> list[Tick]:
     counters = _per_tick(run_dir, "broker", "name", "value")
     consumers = _consumers(run_dir)
     metrics = _broker_metrics(run_dir)
+    nodes = _nodes(run_dir)
     empty = np.zeros(0, np.int64)
     ticks = []
     for r, time_us in zip(rows, times, strict=True):
@@ -226,6 +251,11 @@ def _ticks(run_dir: Path) -> list[Tick]:
             consumers=consumers.get((target, seq), ()),
             duplicates=r.get("duplicates") or 0, reordered=r.get("reordered") or 0,
             broker_metrics=metrics.get((target, seq)),
+            e2e_below_zero=r["e2e_below_zero"] or 0,
+            e2e_clock_bound_ns=r["e2e_clock_bound_ns"] or 0,
+            nodes_lost=r["nodes_lost"] or 0,
+            nodes=nodes.get((target, seq), ((), ()))[0],
+            clocks=nodes.get((target, seq), ((), ()))[1],
             **snaps,
         ))
     return ticks

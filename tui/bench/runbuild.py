@@ -202,12 +202,16 @@ def connect_cluster(args: argparse.Namespace, targets: int) -> Cluster | None:
     actor per node and target: args.processes becomes their number); None without it. Raises
     ClusterError (one line, exit 2) for a cluster that cannot be used."""
     if not getattr(args, "cluster", None):
-        if getattr(args, "nodes", None) is not None or getattr(args, "placement", None):
-            raise WorkloadError("--nodes and --placement choose nodes of a --cluster")
+        if (getattr(args, "nodes", None) is not None or getattr(args, "placement", None)
+                or getattr(args, "node_resource", None) or getattr(args, "split_roles", False)):
+            raise WorkloadError("--nodes, --placement, --node-resource and --split-roles "
+                                "choose nodes of a --cluster")
         return None
     from loadgen.cluster import Cluster
 
-    cluster = Cluster(args.cluster, args.nodes, args.placement or "spread", targets)
+    cluster = Cluster(args.cluster, args.nodes, args.placement or "spread", targets,
+                      dict(getattr(args, "node_resource", None) or []),
+                      bool(getattr(args, "split_roles", False)))
     cluster.connect()
     args.processes = cluster.workers
     return cluster

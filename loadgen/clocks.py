@@ -1,0 +1,95 @@
+"""One time base for a run whose load runs on other nodes (loadgen.cluster): each node's wall
+clock against the coordinator's, estimated the way NTP does it, and the warning for e2e figures
+that the estimate's error bound makes too coarse.
+
+An exchange: the coordinator reads its clock (t1), asks the node, which reads its own when the
+request arrives (t2) and when it answers (t3), and reads its clock again when the answer is in
+(t4). The node's offset is ((t2 - t1) + (t3 - t4)) / 2 and the exchange's delay (t4 - t1) -
+(t3 - t2); whatever the split of the delay between the two ways, the true offset is within
+delay / 2 of the estimate. Of a burst of exchanges the one with the least delay is kept (the
+one least disturbed by queueing on either end), and bursts repeat every CLOCK_EVERY_S to follow
+a clock that drifts. Intended send times are on the coordinator's clock; a consumer's node
+takes its receive times back by its offset, so every e2e sample it records carries that
+node's bound."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loadgen.core.events import EventKind, RunEvent
+from loadgen.core.histogram import percentiles
+from loadgen.core.ticks import Tick
+
+BURST = 8  # exchanges per estimate
+CLOCK_EVERY_S = 5.0  # between bursts, to follow drift
+# an e2e p50 with a clock bound above this fraction of it is warned about
+BOUND_FRACTION = 0.25
+# the test hook: the load actors of a node whose environment sets this run with their wall
+# clock shifted by this many milliseconds (a node with a wrong clock, on one machine)
+WALL_SHIFT_ENV = "STREAMBENCH_TEST_WALL_SHIFT_MS"
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One clock exchange, nanoseconds: t1 and t4 on the coordinator, t2 and t3 on the node."""
+
+    t1: int
+    t2: int
+    t3: int
+    t4: int
+
+    @property
+    def offset_ns(self) -> int:
+        return ((self.t2 - self.t1) + (self.t3 - self.t4)) // 2
+
+    @property
+    def delay_ns(self) -> int:
+        return (self.t4 - self.t1) - (self.t3 - self.t2)
+
+
+def estimate(burst: list[Exchange]) -> tuple[int, int]:
+    """(offset, bound) from the burst's exchange of least delay; the bound is half its delay
+    rounded up (never below zero: a clock read twice cannot go back, but be safe)."""
+    best = min(burst, key=lambda e: e.delay_ns)
+    return best.offset_ns, max(0, -(-best.delay_ns // 2))
+
+
+def shift_wall_clock(shift_ms: float) -> None:
+    """The test hook: this process's wall clock (time.time, time.time_ns) read shifted."""
+    shift_ns = round(shift_ms * 1e6)
+    time_ns, time_s = time.time_ns, time.time
+    time.time_ns = lambda: time_ns() + shift_ns
+    time.time = lambda: time_s() + shift_ns / 1e9
+
+
+class BoundWatch:
+    """Warns (a clock-bound event) when a target's e2e p50 of a tick is less than 1 /
+    BOUND_FRACTION times the clock bound its samples carry: said when that starts, again
+    only after a tick with samples under it."""
+
+    def __init__(self, label: str, publish: Callable[[RunEvent], None],
+                 fraction: float = BOUND_FRACTION) -> None:
+        self._label = label
+        self._publish = publish
+        self._fraction = fraction
+        self._over = False
+
+    def check(self, tick: Tick) -> None:
+        if not tick.e2e_latency.total:
+            return
+        bound = tick.e2e_clock_bound_ns
+        if not bound:  # every sample on the coordinator's own clock
+            self._over = False
+            return
+        p50 = float(percentiles(tick.e2e_latency, [50.0])[0])
+        over = bound > self._fraction * p50
+        if over and not self._over:
+            self._publish(RunEvent(
+                time.time_ns(), self._label, EventKind.CLOCK_BOUND,
+                f"the nodes' clock error bound ±{bound / 1e6:.3f} ms is "
+                f"{bound / p50 * 100 if p50 > 0 else float('inf'):.0f} % of the e2e p50 "
+                f"({p50 / 1e6:.3f} ms; warned above {self._fraction * 100:.0f} %): "
+                "e2e figures are that uncertain"))
+        self._over = over

@@ -1,0 +1,155 @@
+"""Benchmark: what one node's tick costs the coordinator. One Redis target at a fixed rate with
+its load on 1, 2 and 3 Ray nodes of this machine (--cluster, loopback; one actor per node)
+against the local placement with as many worker processes (--processes N), every run with one
+producer and one consumer per node or process.
+
+For each run it prints the coordinator's CPU over the measuring phase (this process's user +
+system time: the run loop, the Parquet writer and, with Ray, the driver's threads) per tick,
+and per tick and node; the bytes of one node's tick reply (the tick and its counts, pickled as
+Ray and the local pipes carry them: kept during the run, measured after it, so that measuring
+costs the coordinator nothing while it is timed); and the marginal cost of a node (the slope
+from 1 to 3 nodes), from which docs/architecture.md works out 100 nodes x 3 targets. Each run's
+produced count is checked against the server's XADD calls and its consumed count against its
+produced count."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import loadgen.worker as worker_module
+from analysis.sink import ParquetSink
+from loadgen.cluster import Cluster
+from loadgen.core.events import PhaseChange
+from loadgen.core.target import unique_labels
+from loadgen.core.ticks import Phase
+from loadgen.core.workload import Workload
+from loadgen.pacing import run_precise
+from loadgen.platforms import resolve_target
+from loadgen.run import Run
+from tests.conftest import redis_server
+from tests.integration.ray_support import ray_start, two_node_cluster
+
+RATE_PER_NODE = 1000.0
+REPLIES: list[Any] = []  # the last tick replies of a run, measured after it
+
+
+def xadd_calls(port: int) -> int:
+    out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "commandstats"],
+                         capture_output=True, text=True, check=True).stdout
+    m = re.search(r"cmdstat_xadd:calls=(\d+)", out)
+    return int(m.group(1)) if m else 0
+
+
+def keep_replies() -> None:
+    """TargetWorker.tick's per-node replies, kept (a list append) to be pickled later."""
+    each = worker_module.TargetWorker._each
+
+    async def kept(self: Any, op: str, *args: Any) -> Any:
+        replies = await each(self, op, *args)
+        if op == "tick":
+            # on a cluster channel 0 is the stack's own process, which runs no client
+            REPLIES.extend(reply for i, reply in replies if i > 0 or not self._shares)
+            del REPLIES[:-50]
+        return replies
+
+    worker_module.TargetWorker._each = kept  # type: ignore[method-assign]
+
+
+def one_run(port: int, gcs: str | None, nodes: int, seconds: float,
+            out: Path) -> tuple[float, int, float]:
+    """(coordinator CPU seconds over the measuring phase, measuring ticks, bytes per node
+    tick reply) of one run."""
+    workload = Workload(name="bench-coord", rate=RATE_PER_NODE * nodes, message_size=256,
+                        partitions=nodes, producers=nodes, consumers=nodes, duration_s=seconds,
+                        warmup_s=2)
+    cluster = None
+    if gcs is not None:
+        cluster = Cluster(gcs, nodes=nodes, strategy="spread")
+        cluster.connect()
+    me = psutil.Process()
+    marks: dict[str, Any] = {}
+    ticks: list[int] = []
+
+    def watch(item: object) -> None:
+        if isinstance(item, PhaseChange) and item.phase is Phase.MEASURING:
+            marks["start"] = me.cpu_times()
+        if isinstance(item, PhaseChange) and item.phase is Phase.DRAINING:
+            marks["end"] = me.cpu_times()
+        if getattr(item, "phase", None) is Phase.MEASURING and hasattr(item, "produced"):
+            ticks.append(1)
+
+    before_xadd = xadd_calls(port)
+    REPLIES.clear()
+    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{port}")]),
+              out_dir=out, processes=nodes, cluster=cluster, recorder=ParquetSink)
+    run.subscribe(watch)
+    summary = run_precise(run.execute())
+    (t,) = summary.targets
+    server = xadd_calls(port) - before_xadd
+    if server != t.produced + t.send_errors or t.send_errors or t.consumed != t.produced:
+        raise SystemExit(f"count mismatch: produced {t.produced:,} (+{t.send_errors} errors), "
+                         f"consumed {t.consumed:,}, the server executed {server:,} XADDs")
+    start, end = marks["start"], marks["end"]
+    cpu = (end.user - start.user) + (end.system - start.system)
+    # replies of the load processes or actors (not the stack's own process, which ticks too)
+    sizes = [len(pickle.dumps(r, protocol=5)) for r in REPLIES]
+    return cpu, len(ticks), statistics.median(sizes) if sizes else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10, help="measuring phase of each run")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of the six runs")
+    args = parser.parse_args()
+    keep_replies()
+    results: dict[tuple[str, int], list[tuple[float, int, float]]] = {}
+    # the cluster's network namespace holds the nodes, the redis-server and this process's
+    # runs: loopback is its only address
+    with two_node_cluster() as cluster, cluster.net.entered(), redis_server() as port, \
+            tempfile.TemporaryDirectory() as tmp:
+        # a third node of the same cluster (its processes are the cluster's: stopped with it)
+        ray_start(cluster.net, [f"--address={cluster.gcs}", '--resources={"sb_node_2": 1}'])
+        for k in range(args.rounds):
+            for nodes in (1, 2, 3):
+                for name, gcs in (("local", None), ("ray", cluster.gcs)):
+                    load = os.getloadavg()[0]
+                    r = one_run(port, gcs, nodes, args.seconds,
+                                Path(tmp) / f"{name}-{nodes}-{k}")
+                    results.setdefault((name, nodes), []).append(r)
+                    cpu, n, size = r
+                    print(f"round {k + 1} {name:5} {nodes} node(s)/process(es): coordinator "
+                          f"{cpu / n * 1000:6.2f} ms CPU per tick, {cpu / n / nodes * 1000:6.2f} "
+                          f"ms per node tick, {size:,.0f} bytes per node tick "
+                          f"(load {load:.1f} before)", flush=True)
+    print(f"\n{'placement':12}{'nodes':>6}{'CPU ms/tick':>13}{'ms/node tick':>14}"
+          f"{'bytes/node tick':>17}")
+    per_tick: dict[tuple[str, int], float] = {}
+    for (name, nodes), rows in sorted(results.items()):
+        per_tick[(name, nodes)] = statistics.median(cpu / n for cpu, n, _ in rows) * 1000
+        size = statistics.median(s for _, _, s in rows)
+        print(f"{name:12}{nodes:>6}{per_tick[(name, nodes)]:>13.2f}"
+              f"{per_tick[(name, nodes)] / nodes:>14.2f}{size:>17,.0f}")
+    for name in ("local", "ray"):
+        slope = (per_tick[(name, 3)] - per_tick[(name, 1)]) / 2
+        print(f"{name}: marginal coordinator CPU per node tick (1 -> 3 nodes) {slope:.2f} ms; "
+              f"100 nodes x 3 targets at 1 tick/s: {slope * 300 / 1000:.2f} core(s) "
+              f"+ the fixed {per_tick[(name, 1)] - slope:.2f} ms per target tick")
+    print(f"ratio Ray / local per node tick at 3 nodes: "
+          f"{per_tick[('ray', 3)] / per_tick[('local', 3)]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
