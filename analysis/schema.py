@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-# 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table
-SCHEMA_VERSION = 3
+# 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table;
+# 4: the time lag (ticks' lag_seconds*, lag's time_lag_s and leader, the subscriptions table)
+SCHEMA_VERSION = 4
 MIN_READER_VERSION = 1  # the oldest reader that reads what this version writes
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -99,6 +100,12 @@ TICKS = _with_meta(
         _opt("loadgen_cpu_percent", pa.float64()),
         _opt("loadgen_loop_lag_ms", pa.float64()),
         _opt("loadgen_saturated", pa.string()),  # why it was the bottleneck; empty when not
+        # the time lag (schema 4; null in older runs and where not known)
+        _opt("lag_seconds", pa.float64()),
+        _opt("lag_seconds_exact", pa.bool_()),  # false: the estimate, lag ÷ consume rate
+        _opt("lag_seconds_bound", pa.float64()),
+        _opt("lag_seconds_trend", pa.float64()),
+        _opt("lag_drain_s", pa.float64()),  # inf: growing
     ],
 )
 
@@ -120,6 +127,18 @@ LAG = _with_meta(
         _req("partition", pa.int32()),
         _req("lag", pa.int64()),
         _req("source", pa.string()),
+        _opt("time_lag_s", pa.float64()),  # schema 4: the age of the oldest unread message
+        _opt("leader", pa.bool_()),  # schema 4: false while the partition has no leader
+    ],
+)
+
+SUBSCRIPTIONS = _with_meta(
+    "subscriptions",
+    [
+        *_key_fields(),
+        _req("subscription", pa.string()),
+        _opt("time_lag_s", pa.float64()),  # the oldest unread message over its partitions
+        _req("status", pa.string()),  # OK, WARN, STALL or STOP
     ],
 )
 
@@ -173,6 +192,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "lag": LAG,
     "broker": BROKER,
     "consumers": CONSUMERS,
+    "subscriptions": SUBSCRIPTIONS,
     "events": EVENTS,
     "raw": RAW,
 }

@@ -49,6 +49,7 @@ from loadgen.load import (
     dropped_slots,
 )
 from loadgen.pacing import run_precise
+from loadgen.timelag import TimeLagBook
 
 _CLOSE_TIMEOUT_S = 120.0
 ORPHAN_CLOSE_S = 2.0  # what an orphaned worker gives its clients and stack to close
@@ -397,6 +398,8 @@ def _merge_ticks(ticks: list[Tick]) -> Tick:
         loadgen=LoadgenHealth.merge([t.loadgen for t in ticks]),
         consumers=tuple(sorted((c for t in ticks for c in t.consumers),
                                key=lambda c: (c.topic, c.subscription, c.index))),
+        acked={topic: [s for t in ticks for s in t.acked.get(topic, ())]
+               for topic in {topic for t in ticks for topic in t.acked}},
     )
 
 
@@ -417,6 +420,7 @@ class TargetWorker:
         self._publish = publish
         self._described: dict[str, Any] | None = None
         self._assignments = AssignmentWatch()
+        self._time_lag = TimeLagBook()
         args = (index, target, workload, run_id, record_raw, track_ids)
         self._procs: list[LoadChannel]
         if cluster is None:
@@ -490,7 +494,7 @@ class TargetWorker:
         replies = await asyncio.gather(
             *(p.request("tick", seq, time_ns, phase, elapsed_s) for p in self._procs))
         self._take_counts([totals for _, totals in replies])
-        tick = _merge_ticks([t for t, _ in replies])
+        tick = self._time_lag.resolve(_merge_ticks([t for t, _ in replies]))
         for detail in self._assignments.changes(tick.consumers):
             self._publish(RunEvent(time.time_ns(), self.label, "assignment", detail))
         return tick

@@ -183,8 +183,11 @@ class KafkaProducer(Producer):
             acks.append(await send(topic, m.payload, key=m.key,
                                    partition=sticky if m.key is None else None,
                                    headers=[(INTENDED_HEADER, b"%d" % m.intended_ns)]))
-        for ack in acks:
-            await ack
+        log = self.acks
+        for ack, m in zip(acks, batch, strict=True):
+            meta = await ack
+            if log is not None:
+                log.one(meta.partition, meta.offset, m.intended_ns)
 
     async def _send_whole(self, batch: Sequence[OutMessage], sticky: int) -> None:
         by_partition: dict[int, list[OutMessage]] = {}
@@ -196,17 +199,24 @@ class KafkaProducer(Producer):
         acks = []
         for partition, records in by_partition.items():
             builders = [producer.create_batch()]
+            intended: list[list[int]] = [[]]  # of each builder's records
             for m in records:
                 header = [(INTENDED_HEADER, b"%d" % m.intended_ns)]
                 if builders[-1].append(timestamp=None, key=m.key, value=m.payload,
                                        headers=header) is None:  # full: start the next
                     builders.append(producer.create_batch())
+                    intended.append([])
                     builders[-1].append(timestamp=None, key=m.key, value=m.payload, headers=header)
+                intended[-1].append(m.intended_ns)
             async with self._handing_over[partition]:
-                for builder in builders:
-                    acks.append(await producer.send_batch(builder, topic, partition=partition))
-        for ack in acks:
-            await ack
+                for builder, times in zip(builders, intended, strict=True):
+                    acks.append((await producer.send_batch(builder, topic, partition=partition),
+                                 partition, times))
+        log = self.acks
+        for ack, partition, times in acks:
+            meta = await ack  # the batch's base offset
+            if log is not None:
+                log.run(partition, meta.offset, times)
 
     async def close(self) -> None:
         await self._producer.stop()
