@@ -144,6 +144,7 @@ _ARROW_TO_SPARK: dict[str, T.DataType] = {
     "int64": T.LongType(),
     "int32": T.IntegerType(),
     "double": T.DoubleType(),
+    "bool": T.BooleanType(),
 }
 
 

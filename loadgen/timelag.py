@@ -22,12 +22,13 @@ from array import array
 from collections import deque
 
 from loadgen.core.acklog import STEP_NS
-from loadgen.core.ticks import LagSnapshot, LagStatus, Tick, TimeLag
+from loadgen.core.ticks import LagSnapshot, LagStatus, Tick, TimeLag, partition_list
 
 MAX_SAMPLES = 4096  # per partition: at STEP_NS apart, 41 s of backlog before thinning
 TREND_TICKS = 3  # the trend is the change of the time lag over this many ticks
 # Burrow's window is ten offset commits (a minute apart by default); a benchmark's is five ticks
 STATUS_WINDOW = 5
+READ_TICKS = 2  # a subscription that read nothing over this many ticks is not reading
 _RANK = {LagStatus.OK: 0, LagStatus.WARN: 1, LagStatus.STALL: 2, LagStatus.STOP: 3}
 
 
@@ -108,8 +109,9 @@ class _Reading:
 
 def partition_status(r: _Reading, read_anything: bool) -> LagStatus:
     """Burrow's rules over the window: any reading caught up is OK; a position that stood
-    still with lag is STOP when the subscription read nothing at all, else STALL; lag that
-    never went down while the position moved is WARN."""
+    still with lag is STOP when the subscription has stopped reading (nothing over the last
+    READ_TICKS ticks), else STALL; lag that never went down while the position moved is
+    WARN."""
     if len(r.unread) < STATUS_WINDOW or min(r.unread) == 0:
         return LagStatus.OK
     u = list(r.unread)
@@ -212,8 +214,10 @@ class TimeLagBook:
                 r = self._readings.setdefault((sub, partition), _Reading())
                 r.positions.append(position)
                 r.unread.append(lag.unread.get(sub, {}).get(partition, 0))
-                # what it read between the window's first reading and its last
-                found = partition_status(r, sum(itertools.islice(window, 1, None)) > 0)
+                # what it read over the last ticks (a batch the broker delivered before a
+                # reading can be counted in the tick after it)
+                found = partition_status(r, sum(itertools.islice(
+                    window, max(0, len(window) - READ_TICKS), None)) > 0)
                 worst = found if _RANK[found] > _RANK[worst] else worst
             status[sub] = worst
         return status
@@ -233,3 +237,45 @@ def _drain(tick: Tick, lag: LagSnapshot, seconds: float) -> float:
         return 0.0
     net = tick.consume_rate - tick.produce_rate * max(1, len(lag.positions))
     return lag.total / net if net > 0 else math.inf
+
+
+def seconds_text(seconds: float) -> str:
+    """`0.052 s`, `5.00 s`, `42.1 s`, `612 s`; `–` for NaN."""
+    if seconds != seconds:
+        return "–"
+    if seconds < 1:
+        return f"{seconds:.3f} s"
+    return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s" if seconds < 100 else f"{seconds:.0f} s"
+
+
+def drain_text(drain_s: float) -> str:
+    """How long the lag takes to drain: `kept up`, `drain 12.0 s`, `growing`; `` unknown."""
+    if drain_s != drain_s:
+        return ""
+    if drain_s == math.inf:
+        return "growing"
+    return "kept up" if drain_s == 0 else f"drain {seconds_text(drain_s)}"
+
+
+def worst_status(time_lag: TimeLag) -> str:
+    """The worst of the subscriptions' status words (`` with none)."""
+    words = list(time_lag.status.values())
+    return str(max(words, key=lambda w: _RANK[w])) if words else ""
+
+
+def time_lag_text(tick: Tick) -> str:
+    """The time lag in a few words: `5.00 s +1.00/s growing STOP` (exact: value, trend, time
+    to drain, the worst subscription's status word, partitions with no leader), `~0.52 s
+    estimate` where only the estimate can be had, `–` where neither."""
+    lag = tick.lag
+    time_lag = lag.time if lag is not None else None
+    if time_lag is None or not tick.lag_s_exact:
+        estimate = tick.lag_estimate_s
+        return "–" if estimate != estimate else f"~{seconds_text(estimate)} estimate"
+    parts = [seconds_text(time_lag.seconds)]
+    if time_lag.trend == time_lag.trend:
+        parts.append(f"{time_lag.trend:+.2f}/s")
+    parts += [drain_text(time_lag.drain_s), worst_status(time_lag)]
+    if lag is not None and lag.leaderless:
+        parts.append(f"no leader: {partition_list(lag.leaderless)}")
+    return " ".join(p for p in parts if p)

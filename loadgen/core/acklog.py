@@ -39,7 +39,7 @@ class AckLog:
     def __init__(self, partitions: int, step_ns: int = STEP_NS) -> None:
         self.step_ns = step_ns
         self._due = [0] * partitions  # per partition: the intended time of its next sample
-        # the earliest of them as of the last take: a floor, since they only grow
+        # the earliest of them, as of the last take or batch: a floor, since they only grow
         self._next_due = 0
         self._new: list[Sample] = []
 
@@ -49,7 +49,7 @@ class AckLog:
 
     def one(self, partition: int, position: int, intended_ns: int) -> None:
         """One acknowledged message."""
-        if intended_ns >= self._next_due and intended_ns >= self._due[partition]:
+        if intended_ns >= self._due[partition]:
             self._take_sample(partition, position, intended_ns)
 
     def each(self, partitions: Sequence[int], positions: Sequence[Any],
@@ -62,6 +62,7 @@ class AckLog:
         for partition, position, t in zip(partitions, positions, intended_ns, strict=True):
             if t >= due[partition]:
                 self._take_sample(partition, parse(position), t)
+        self._next_due = min(due)
 
     def run(self, partition: int, first: int, intended_ns: Sequence[int]) -> None:
         """Consecutive positions first, first + 1, … of one partition (a Kafka record batch):

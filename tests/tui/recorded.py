@@ -8,7 +8,16 @@ from pathlib import Path
 from analysis.sink import ParquetSink
 from loadgen.core.events import PhaseChange, RunEvent, RunMeta
 from loadgen.core.histogram import Histogram, HistogramSnapshot
-from loadgen.core.ticks import ConsumerStat, LagSnapshot, LoadgenHealth, Phase, Resources, Tick
+from loadgen.core.ticks import (
+    ConsumerStat,
+    LagSnapshot,
+    LagStatus,
+    LoadgenHealth,
+    Phase,
+    Resources,
+    Tick,
+    TimeLag,
+)
 from loadgen.core.workload import Workload
 
 T0_NS = 1_800_000_000_000_000_000  # fixed wall clock of the first tick
@@ -29,6 +38,15 @@ def latency_values(seq: int, slow: int) -> list[int]:
     body = [800 + (i * 37 + seq * 11) % 1600 for i in range(196)]
     tail = [6000 + slow * 150 + seq * 40, 9000 + slow * 300, 15000 + slow * 500, 21000 + slow * 700]
     return body + tail
+
+
+def time_lag(seq: int) -> TimeLag:
+    """The age of the oldest unread message: 20-44 ms, partition 1 read up."""
+    seconds = ((seq * 37) % 120) / 5000 + 0.02
+    return TimeLag(seconds=seconds, per_partition={0: seconds, 1: 0.0},
+                   per_subscription={"streambench-sub-0": seconds}, bound_s=0.01,
+                   trend=0.001 * (seq % 3 - 1), drain_s=0.0,
+                   status={"streambench-sub-0": LagStatus.WARN if seq % 7 == 0 else LagStatus.OK})
 
 
 def recorded_tick(label: str, seq: int) -> Tick:
@@ -53,7 +71,9 @@ def recorded_tick(label: str, seq: int) -> Tick:
         publish_delay=histogram([5 + i % 20 for i in range(100)]),
         e2e_latency=histogram(latency_values(seq, slow)),
         lag=LagSnapshot(total=(seq * 37) % 120 + (200 if aof else 0),
-                        per_partition={0: (seq * 37) % 120, 1: 200 if aof else 0}),
+                        per_partition={0: (seq * 37) % 120, 1: 200 if aof else 0},
+                        # the exact time lag for one target, the estimate for the other
+                        time=None if aof else time_lag(seq)),
         resources=Resources(cpu_percent=18.0 + (seq % 7) * 2.5 + (15.0 if aof else 0.0),
                             memory_bytes=(40 + seq) * 1_000_000),
         produced_total=produced * (seq + 1),
