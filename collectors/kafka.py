@@ -22,6 +22,7 @@ from loadgen.core.collector import Collector, Reading
 from loadgen.core.security import PLAINTEXT, ClientSecurity
 from loadgen.core.ticks import LagSnapshot
 
+END_OFFSETS_S = 0.3  # how long the live lag waits for the log-end offsets
 LIVE_SOURCE = "log-end offset − consumer position"
 COMMITTED_SOURCE = "log-end offset − committed offset"
 MIXED_SOURCE = "log-end offset − consumer position, committed offsets where no consumer is assigned"
@@ -142,7 +143,11 @@ class KafkaLag(Collector):
         consumer's highwater is the log end as of its latest fetch, which stops with it (a
         stopped consumer's lag would stay as it was): the log-end offset is asked for."""
         assert self._offsets is not None
-        ends = {tp.partition: end for tp, end in (await self._offsets.end_offsets(self._tps)).items()}
+        ends: dict[int, int] = {}
+        # a broker that does not answer at once (paused, restarting) leaves the highwaters
+        with contextlib.suppress(TimeoutError, KafkaError):
+            asked = await asyncio.wait_for(self._offsets.end_offsets(self._tps), END_OFFSETS_S)
+            ends = {tp.partition: end for tp, end in asked.items()}
         out: dict[str, dict[int, tuple[int, int]]] = {}
         for group in self._groups:
             lags: dict[int, tuple[int, int]] = {}
