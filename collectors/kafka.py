@@ -108,6 +108,7 @@ class KafkaLag(Collector):
         self._activity = topic_activity(bootstrap, topic)
         self._admin: AIOKafkaAdminClient | None = None
         self._offsets: AIOKafkaConsumer | None = None
+        self._ends: dict[int, int] = {}  # the log-end offsets as last answered
 
     async def start(self) -> None:
         self._admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, request_timeout_ms=5000,
@@ -143,11 +144,12 @@ class KafkaLag(Collector):
         consumer's highwater is the log end as of its latest fetch, which stops with it (a
         stopped consumer's lag would stay as it was): the log-end offset is asked for."""
         assert self._offsets is not None
-        ends: dict[int, int] = {}
-        # a broker that does not answer at once (paused, restarting) leaves the highwaters
+        # a broker that does not answer at once (paused, restarting, busy) leaves the last
+        # answer and the highwaters
         with contextlib.suppress(TimeoutError, KafkaError):
             asked = await asyncio.wait_for(self._offsets.end_offsets(self._tps), END_OFFSETS_S)
-            ends = {tp.partition: end for tp, end in asked.items()}
+            self._ends = {tp.partition: end for tp, end in asked.items()}
+        ends = self._ends
         out: dict[str, dict[int, tuple[int, int]]] = {}
         for group in self._groups:
             lags: dict[int, tuple[int, int]] = {}
@@ -162,18 +164,22 @@ class KafkaLag(Collector):
             out[group] = lags
         return out
 
-    def _leaderless(self) -> tuple[int, ...]:
-        """Partitions the latest metadata gives no leader (the client's cached view: no
-        request)."""
-        if self._offsets is None:
+    async def _leaderless(self) -> tuple[int, ...]:
+        """Partitions the cluster's metadata, asked for once a tick (waited for END_OFFSETS_S
+        at most, else the last answer), gives no leader."""
+        assert self._offsets is not None
+        client = self._offsets._client  # the consumer has no public view of the metadata
+        client.add_topic(self._topic)
+        with contextlib.suppress(TimeoutError, KafkaError):
+            await asyncio.wait_for(client.force_metadata_update(), END_OFFSETS_S)
+        cluster = client.cluster
+        if cluster.partitions_for_topic(self._topic) is None:
             return ()
-        cluster = self._offsets._client.cluster  # the client has no public view of it
-        return tuple(tp.partition for tp in self._tps
-                     if cluster.leader_for_partition(tp) in (None, -1)
-                     and cluster.partitions_for_topic(self._topic) is not None)
+        return tuple(tp.partition for tp in self._tps if cluster.leader_for_partition(tp) == -1)
 
     async def lag(self) -> LagSnapshot:
         """Live where a consumer owns the partition, the group's committed lag elsewhere."""
+        leaderless = await self._leaderless()
         asked = time.time_ns()
         live = await self._live_lag()
         partitions = [tp.partition for tp in self._tps]
@@ -199,7 +205,7 @@ class KafkaLag(Collector):
                   LIVE_SOURCE if used_live else COMMITTED_SOURCE)
         return LagSnapshot(sum(per_partition.values()), per_partition, source, topic=self._topic,
                            positions=positions, unread=unread, read_ns=read_ns,
-                           leaderless=self._leaderless())
+                           leaderless=leaderless)
 
     async def sample(self) -> Reading:
         lag = await self.lag() if self._groups else None

@@ -171,17 +171,24 @@ class TimeLagBook:
         """(time lag s, how far off s) of one subscription in one partition."""
         if partition in lag.leaderless:
             return math.nan, 0.0
-        book = self._samples.get((lag.topic, partition))
-        # a message acknowledged at the position or past it is unread, whatever the collector
-        # counted (a paused client's view of the partition's end can be old)
-        if lag.unread.get(sub, {}).get(partition, 1) == 0 and not (
-                book and book.reaches(position, lag.positions_after)):
+        if self._unread(lag, sub, partition, position) == 0:
             return 0.0, 0.0
+        book = self._samples.get((lag.topic, partition))
         found = book.intended(position, lag.positions_after, self.step_ns) if book else None
         if found is None:
             return math.nan, 0.0
         intended, off = found
         return max(0.0, (lag.read_ns - intended) / 1e9), off / 1e9
+
+    def _unread(self, lag: LagSnapshot, sub: str, partition: int, position: int) -> int:
+        """The messages the collector counts unread there, at least 1 where a message was
+        acknowledged at the position or past it (a client's view of the partition's end, which
+        a collector may fall back on, can be old)."""
+        count = lag.unread.get(sub, {}).get(partition, 1)
+        book = self._samples.get((lag.topic, partition))
+        if count == 0 and book is not None and book.reaches(position, lag.positions_after):
+            return 1
+        return count
 
     def _forget_read(self, lag: LagSnapshot) -> None:
         """Drop the samples every subscription has read past; thin the rest."""
@@ -213,7 +220,7 @@ class TimeLagBook:
             for partition, position in positions.items():
                 r = self._readings.setdefault((sub, partition), _Reading())
                 r.positions.append(position)
-                r.unread.append(lag.unread.get(sub, {}).get(partition, 0))
+                r.unread.append(self._unread(lag, sub, partition, position))
                 # what it read over the last ticks (a batch the broker delivered before a
                 # reading can be counted in the tick after it)
                 found = partition_status(r, sum(itertools.islice(

@@ -77,3 +77,31 @@ def check_run(run_dir: Path) -> None:
         assert later[0]["lag_seconds"] < last["lag_seconds"], target
         assert min(t["lag_seconds"] for t in later[:3]) < 1.0, target
         assert words[later[-1]["seq"]] == "OK", target
+
+
+def test_a_partition_without_a_leader_says_so_and_the_others_keep_their_figures(
+        tmp_path: Path, kafka_39, nothing_left_running) -> None:  # noqa: F811
+    """Three brokers, one replica of each of 3 partitions: the broker killed takes its
+    partition's leader with it once the controller gives up on it (its session time-out)."""
+    run_dir = tmp_path / "run"
+    workload = tmp_path / "leaderless.yaml"
+    workload.write_text("name: leaderless\ndrainTimeoutSeconds: 3\n")
+    res = run_cli(["run", "kafka:runtime=local,brokers=3,replication=1", "--headless",
+                   "--workload", str(workload), "--rate", "300", "--partitions", "3",
+                   "--warmup", "1", "--duration", "16", "--out", str(run_dir),
+                   "--at", "2s:kill=kafka-3"], timeout_s=400)
+    assert res.returncode == 0, res.stderr[-3000:]  # the broker's death was asked for
+    lag = _rows(run_dir, "lag")
+    by_seq: dict[int, dict[int, dict]] = {}
+    for r in lag:
+        by_seq.setdefault(r["seq"], {})[r["partition"]] = r
+    leaderless = {seq: [p for p, r in rows.items() if r["leader"] is False]
+                  for seq, rows in by_seq.items()}
+    said = [seq for seq, found in leaderless.items() if found]
+    assert said, "no tick saw a partition without a leader"
+    for seq in said:
+        (gone,) = leaderless[seq]  # one partition, the killed broker's
+        assert by_seq[seq][gone]["time_lag_s"] is None
+        others = [r for p, r in by_seq[seq].items() if p != gone]
+        assert len(others) == 2 and all(r["time_lag_s"] is not None for r in others), others
+    assert "no leader: " in res.stdout
