@@ -64,15 +64,21 @@ class AckLog:
                 self._take_sample(partition, parse(position), t)
         self._next_due = min(due)
 
-    def run(self, partition: int, first: int, intended_ns: Sequence[int]) -> None:
-        """Consecutive positions first, first + 1, … of one partition (a Kafka record batch):
-        its first and last message are sampled when a sample is due."""
-        if not intended_ns or intended_ns[-1] < self._due[partition]:
+    def wanted(self, last_intended_ns: int) -> bool:
+        """Whether acknowledged messages up to this intended time may be sampled: False lets a
+        producer skip even gathering their positions."""
+        return last_intended_ns >= self._next_due
+
+    def run(self, partition: int, first: int, count: int, first_ns: int, last_ns: int) -> None:
+        """`count` consecutive positions from `first` of one partition (a Kafka record batch),
+        intended from first_ns to last_ns: its first and last message are sampled when a
+        sample is due."""
+        if not count or last_ns < self._due[partition]:
             return
-        self._new.append((partition, first, intended_ns[0]))
-        if len(intended_ns) > 1:
-            self._new.append((partition, first + len(intended_ns) - 1, intended_ns[-1]))
-        self._due[partition] = intended_ns[-1] + self.step_ns
+        self._new.append((partition, first, first_ns))
+        if count > 1:
+            self._new.append((partition, first + count - 1, last_ns))
+        self._due[partition] = last_ns + self.step_ns
 
     def take(self) -> list[Sample]:
         """The samples since the last take."""

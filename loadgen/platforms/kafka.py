@@ -199,24 +199,26 @@ class KafkaProducer(Producer):
         acks = []
         for partition, records in by_partition.items():
             builders = [producer.create_batch()]
-            intended: list[list[int]] = [[]]  # of each builder's records
-            for m in records:
+            starts = [0]  # each builder's first record
+            for i, m in enumerate(records):
                 header = [(INTENDED_HEADER, b"%d" % m.intended_ns)]
                 if builders[-1].append(timestamp=None, key=m.key, value=m.payload,
                                        headers=header) is None:  # full: start the next
                     builders.append(producer.create_batch())
-                    intended.append([])
+                    starts.append(i)
                     builders[-1].append(timestamp=None, key=m.key, value=m.payload, headers=header)
-                intended[-1].append(m.intended_ns)
+            starts.append(len(records))
             async with self._handing_over[partition]:
-                for builder, times in zip(builders, intended, strict=True):
+                for k, builder in enumerate(builders):
+                    first, last = records[starts[k]], records[starts[k + 1] - 1]
                     acks.append((await producer.send_batch(builder, topic, partition=partition),
-                                 partition, times))
+                                 partition, starts[k + 1] - starts[k], first.intended_ns,
+                                 last.intended_ns))
         log = self.acks
-        for ack, partition, times in acks:
+        for ack, partition, count, first_ns, last_ns in acks:
             meta = await ack  # the batch's base offset
             if log is not None:
-                log.run(partition, meta.offset, times)
+                log.run(partition, meta.offset, count, first_ns, last_ns)
 
     async def close(self) -> None:
         await self._producer.stop()

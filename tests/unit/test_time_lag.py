@@ -34,10 +34,11 @@ def test_a_producer_samples_each_partition_once_per_step() -> None:
 
 def test_a_run_of_offsets_is_sampled_at_both_ends() -> None:
     log = AckLog(partitions=1)
-    log.run(0, 100, [10 * MS, 11 * MS, 12 * MS])
-    log.run(0, 103, [13 * MS])  # before the next sample is due: nothing
-    log.run(0, 104, [22 * MS, 23 * MS])
+    log.run(0, 100, 3, 10 * MS, 12 * MS)
+    log.run(0, 103, 1, 13 * MS, 13 * MS)  # before the next sample is due: nothing
+    log.run(0, 104, 2, 22 * MS, 23 * MS)
     assert log.take() == [(0, 100, 10 * MS), (0, 102, 12 * MS), (0, 104, 22 * MS), (0, 105, 23 * MS)]
+    assert not log.wanted(0) and log.wanted(33 * MS)  # the floor: the next sample's time
 
 
 def test_each_parses_only_the_sampled_positions() -> None:
