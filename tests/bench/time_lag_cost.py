@@ -210,12 +210,12 @@ def main() -> int:
                             samples = r["samples"]
                 without, with_ = statistics.median(cpu[False]), statistics.median(cpu[True])
                 label = "max" if rate == 0 else f"{rate:,.0f}"
-                print(f"{name:<8} {label:>8} | {without:>18.1f} | {with_:>8.1f} | "
+                print(f"{name:<8} {label:>8} | {without:>18.2f} | {with_:>8.2f} | "
                       f"{with_ / without:>5.3f} | {statistics.median(rates[False]):>13,.0f} | "
                       f"{statistics.median(rates[True]):>8,.0f} | {samples / args.seconds:>9,.0f} | "
                       f"{load_average()}")
-                print(f"{'':<17}   runs without: {', '.join(f'{c:.1f}' for c in cpu[False])}; "
-                      f"with: {', '.join(f'{c:.1f}' for c in cpu[True])}")
+                print(f"{'':<17}   runs without: {', '.join(f'{c:.2f}' for c in cpu[False])}; "
+                      f"with: {', '.join(f'{c:.2f}' for c in cpu[True])}")
         print(f"the ack log's calls alone, ns per message (load {load_average()}):")
         for call, ns in log_calls_ns().items():
             print(f"  {call:<32} {ns:6.1f}")
