@@ -113,6 +113,9 @@ SERIES: tuple[SeriesDef, ...] = (
     SeriesDef("net_tx_mb_s", "broker network bytes out", "MB/s",
               lambda: _rate("net_tx_bytes", "interval_s") / 1e6, network=True),
     SeriesDef("lag", "consumer lag", "messages", lambda: F.col("lag_total").cast("double")),
+    # the age of the oldest message not yet consumed; the estimate (lag over the consume rate)
+    # where the platform gives no positions (docs/time-lag.md)
+    SeriesDef("lag_s", "time lag", "s", lambda: F.col("lag_seconds")),
     SeriesDef("cpu_percent", "broker CPU", "%", lambda: F.col("cpu_percent")),
     # 0 means not measured
     SeriesDef("memory_mb", "broker memory", "MB",

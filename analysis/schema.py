@@ -12,8 +12,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 # 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table;
-# 4: ticks gained the audit's duplicates and reordered, e2e_below_zero, e2e_clock_bound_ns and
-# nodes_lost; the broker_metrics and nodes tables
+# 4: ticks gained the audit's duplicates and reordered, e2e_below_zero, e2e_clock_bound_ns,
+# nodes_lost and the time lag (lag_seconds*, lag_drain_s); lag gained time_lag_s and leader;
+# the broker_metrics, nodes and subscriptions tables
 SCHEMA_VERSION = 4
 MIN_READER_VERSION = 1  # the oldest reader that reads what this version writes
 
@@ -110,6 +111,12 @@ TICKS = _with_meta(
         _opt("e2e_clock_bound_ns", pa.int64()),
         # load nodes of the target lost by the tick, their share missing (schema 4)
         _opt("nodes_lost", pa.int64()),
+        # the time lag (schema 4; null in older runs and where not known)
+        _opt("lag_seconds", pa.float64()),
+        _opt("lag_seconds_exact", pa.bool_()),  # false: the estimate, lag ÷ consume rate
+        _opt("lag_seconds_bound", pa.float64()),
+        _opt("lag_seconds_trend", pa.float64()),
+        _opt("lag_drain_s", pa.float64()),  # inf: growing
     ],
 )
 
@@ -131,6 +138,18 @@ LAG = _with_meta(
         _req("partition", pa.int32()),
         _req("lag", pa.int64()),
         _req("source", pa.string()),
+        _opt("time_lag_s", pa.float64()),  # schema 4: the age of the oldest unread message
+        _opt("leader", pa.bool_()),  # schema 4: false while the partition has no leader
+    ],
+)
+
+SUBSCRIPTIONS = _with_meta(
+    "subscriptions",
+    [
+        *_key_fields(),
+        _req("subscription", pa.string()),
+        _opt("time_lag_s", pa.float64()),  # the oldest unread message over its partitions
+        _req("status", pa.string()),  # OK, WARN, STALL or STOP
     ],
 )
 
@@ -218,6 +237,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "broker_metrics": BROKER_METRICS,
     "consumers": CONSUMERS,
     "nodes": NODES,
+    "subscriptions": SUBSCRIPTIONS,
     "events": EVENTS,
     "raw": RAW,
 }

@@ -653,6 +653,8 @@ def _resources_section(data: ReportData) -> Section:
     lag = [("consumer lag mean (msg)", stat("lag", "mean")),
            ("consumer lag max (msg)", stat("lag", "max", whole=True))]
     lag += [(f"consumer lag {n}", c) for n, c in _growth_rows(targets, "lag", "msg")]
+    lag += [("time lag mean (s)", stat("lag_s", "mean")),
+            ("time lag max (s)", stat("lag_s", "max", whole=True))]
     cpu = [("CPU mean (%)", stat("cpu_percent", "mean")),
            ("CPU p95 (%)", stat("cpu_percent", "p95")),
            ("CPU max (%)", stat("cpu_percent", "max"))]
@@ -664,8 +666,11 @@ def _resources_section(data: ReportData) -> Section:
         "Consumer lag, CPU and memory",
         [
             "Per-second values over the measuring phase: broker CPU in % of one core, broker "
-            "memory in MB (10^6 bytes), consumer lag in messages summed over partitions; "
-            "growth is the OLS slope against time with its 95 % confidence interval.",
+            "memory in MB (10^6 bytes), consumer lag in messages summed over partitions, "
+            "time lag in seconds (the age of the oldest message not yet consumed, over every "
+            "subscription and partition; where the platform gives no positions, the estimate: "
+            "lag over the consume rate); growth is the OLS slope against time with its 95 % "
+            "confidence interval.",
             _metric_table(targets, lag + cpu + mem),
             Chart("lag", "Consumer lag over time"),
             Chart("resources", "Broker CPU and memory over time"),

@@ -230,6 +230,22 @@ def _repeated(values: list[Any], lengths: np.ndarray, type_: pa.DataType) -> pa.
     return pa.array(values, type=type_).take(owner)
 
 
+def _time_lag_columns(t: Tick) -> dict[str, Any]:
+    """The ticks' time lag columns: the exact figures where known, else the estimate."""
+    seconds = t.lag_s
+    time_lag = t.lag.time if t.lag is not None else None
+    exact = t.lag_s_exact
+    return {
+        "lag_seconds": _finite(seconds),
+        "lag_seconds_exact": exact if seconds == seconds else None,
+        "lag_seconds_bound": _finite(time_lag.bound_s) if exact and time_lag else None,
+        "lag_seconds_trend": _finite(time_lag.trend) if exact and time_lag else None,
+        # inf (growing) is kept
+        "lag_drain_s": (None if time_lag is None or time_lag.drain_s != time_lag.drain_s
+                        else float(time_lag.drain_s)),
+    }
+
+
 def _finite(value: float) -> float | None:
     return None if math.isnan(value) else float(value)
 
@@ -493,6 +509,7 @@ class ParquetSink:
             "e2e_below_zero": t.e2e_below_zero,
             "e2e_clock_bound_ns": t.e2e_clock_bound_ns,
             "nodes_lost": t.nodes_lost,
+            **_time_lag_columns(t),
         }
         snaps = {"e2e": t.e2e_latency, "publish": t.publish_latency, "delay": t.publish_delay}
         for kind in LATENCY_KINDS:
@@ -511,12 +528,25 @@ class ParquetSink:
 
         if t.lag is not None and t.lag.per_partition:
             per_partition = t.lag.per_partition
+            seconds = t.lag.time.per_partition if t.lag.time is not None else {}
             self._buffers["lag"].add_group(
                 {"run_id": self.run_id, "target": t.target, "seq": t.seq, "time": time_us,
                  "phase": phase, "source": t.lag.source},
                 {"partition": [int(p) for p in per_partition],
-                 "lag": [int(v) for v in per_partition.values()]},
+                 "lag": [int(v) for v in per_partition.values()],
+                 "time_lag_s": [_finite(seconds.get(p, math.nan)) for p in per_partition],
+                 "leader": [p not in t.lag.leaderless for p in per_partition]},
                 len(per_partition))
+        if t.lag is not None and t.lag.time is not None and t.lag.time.status:
+            time_lag = t.lag.time
+            self._buffers["subscriptions"].add_group(
+                {"run_id": self.run_id, "target": t.target, "seq": t.seq, "time": time_us,
+                 "phase": phase},
+                {"subscription": list(time_lag.status),
+                 "time_lag_s": [_finite(time_lag.per_subscription.get(s, math.nan))
+                                for s in time_lag.status],
+                 "status": [str(v) for v in time_lag.status.values()]},
+                len(time_lag.status))
         if t.consumers:
             consumers = self._buffers["consumers"]
             for c in t.consumers:

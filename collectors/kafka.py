@@ -1,6 +1,7 @@
-"""Kafka-API telemetry: consumer lag per partition, live from the run's consumers (highwater −
-position) or from the group's committed offsets (log-end offset − committed offset), and the
-broker-side CreateTime latency of what the consumers received.
+"""Kafka-API telemetry: consumer lag per partition, live from the run's consumers (log-end
+offset − their position) or from the group's committed offsets (log-end offset − committed
+offset), with the positions for the exact time lag (loadgen.timelag), and the broker-side
+CreateTime latency of what the consumers received.
 
 The run makes collectors and consumers separately; they meet in a `TopicActivity`, one per
 (bootstrap servers, topic), which the driver's consumers register with."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -20,9 +22,10 @@ from loadgen.core.collector import Collector, Reading
 from loadgen.core.security import PLAINTEXT, ClientSecurity
 from loadgen.core.ticks import LagSnapshot
 
-LIVE_SOURCE = "consumer highwater − position"
+END_OFFSETS_S = 0.3  # how long the live lag waits for the log-end offsets
+LIVE_SOURCE = "log-end offset − consumer position"
 COMMITTED_SOURCE = "log-end offset − committed offset"
-MIXED_SOURCE = "consumer highwater − position, committed offsets where no consumer is assigned"
+MIXED_SOURCE = "log-end offset − consumer position, committed offsets where no consumer is assigned"
 
 
 @dataclass
@@ -105,6 +108,7 @@ class KafkaLag(Collector):
         self._activity = topic_activity(bootstrap, topic)
         self._admin: AIOKafkaAdminClient | None = None
         self._offsets: AIOKafkaConsumer | None = None
+        self._ends: dict[int, int] = {}  # the log-end offsets as last answered
 
     async def start(self) -> None:
         self._admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, request_timeout_ms=5000,
@@ -118,55 +122,90 @@ class KafkaLag(Collector):
         await self._offsets.start()
         self._activity.take_createtime()
 
-    async def committed_lag(self) -> dict[str, dict[int, int]]:
-        """Per group, per partition: log-end offset − committed offset (the whole log when the
-        group has committed nothing), as `kafka-consumer-groups.sh --describe` shows."""
+    async def committed_lag(self) -> dict[str, dict[int, tuple[int, int]]]:
+        """Per group, per partition: (log-end offset − committed offset, the committed offset),
+        the whole log when the group has committed nothing, as `kafka-consumer-groups.sh
+        --describe` shows."""
         assert self._admin is not None and self._offsets is not None
         ends = await self._offsets.end_offsets(self._tps)
-        out: dict[str, dict[int, int]] = {}
+        out: dict[str, dict[int, tuple[int, int]]] = {}
         for group in self._groups:
             committed = await self._admin.list_consumer_group_offsets(group, partitions=self._tps)
             lags = {}
             for tp in self._tps:
                 meta = committed.get(tp)
                 offset = meta.offset if meta is not None and meta.offset >= 0 else 0
-                lags[tp.partition] = max(0, ends[tp] - offset)
+                lags[tp.partition] = (max(0, ends[tp] - offset), offset)
             out[group] = lags
         return out
 
-    async def _live_lag(self) -> dict[str, dict[int, int]]:
-        out: dict[str, dict[int, int]] = {}
+    async def _live_lag(self) -> dict[str, dict[int, tuple[int, int]]]:
+        """Per group, per partition its consumers own: (log end − position, position). A
+        consumer's highwater is the log end as of its latest fetch, which stops with it (a
+        stopped consumer's lag would stay as it was): the log-end offset is asked for."""
+        assert self._offsets is not None
+        # a broker that does not answer at once (paused, restarting, busy) leaves the last
+        # answer and the highwaters
+        with contextlib.suppress(TimeoutError, KafkaError):
+            asked = await asyncio.wait_for(self._offsets.end_offsets(self._tps), END_OFFSETS_S)
+            self._ends = {tp.partition: end for tp, end in asked.items()}
+        ends = self._ends
+        out: dict[str, dict[int, tuple[int, int]]] = {}
         for group in self._groups:
-            lags: dict[int, int] = {}
+            lags: dict[int, tuple[int, int]] = {}
             for consumer in list(self._activity.consumers.get(group, ())):
                 for tp in consumer.assignment():
                     if tp.topic != self._topic:
                         continue
                     known = await _live_position(consumer, tp)
                     if known is not None:
-                        lags[tp.partition] = max(0, known[0] - known[1])
+                        end = max(known[0], ends.get(tp.partition, 0))
+                        lags[tp.partition] = (max(0, end - known[1]), known[1])
             out[group] = lags
         return out
 
+    async def _leaderless(self) -> tuple[int, ...]:
+        """Partitions the cluster's metadata, asked for once a tick (waited for END_OFFSETS_S
+        at most, else the last answer), gives no leader."""
+        assert self._offsets is not None
+        client = self._offsets._client  # the consumer has no public view of the metadata
+        client.add_topic(self._topic)
+        with contextlib.suppress(TimeoutError, KafkaError):
+            await asyncio.wait_for(client.force_metadata_update(), END_OFFSETS_S)
+        cluster = client.cluster
+        if cluster.partitions_for_topic(self._topic) is None:
+            return ()
+        return tuple(tp.partition for tp in self._tps if cluster.leader_for_partition(tp) == -1)
+
     async def lag(self) -> LagSnapshot:
         """Live where a consumer owns the partition, the group's committed lag elsewhere."""
+        leaderless = await self._leaderless()
+        asked = time.time_ns()
         live = await self._live_lag()
         partitions = [tp.partition for tp in self._tps]
         complete = all(p in live[g] for g in self._groups for p in partitions)
         committed = {} if complete else await self.committed_lag()
+        read_ns = (asked + time.time_ns()) // 2
         per_partition = dict.fromkeys(partitions, 0)
+        positions: dict[str, dict[int, int]] = {g: {} for g in self._groups}
+        unread: dict[str, dict[int, int]] = {g: {} for g in self._groups}
         used_live = used_committed = False
         for group in self._groups:
             for p in partitions:
                 if p in live[group]:
-                    per_partition[p] += live[group][p]
+                    count, position = live[group][p]
                     used_live = True
                 else:
-                    per_partition[p] += committed[group][p]
+                    count, position = committed[group][p]
                     used_committed = True
+                per_partition[p] += count
+                positions[group][p] = position
+                unread[group][p] = count
         source = (MIXED_SOURCE if used_live and used_committed else
                   LIVE_SOURCE if used_live else COMMITTED_SOURCE)
-        return LagSnapshot(sum(per_partition.values()), per_partition, source)
+        return LagSnapshot(sum(per_partition.values()), per_partition, source, topic=self._topic,
+                           positions=positions, unread=unread, read_ns=read_ns,
+                           leaderless=leaderless)
 
     async def sample(self) -> Reading:
         lag = await self.lag() if self._groups else None

@@ -22,7 +22,7 @@ from loadgen.core.audit import CATEGORIES
 from loadgen.core.errors import WorkloadError
 from loadgen.core.events import EventKind, PhaseChange, RunEvent, RunMeta
 from loadgen.core.histogram import HistogramSnapshot, bucket_value
-from loadgen.core.ticks import Phase, Tick
+from loadgen.core.ticks import LagStatus, Phase, Tick
 from loadgen.load import dropped_slots
 from loadgen.platforms import PLATFORMS
 
@@ -264,8 +264,18 @@ class RunCollector:
             "lag": GaugeMetricFamily(name("lag_messages"),
                                      "Consumer lag: messages not yet consumed", labels=labels),
             "lag_s": GaugeMetricFamily(
-                name("lag_seconds"), "Consumer lag in time: the lag over the consume rate",
+                name("lag_seconds"),
+                "Consumer lag in time: the age of the oldest message not yet consumed, or where "
+                "that cannot be had the lag over the consume rate (lag_seconds_estimated)",
                 labels=labels),
+            "lag_est": GaugeMetricFamily(
+                name("lag_seconds_estimated"),
+                "1 when lag_seconds is the estimate (lag over the consume rate), 0 when exact",
+                labels=labels),
+            "drain": GaugeMetricFamily(
+                name("lag_drain_seconds"),
+                "Time to read the lag at the consume rate net of the produce rate; +Inf while "
+                "the lag grows", labels=labels),
             "cpu": GaugeMetricFamily(name("broker_cpu_ratio"),
                                      "Broker CPU over the last tick (1 = one core)", labels=labels),
             "memory": GaugeMetricFamily(name("broker_memory_bytes"), "Broker memory",
@@ -290,6 +300,11 @@ class RunCollector:
             name("delivery_audit_messages"),
             "The delivery audit's verdict (--audit), by category, once the load has ended",
             labels=[*labels, "category"])
+        status = GaugeMetricFamily(
+            name("subscription_status"),
+            "1 for each subscription's status word over the last ticks (Burrow's rules: OK, WARN "
+            "lag not going down, STALL a partition standing still, STOP nothing read)",
+            labels=[*labels, "subscription", "status"])
         for label, t in self._targets.items():
             values = [label, t.platform]
             for category, count in t.audit.items():
@@ -304,6 +319,10 @@ class RunCollector:
                 for key, value in _tick_gauges(tick).items():
                     if not math.isnan(value):
                         gauges[key].add_metric(values, value)
+                time_lag = tick.lag.time if tick.lag is not None else None
+                for sub, word in (time_lag.status.items() if time_lag is not None else ()):
+                    for each in LagStatus:
+                        status.add_metric([*values, sub, str(each)], float(each is word))
         events = CounterMetricFamily(name("events"), "Run events and interventions, by kind",
                                      labels=[*labels, "kind"])
         texts = InfoMetricFamily(name("last_event"), "The text of the latest event of each kind",
@@ -318,8 +337,8 @@ class RunCollector:
             if (target, kind) in self._last_event:
                 texts.add_metric([target, platform, kind],
                                  {"detail": self._last_event[(target, kind)][:200]})
-        return [info, phase, started, *counters.values(), dropped, *gauges.values(), *hists.values(),
-                events, texts, audit, *self._broker_metric_families()]
+        return [info, phase, started, *counters.values(), dropped, *gauges.values(), status,
+                *hists.values(), events, texts, audit, *self._broker_metric_families()]
 
     def _broker_metric_families(self) -> list[Metric]:
         """The brokers' own metrics at the latest tick: a family per metric name
@@ -386,6 +405,8 @@ def _tick_gauges(tick: Tick) -> dict[str, float]:
         "target_rate": tick.target_rate,
         "lag": lag,
         "lag_s": tick.lag_s,
+        "lag_est": math.nan if math.isnan(tick.lag_s) else float(not tick.lag_s_exact),
+        "drain": tick.lag.time.drain_s if tick.lag is not None and tick.lag.time else math.nan,
         "cpu": tick.resources.cpu_percent / 100.0,
         "memory": float(tick.resources.memory_bytes) if tick.resources.memory_bytes else math.nan,
         "lg_cpu": tick.loadgen.cpu_percent / 100.0,

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from compose.toxiproxy import VERSION, Toxiproxy
+from loadgen.core.acklog import AckLog
 from loadgen.core.audit import SEQ_STEP, STAMP_BASE, AuditLedger, ProducerRecord
 from loadgen.core.bus import BusItem
 from loadgen.core.collector import Collector, Reading
@@ -253,6 +254,7 @@ class TargetLoad:
         self.totals = TargetTotals(label)
         self._receive_errors_said: set[str] = set()
         self.settings: dict[str, dict[str, Any]] = {}  # in force (loadgen.core.settings)
+        self._acks: dict[str, AckLog] = {}  # per topic: the producers' acknowledged positions
 
     def _reset_interval(self) -> None:
         self.produced = 0
@@ -345,8 +347,16 @@ class TargetLoad:
             t, i = divmod(number, w.producers)
             self.producers.append(await self.driver.producer(self.topics[t], i))
             self.producers[-1].notice = self._notice(f"producer {i}")
+            self.producers[-1].acks = self._acks_of(self.topics[t])
             self._producer_numbers.append(number)
             self._producer_specs.append((self.topics[t], i))
+
+    def _acks_of(self, topic: str) -> AckLog:
+        """The log of acknowledged positions the producers of `topic` keep (one per topic)."""
+        log = self._acks.get(topic)
+        if log is None:
+            log = self._acks[topic] = AckLog(self.workload.partitions)
+        return log
 
     def describe(self) -> dict[str, Any]:
         desc = self.desc
@@ -806,6 +816,7 @@ class TargetLoad:
             nodes=() if self.node is None else (NodeStat(
                 *self.node, produced, consumed, health.cpu_percent, health.loop_lag_ms,
                 _resident_bytes(), health.saturated),),
+            acked={topic: samples for topic, log in self._acks.items() if (samples := log.take())},
         )
         if self._record_raw:
             for kind, values in raw.items():
@@ -1037,6 +1048,7 @@ class _Pacer:
         if fresh is None:
             return
         old, self.producer = self.producer, fresh
+        fresh.acks = load._acks_of(topic)
         load.producers[self._slot] = fresh
         self._lost = None
         with contextlib.suppress(Exception):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from loadgen.core.ticks import Tick
+from loadgen.timelag import time_lag_text
 
 
 def _ms(ns: float) -> str:
@@ -39,7 +40,7 @@ def status_line(tick: Tick, width: int = 12) -> str:
     return (
         f"{tick.phase.value:<9} {tick.elapsed_s:6.0f}s {tick.target[:width]:<{width}} "
         f"pub {tick.produce_rate:9,.0f}/s {tick.produce_mb_s:7.2f} MB/s (target {target}) | "
-        f"cons {tick.consume_rate:9,.0f}/s | lag {lag} | "
+        f"cons {tick.consume_rate:9,.0f}/s | lag {lag} ({time_lag_text(tick)}) | "
         f"e2e ms p50 {_ms(p50)} p99 {_ms(p99)} p99.9 {_ms(p999)} max {_ms(e2e_max)} | "
         f"pub p99 {_ms(pub_p99)}{delay_text} | cpu {cpu_text} mem {mem_text}{errors}{gen_text}"
     )

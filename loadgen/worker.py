@@ -53,6 +53,7 @@ from loadgen.load import (
 )
 from loadgen.pacing import run_precise
 from loadgen.placement import Placement, place
+from loadgen.timelag import TimeLagBook
 
 _CLOSE_TIMEOUT_S = 120.0
 ORPHAN_CLOSE_S = 2.0  # what an orphaned worker gives its clients and stack to close
@@ -420,6 +421,8 @@ def _merge_ticks(ticks: list[Tick]) -> Tick:
         e2e_clock_bound_ns=max(t.e2e_clock_bound_ns for t in ticks),
         clocks=tuple(c for t in ticks for c in t.clocks),
         nodes=tuple(n for t in ticks for n in t.nodes),
+        acked={topic: [s for t in ticks for s in t.acked.get(topic, ())]
+               for topic in {topic for t in ticks for topic in t.acked}},
     )
 
 
@@ -447,6 +450,7 @@ class TargetWorker:
         self._last: dict[int, TargetTotals] = {}
         self._shares: dict[int, Placement] = {}
         self._producers = 0
+        self._time_lag = TimeLagBook()
         args = (index, target, workload, run_id, record_raw, audit)
         self._procs: list[LoadChannel]
         if cluster is None:
@@ -579,7 +583,7 @@ class TargetWorker:
         for i, (_, totals) in replies:
             self._last[i] = totals
         self._take_counts([totals for _, (_, totals) in replies])
-        tick = _merge_ticks([t for _, (t, _) in replies])
+        tick = self._time_lag.resolve(_merge_ticks([t for _, (t, _) in replies]))
         if self._lost:  # the lost nodes' share is missing: flagged, never filled in
             tick = dataclasses.replace(tick, nodes_lost=len(self._lost))
         self._clock_bound.check(tick)

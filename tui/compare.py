@@ -1,7 +1,8 @@
 """The compare view (`v` on the dashboard): one chart per metric with every target overlaid,
 each target drawn with its own glyph so the lines part without colour. Throughput (consumed
-msg/s), lag (with the seconds it stands for: lag over the consume rate) and e2e p99, over the
-same window as the columns' charts."""
+msg/s), lag (with the time lag: the age of the oldest message not yet consumed, or where that
+cannot be had the estimate, lag over the consume rate) and e2e p99, over the same window as the
+columns' charts."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
+from loadgen.core.ticks import Tick
+from loadgen.timelag import seconds_text, worst_status
 from tui import formatting as fmt
 from tui.charts import OVERLAP, overlay_chart
 from tui.history import METRICS, ChartView, TargetHistory, time_slots
@@ -25,6 +28,16 @@ COMPARED = (("consume_rate", "throughput msg/s"), ("lag", "lag msgs"), ("e2e_p99
 # lines still part (its caption says where it starts)
 FROM_ZERO = ("consume_rate", "lag")
 HINT = "esc back · w window · x screenshot · ? help"
+
+
+def behind_text(tick: Tick | None) -> str:
+    """`5.00 s STOP` (exact, with the worst subscription's word), `~0.52 s est.`, `– s`."""
+    if tick is None:
+        return "– s"
+    if tick.lag_s_exact and tick.lag is not None and tick.lag.time is not None:
+        return " ".join(p for p in (seconds_text(tick.lag_s), worst_status(tick.lag.time)) if p)
+    estimate = tick.lag_estimate_s
+    return f"~{seconds_text(estimate)} est." if math.isfinite(estimate) else "– s"
 
 
 def glyph(i: int) -> str:
@@ -71,16 +84,14 @@ class CompareCharts(Widget):
 
     @staticmethod
     def _latest(name: str, histories: list[TargetHistory]) -> list[str]:
-        """Each target's latest value; the lag also in seconds behind."""
+        """Each target's latest value; the lag also in seconds behind (its status word)."""
         out = []
         for i, h in enumerate(histories):
             values = h.series[name].values()
             value = values[-1] if values else math.nan
             figure = fmt.latency(value) if name == "e2e_p99" else fmt.short(value)
             if name == "lag":
-                behind = h.series["lag_s"].values()
-                seconds = behind[-1] if behind else math.nan
-                figure += f" = {seconds:.2f} s" if math.isfinite(seconds) else " = – s"
+                figure += f" = {behind_text(h.last)}"
             out.append(f" {glyph(i)} {figure}")
         return out
 

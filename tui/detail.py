@@ -1,6 +1,7 @@
-"""The detail screen of one target (Enter on the selected column): per-partition rates and
-lag, per-consumer rates, lag and the partitions each holds, per-broker CPU, memory, disk and
-network, the latency percentiles over the chart window
+"""The detail screen of one target (Enter on the selected column): per-partition rates, lag
+and time lag (each subscription's with its status word above them), per-consumer rates, lag
+and the partitions each holds, per-broker CPU, memory, disk and network, the latency
+percentiles over the chart window
 (a table and their curve on a "nines" axis), the broker metrics the platform declares (a panel
 per broker: each value now, a sparkline of the latencies, the broker's own names), and the
 target's events. Esc goes back; the
@@ -31,14 +32,15 @@ from textual.screen import Screen
 
 from loadgen.core.brokermetrics import BrokerMetrics, unit_of
 from loadgen.core.histogram import HistogramSnapshot, percentiles
-from loadgen.core.ticks import ConsumerStat, Tick, partition_list
+from loadgen.core.ticks import ConsumerStat, LagStatus, Tick, partition_list
+from loadgen.timelag import seconds_text, time_lag_text
 from tui import formatting as fmt
 from tui.charts import area_chart
 from tui.history import BROKER_METRIC_POINTS, NS_PER_MS, ChartView, TargetHistory
 from tui.widgets import RichLines
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
-SORTS = ("partition", "produce", "consume", "lag")
+SORTS = ("partition", "produce", "consume", "lag", "behind")
 CONSUMER_SORTS = ("consumer", "held", "consume", "lag")
 PARTITIONS_WIDTH = 24  # the consumers table's partitions column, at most (80 columns)
 EVENTS_SHOWN = 12  # the newest; the run's events table has them all
@@ -50,6 +52,8 @@ class PartitionRow:
     produce: float  # msg/s over the recent ticks; NaN when the platform does not count it
     consume: float
     lag: float  # messages, at the latest tick; NaN when not measured
+    behind: float = math.nan  # the exact time lag (s) at the latest tick; NaN when not known
+    leader: bool = True  # False: the partition had no leader at the latest tick
 
 
 def _counter_parts(name: str, prefix: str) -> tuple[str, str] | None:
@@ -75,14 +79,38 @@ def partition_rows(ticks: Iterable[Tick]) -> list[PartitionRow]:
                 continue
             sums.setdefault(int(parts[0]), {})[parts[1]] = (
                 sums.get(int(parts[0]), {}).get(parts[1], 0.0) + value)
-    lags = dict(last.lag.per_partition) if last is not None and last.lag is not None else {}
+    lag = last.lag if last is not None else None
+    lags = dict(lag.per_partition) if lag is not None else {}
+    behind = lag.time.per_partition if lag is not None and lag.time is not None else {}
+    leaderless = set(lag.leaderless) if lag is not None else set()
     rows = []
     for p in sorted(set(sums) | set(lags)):
         counted = sums.get(p, {})
         produce, consume = (counted[key] / seconds if key in counted and seconds > 0 else math.nan
                             for key in ("produced", "consumed"))
-        rows.append(PartitionRow(p, produce, consume, float(lags[p]) if p in lags else math.nan))
+        rows.append(PartitionRow(p, produce, consume, float(lags[p]) if p in lags else math.nan,
+                                 behind.get(p, math.nan), p not in leaderless))
     return rows
+
+
+def behind_cell(row: PartitionRow) -> str:
+    """A partition's time lag as the partitions table writes it."""
+    return "no leader" if not row.leader else seconds_text(row.behind)
+
+
+def subscriptions_text(tick: Tick | None) -> Text:
+    """The time lag in words and each subscription's own, with its status word."""
+    if tick is None or tick.lag is None:
+        return Text("time lag –", style="dim")
+    text = Text.assemble(("time lag ", "dim"), time_lag_text(tick), no_wrap=True,
+                         overflow="ellipsis")
+    time_lag = tick.lag.time
+    if time_lag is not None and tick.lag_s_exact:
+        for sub, word in time_lag.status.items():
+            seconds = seconds_text(time_lag.per_subscription.get(sub, math.nan))
+            text.append(f" · {sub.removeprefix('streambench-')} {seconds} ")
+            text.append(str(word), style="bold" if word is not LagStatus.OK else "")
+    return text
 
 
 def sort_rows(rows: list[PartitionRow], by: str) -> list[PartitionRow]:
@@ -90,7 +118,7 @@ def sort_rows(rows: list[PartitionRow], by: str) -> list[PartitionRow]:
     if by == "partition":
         return sorted(rows, key=lambda r: r.partition)
     value = {"produce": lambda r: r.produce, "consume": lambda r: r.consume,
-             "lag": lambda r: r.lag}[by]
+             "lag": lambda r: r.lag, "behind": lambda r: r.behind}[by]
     return sorted(rows, key=lambda r: (not math.isfinite(value(r)),
                                        -value(r) if math.isfinite(value(r)) else 0, r.partition))
 
@@ -426,9 +454,10 @@ class DetailScreen(Screen[None]):
 
         rows = sort_rows(partition_rows(history.recent_ticks), self.sort)
         titles = {"partition": "partition", "produce": "produce/s", "consume": "consume/s",
-                  "lag": "lag"}
-        cells = [[str(r.partition), fmt.count(r.produce), fmt.count(r.consume), fmt.count(r.lag)]
-                 for r in rows] or [["–", fmt.MISSING, fmt.MISSING, fmt.MISSING]]
+                  "lag": "lag", "behind": "behind"}
+        cells = [[str(r.partition), fmt.count(r.produce), fmt.count(r.consume), fmt.count(r.lag),
+                  behind_cell(r)]
+                 for r in rows] or [["–", fmt.MISSING, fmt.MISSING, fmt.MISSING, fmt.MISSING]]
         parts = _text_grid([title + ((" ▲" if name == "partition" else " ▼") if name == self.sort
                                      else "") for name, title in titles.items()], cells)
 
@@ -469,7 +498,8 @@ class DetailScreen(Screen[None]):
         recent = f"{history.recent_span_s or history.recent_window_s:.0f} s"
         return Group(
             head, Text(""),
-            Text(f"partitions (rates over the last {recent}; o sorts)", style="bold"), parts,
+            Text(f"partitions (rates over the last {recent}; o sorts)", style="bold"),
+            subscriptions_text(history.last), parts,
             Text(""), Text(f"consumers (rates over the last {recent}; O sorts)", style="bold"),
             consumers,
             Text(""), Text("brokers", style="bold"), brokers,

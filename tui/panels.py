@@ -16,7 +16,8 @@ from typing import Protocol
 from rich.style import Style
 from rich.text import Text
 
-from loadgen.core.ticks import Phase
+from loadgen.core.ticks import LagStatus, Phase, Tick
+from loadgen.timelag import time_lag_text
 from tui import formatting as fmt
 from tui.charts import area_chart
 from tui.history import (
@@ -105,6 +106,7 @@ class ThroughputPanel:
                 line(ctx, label(""), ("waiting for the first tick", "muted")),
                 line(ctx, label("consume"), (fmt.MISSING, "value")),
                 line(ctx, label("lag"), (fmt.MISSING, "value")),
+                line(ctx, label("behind"), (fmt.MISSING, "value")),
             ])
         lag = tick.lag.total if tick.lag is not None else None
         # errors since the start; "(+n)" when the last interval had some
@@ -118,7 +120,19 @@ class ThroughputPanel:
             line(ctx, label("consume"), (f"{fmt.count(tick.consume_rate)}/s", "value"),
                  (f"  {fmt.megabytes(tick.consume_mb_s * 1e6)} MB/s", "value")),
             line(ctx, label("lag"), (fmt.count(lag), "value"), (" msg  ", "muted"), errors),
+            line(ctx, label("behind"), *self._behind(tick)),
         ])
+
+    @staticmethod
+    def _behind(tick: Tick) -> list[Part]:
+        """The time lag, its trend, time to drain and status word (an estimate says so)."""
+        text = time_lag_text(tick)
+        if not tick.lag_s_exact:
+            return [(text, "muted")]
+        seconds, _, rest = text.partition(" s")
+        alert = tick.lag is not None and tick.lag.time is not None and any(
+            w is not LagStatus.OK for w in tick.lag.time.status.values())
+        return [(seconds + " s", "value"), (rest, "alert" if alert else "muted")]
 
     @staticmethod
     def _versus_target(history: TargetHistory) -> Part:

@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.core.acklog import AckLog
+
 
 @dataclass(slots=True)
 class OutMessage:
@@ -52,6 +54,9 @@ class Producer(ABC):
     # batches this producer may have awaiting acknowledgement at once
     max_in_flight: int = 1
     notice: ConnectionNotice | None = None
+    # set by the load: where a producer that learns the positions its messages were stored at
+    # notes them when they are acknowledged (the exact time lag; loadgen.core.acklog)
+    acks: AckLog | None = None
     # True when submit() hands batches over without a task of their own
     submits: bool = False
 

@@ -57,6 +57,33 @@ class LoadgenHealth:
         )
 
 
+class LagStatus(StrEnum):
+    """A subscription's state over the last ticks, after Burrow's consumer lag evaluation
+    rules (LinkedIn, Burrow wiki, "Consumer Lag Evaluation Rules")."""
+
+    OK = "OK"  # caught up at some point of the window, or catching up
+    WARN = "WARN"  # reading, but the lag never went down over the window
+    STALL = "STALL"  # its consumers read, but a partition's position stood still with lag
+    STOP = "STOP"  # its consumers read nothing over the window, with lag
+
+
+@dataclass(frozen=True, slots=True)
+class TimeLag:
+    """The exact time lag: how old the oldest message not yet consumed is (now − its intended
+    send time), found from the producers' acknowledged positions and the consumers' positions
+    (loadgen.timelag). Seconds; NaN where not known."""
+
+    seconds: float  # the oldest over every subscription and partition
+    per_partition: dict[int, float] = field(default_factory=dict)  # oldest over subscriptions
+    per_subscription: dict[str, float] = field(default_factory=dict)  # oldest over partitions
+    # the figures are within this many seconds of the truth (0: every position was sampled;
+    # else the gap between the samples around a position); NaN when unbounded
+    bound_s: float = 0.0
+    trend: float = float("nan")  # seconds of time lag gained per second, over the last ticks
+    drain_s: float = float("nan")  # to read the lag at the net consume rate; inf: growing
+    status: dict[str, LagStatus] = field(default_factory=dict)  # per subscription
+
+
 @dataclass(frozen=True, slots=True)
 class LagSnapshot:
     """Consumer lag (messages not yet consumed) per subscription, summed and per partition."""
@@ -67,6 +94,17 @@ class LagSnapshot:
     # how long the figure may trail consumption (a source the readers write their positions
     # back to periodically): up to this many seconds of consumption can still count as lag
     trails_s: float = 0.0
+    # where collectors know them: the topic they read, and per subscription and partition
+    # the consumers' position (loadgen.core.acklog) and the messages not yet consumed there
+    topic: str = ""
+    positions: dict[str, dict[int, int]] = field(default_factory=dict)
+    unread: dict[str, dict[int, int]] = field(default_factory=dict)
+    # the position is the last message delivered (a Redis group's last-delivered-id), not the
+    # first one not yet consumed (a Kafka offset)
+    positions_after: bool = False
+    read_ns: int = 0  # wall clock when the positions were read
+    leaderless: tuple[int, ...] = ()  # partitions with no leader at the reading
+    time: TimeLag | None = None  # filled by the coordinator
 
 
 def partition_list(partitions: tuple[int, ...]) -> str:
@@ -182,6 +220,9 @@ class Tick:
     nodes: tuple[NodeStat, ...] = ()  # each load node's share, on a cluster
     # load nodes of the target lost by this tick (their share is missing from it and after)
     nodes_lost: int = 0
+    # the producers' acknowledged (partition, position, intended ns) samples of the interval,
+    # per topic (loadgen.core.acklog); the coordinator takes them off the tick
+    acked: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
 
     @property
     def produce_rate(self) -> float:
@@ -192,9 +233,23 @@ class Tick:
         return self.consumed / self.interval_s if self.interval_s > 0 else 0.0
 
     @property
+    def lag_s_exact(self) -> bool:
+        """lag_s is the exact time lag (else the estimate, or NaN)."""
+        return self.lag is not None and self.lag.time is not None and \
+            self.lag.time.seconds == self.lag.time.seconds
+
+    @property
     def lag_s(self) -> float:
-        """Seconds behind: the lag over the consume rate (NaN when either is unknown or
-        nothing is consumed)."""
+        """Seconds behind: the exact time lag where known, else an estimate, the lag over the
+        consume rate (NaN when either is unknown or nothing is consumed)."""
+        if self.lag_s_exact:
+            assert self.lag is not None and self.lag.time is not None
+            return self.lag.time.seconds
+        return self.lag_estimate_s
+
+    @property
+    def lag_estimate_s(self) -> float:
+        """The lag over the consume rate (NaN when either is unknown or nothing is consumed)."""
         rate = self.consume_rate
         return self.lag.total / rate if self.lag is not None and rate > 0 else float("nan")
 

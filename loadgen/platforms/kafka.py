@@ -188,8 +188,11 @@ class KafkaProducer(Producer):
                 acks.append(await send(topic, m.payload, key=m.key,
                                        partition=sticky if m.key is None else None,
                                        headers=[(INTENDED_HEADER, b"%d" % m.intended_ns)]))
-        for ack in acks:
-            await ack
+        log = self.acks
+        for ack, m in zip(acks, batch, strict=True):
+            meta = await ack
+            if log is not None:
+                log.one(meta.partition, meta.offset, m.intended_ns)
 
     async def _send_whole(self, batch: Sequence[OutMessage], sticky: int) -> None:
         by_partition: dict[int, list[OutMessage]] = {}
@@ -198,23 +201,32 @@ class KafkaProducer(Producer):
             partition = sticky if m.key is None else by_key(m.key, parts, parts)
             by_partition.setdefault(partition, []).append(m)
         producer, topic = self._producer, self._topic
-        built: list[tuple[int, list[Any]]] = []
+        built: list[tuple[int, list[OutMessage], list[Any], list[int]]] = []
         for partition, records in by_partition.items():
             builders = [producer.create_batch()]
-            for m in records:
+            starts = [0]  # each builder's first record
+            for i, m in enumerate(records):
                 header = [(INTENDED_HEADER, b"%d" % m.intended_ns)]
                 if builders[-1].append(timestamp=None, key=m.key, value=m.payload,
                                        headers=header) is None:  # full: start the next
                     builders.append(producer.create_batch())
+                    starts.append(i)
                     builders[-1].append(timestamp=None, key=m.key, value=m.payload, headers=header)
-            built.append((partition, builders))
+            starts.append(len(records))
+            built.append((partition, records, builders, starts))
         acks = []
         async with self._handing_over:  # every partition's part before the next batch's
-            for partition, builders in built:
-                for builder in builders:
-                    acks.append(await producer.send_batch(builder, topic, partition=partition))
-        for ack in acks:
-            await ack
+            for partition, records, builders, starts in built:
+                for k, builder in enumerate(builders):
+                    first, last = records[starts[k]], records[starts[k + 1] - 1]
+                    acks.append((await producer.send_batch(builder, topic, partition=partition),
+                                 partition, starts[k + 1] - starts[k], first.intended_ns,
+                                 last.intended_ns))
+        log = self.acks
+        for ack, partition, count, first_ns, last_ns in acks:
+            meta = await ack  # the batch's base offset
+            if log is not None:
+                log.run(partition, meta.offset, count, first_ns, last_ns)
 
     async def close(self) -> None:
         await self._producer.stop()

@@ -26,6 +26,7 @@ from compose.redis import (
     connect_failure,
     parse_address,
 )
+from loadgen.core.acklog import stream_position
 from loadgen.core.collector import Collector
 from loadgen.core.driver import (
     Acknowledged,
@@ -122,28 +123,56 @@ class RedisProducer(Producer):
             return self._next
         return zlib.crc32(key) % len(self._heads)
 
-    def _encode(self, batch: Sequence[OutMessage]) -> tuple[bytes, int]:
-        """The batch's commands and how many replies they get."""
+    def _encode(self, batch: Sequence[OutMessage], streams: list[int] | None) -> tuple[bytes, int]:
+        """The batch's commands and how many replies they get; the stream (partition) of each
+        message goes into `streams` when given."""
         parts = []
         heads = self._heads
         for m in batch:
             t = b"%d" % m.intended_ns
+            stream = self._partition(m.key)
+            if streams is not None:
+                streams.append(stream)
             parts.append(b"%s$%d\r\n%s\r\n$1\r\np\r\n$%d\r\n%s\r\n" % (
-                heads[self._partition(m.key)], len(t), t, len(m.payload), m.payload))
+                heads[stream], len(t), t, len(m.payload), m.payload))
         if 1 < len(batch) <= ATOMIC_BATCH:  # +OK, +QUEUED per XADD, the XADD replies in one array
             return _MULTI + b"".join(parts) + _EXEC, len(batch) + 2
         return b"".join(parts), len(batch)
 
+    def _streams(self, batch: Sequence[OutMessage]) -> list[int] | None:
+        """Where to list the batch's streams, when the ack log may sample one of its messages."""
+        acks = self.acks
+        return [] if acks is not None and batch and acks.wanted(batch[-1].intended_ns) else None
+
+    def _stored(self, batch: Sequence[OutMessage], streams: list[int] | None,
+                replies: list[Any]) -> None:
+        """Note where the acknowledged messages were stored: the ids XADD answered."""
+        if self.acks is None or streams is None:
+            return
+        ids = replies[-1] if len(replies) == len(batch) + 2 else replies
+        self.acks.each(streams, ids, [m.intended_ns for m in batch], stream_position)
+
     async def send_batch(self, batch: Sequence[OutMessage]) -> None:
-        error = _first_error(await self._conn.pipeline(*self._encode(batch)))
+        streams = self._streams(batch)
+        replies = await self._conn.pipeline(*self._encode(batch, streams))
+        error = _first_error(replies)
         if error is not None:
             raise error
+        self._stored(batch, streams, replies)
 
     def submit(self, batch: Sequence[OutMessage], done: Acknowledged) -> None:
-        def replied(result: list[Any] | BaseException) -> None:
-            done(result if isinstance(result, BaseException) else _first_error(result))
+        streams = self._streams(batch)
 
-        self._conn.submit(*self._encode(batch), replied)
+        def replied(result: list[Any] | BaseException) -> None:
+            if isinstance(result, BaseException):
+                done(result)
+                return
+            error = _first_error(result)
+            if error is None:
+                self._stored(batch, streams, result)
+            done(error)
+
+        self._conn.submit(*self._encode(batch, streams), replied)
 
     async def close(self) -> None:
         await self._conn.close()
@@ -441,7 +470,7 @@ def _collectors(target: Target, desc: StackDescription, topic: str, partitions: 
                 subscriptions: list[str]) -> list[Collector]:
     host, port = parse_address(desc.endpoints["redis"])
     found: list[Collector] = [RedisTelemetry(host, port, stream_names(topic, partitions), subscriptions,
-                                             ClientSecurity.of(target))]
+                                             ClientSecurity.of(target), topic)]
     found[:0] = resource_collectors(target, desc)
     return found
 

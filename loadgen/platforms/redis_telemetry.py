@@ -10,8 +10,10 @@ again every second."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from loadgen.core.acklog import stream_position
 from loadgen.core.collector import Collector, CounterDeltas, Reading
 from loadgen.core.security import PLAINTEXT, ClientSecurity
 from loadgen.core.ticks import LagSnapshot
@@ -124,7 +126,8 @@ class RedisTelemetry(Collector):
     name = "redis"
 
     def __init__(self, host: str, port: int, streams: list[str], groups: list[str],
-                 security: ClientSecurity = PLAINTEXT) -> None:
+                 security: ClientSecurity = PLAINTEXT, topic: str = "") -> None:
+        self._topic = topic
         self._link = SampleLink(host, port, security)
         self._streams = streams
         self._groups = {g.encode() for g in groups}
@@ -159,9 +162,13 @@ class RedisTelemetry(Collector):
         (`partition.<n>.produced` / `.consumed`, messages in the interval)."""
         # a stream no XADD has made yet (a produce-only run has no group to create it) answers
         # "no such key" (an error reply): nothing stored, nothing to read
+        asked = time.time_ns()
         replies = await self._pipeline(self._xinfo, 2 * len(self._streams))
+        read_ns = (asked + time.time_ns()) // 2
         per_partition: dict[int, int] = {}
         counters: dict[str, float] = {}
+        positions: dict[str, dict[int, int]] = {}
+        unread: dict[str, dict[int, int]] = {}
         for partition in range(len(self._streams)):
             listed, reply = replies[2 * partition], replies[2 * partition + 1]
             groups = [_pairs(g) for g in listed] if isinstance(listed, list) else []
@@ -176,7 +183,13 @@ class RedisTelemetry(Collector):
             for g in groups:
                 if g.get(b"name") not in self._groups:
                     continue
-                total += _unread(g, info) + int(g[b"pending"])
+                not_delivered = _unread(g, info)
+                total += not_delivered + int(g[b"pending"])
+                delivered = g.get(b"last-delivered-id")
+                if isinstance(delivered, bytes):
+                    name = bytes(g[b"name"]).decode()
+                    positions.setdefault(name, {})[partition] = stream_position(delivered)
+                    unread.setdefault(name, {})[partition] = not_delivered
                 entries_read = g.get(b"entries-read")
                 if entries_read is None and g.get(b"last-delivered-id") == b"0-0":
                     entries_read = 0  # nothing delivered yet (Redis says unknown)
@@ -189,7 +202,10 @@ class RedisTelemetry(Collector):
             if read is not None and groups:
                 counters[f"partition.{partition}.consumed"] = self._deltas.delta(
                     f"read.{partition}", read)
-        return LagSnapshot(sum(per_partition.values()), per_partition, _LAG_SOURCE), counters
+        lag = LagSnapshot(sum(per_partition.values()), per_partition, _LAG_SOURCE, topic=self._topic,
+                          positions=positions, unread=unread, positions_after=True,
+                          read_ns=read_ns)
+        return lag, counters
 
     async def sample(self) -> Reading:
         with self._deltas.staged():  # a failed request fails the sample and keeps no reading

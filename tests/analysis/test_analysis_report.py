@@ -152,6 +152,7 @@ def _series_truth(ticks: list[Tick], name: str) -> np.ndarray:
         "net_rx_mb_s": [t.resources.net_rx_bytes / t.interval_s / 1e6 for t in ticks],
         "net_tx_mb_s": [t.resources.net_tx_bytes / t.interval_s / 1e6 for t in ticks],
         "lag": [t.lag.total for t in ticks if t.lag is not None],
+        "lag_s": [t.lag_s for t in ticks if t.lag is not None],
         "cpu_percent": [t.resources.cpu_percent for t in ticks],
         "memory_mb": [t.resources.memory_bytes / 1e6 for t in ticks],
     }
@@ -159,7 +160,7 @@ def _series_truth(ticks: list[Tick], name: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("series", ["produce_msg_s", "produce_mb_s", "consume_mb_s",
-                                    "net_rx_mb_s", "lag", "cpu_percent", "memory_mb"])
+                                    "net_rx_mb_s", "lag", "lag_s", "cpu_percent", "memory_mb"])
 def test_per_second_distributions(report: Computed, synthetic: SyntheticRun,
                                   series: str) -> None:
     for name in MODELS:

@@ -116,7 +116,7 @@ def test_records_carry_the_intended_time_and_keyed_ones_land_as_java_places_them
 def test_live_lag_and_partitions_from_the_consumers(keyed_run):
     out, _summary, _records = keyed_run
     lag = ds.dataset(out / "lag", format="parquet").to_table().to_pydict()
-    assert "consumer highwater − position" in set(lag["source"])
+    assert "log-end offset − consumer position" in set(lag["source"])
     last = max(lag["seq"])
     assert {p for s, p in zip(lag["seq"], lag["partition"], strict=True) if s == last} == {0, 1, 2}
     assert {v for s, v in zip(lag["seq"], lag["lag"], strict=True) if s == last} == {0}

@@ -143,7 +143,7 @@ def test_broker_telemetry_recorded(fixed_rate_run: FixedRateRun):
              if n == "createtime_latency_ms_mean"]
     assert means and all(0 <= v < 10_000 for v in means)
     sources = set(_table(run_dir, "lag")["source"])
-    assert "consumer highwater − position" in sources
+    assert "log-end offset − consumer position" in sources
 
 
 def test_brokers_stopped_and_cleaned(fixed_rate_run: FixedRateRun):

@@ -12,10 +12,12 @@ from loadgen.core.ticks import (
     BrokerMetricValues,
     ConsumerStat,
     LagSnapshot,
+    LagStatus,
     LoadgenHealth,
     Phase,
     Resources,
     Tick,
+    TimeLag,
 )
 from loadgen.core.workload import Workload
 
@@ -58,6 +60,15 @@ def broker_metrics(aof: bool, seq: int) -> BrokerMetricValues:
                               "TimeoutError: no answer within 0.9 s" if stale else "")
 
 
+def time_lag(seq: int) -> TimeLag:
+    """The age of the oldest unread message: 20-44 ms, partition 1 read up."""
+    seconds = ((seq * 37) % 120) / 5000 + 0.02
+    return TimeLag(seconds=seconds, per_partition={0: seconds, 1: 0.0},
+                   per_subscription={"streambench-sub-0": seconds}, bound_s=0.01,
+                   trend=0.001 * (seq % 3 - 1), drain_s=0.0,
+                   status={"streambench-sub-0": LagStatus.WARN if seq % 7 == 0 else LagStatus.OK})
+
+
 def recorded_tick(label: str, seq: int) -> Tick:
     aof = label.endswith(":aof")
     slow = seq + (12 if aof else 0)
@@ -80,7 +91,9 @@ def recorded_tick(label: str, seq: int) -> Tick:
         publish_delay=histogram([5 + i % 20 for i in range(100)]),
         e2e_latency=histogram(latency_values(seq, slow)),
         lag=LagSnapshot(total=(seq * 37) % 120 + (200 if aof else 0),
-                        per_partition={0: (seq * 37) % 120, 1: 200 if aof else 0}),
+                        per_partition={0: (seq * 37) % 120, 1: 200 if aof else 0},
+                        # the exact time lag for one target, the estimate for the other
+                        time=None if aof else time_lag(seq)),
         resources=Resources(cpu_percent=18.0 + (seq % 7) * 2.5 + (15.0 if aof else 0.0),
                             memory_bytes=(40 + seq) * 1_000_000),
         produced_total=produced * (seq + 1),

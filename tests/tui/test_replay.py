@@ -130,6 +130,8 @@ async def test_detail_screen_lists_partitions_consumers_brokers_latency_and_even
         assert [ln.split()[1:5] for ln in consumers] == [
             ["sub-0/0", "2", "0-1", "shared"], ["sub-0/1", "2", "0-1", "shared"]]
         assert "consumer ▲" in text
+        await pilot.press("o")  # then by time lag, then by partition
+        assert app.screen.sort == "behind"
         await pilot.press("o")
         assert app.screen.sort == "partition"
         await pilot.press("O", "O")  # the consumers: by partitions held, then by rate

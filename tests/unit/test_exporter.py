@@ -4,6 +4,7 @@ back with prometheus_client's own exposition and parser; docs/metrics.md lists w
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 
@@ -15,7 +16,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from loadgen.core.errors import WorkloadError
 from loadgen.core.events import PhaseChange, RunEvent, RunMeta
 from loadgen.core.histogram import Histogram
-from loadgen.core.ticks import BrokerMetricValues, LagSnapshot, LoadgenHealth, Phase, Resources, Tick
+from loadgen.core.ticks import (
+    BrokerMetricValues,
+    LagSnapshot,
+    LagStatus,
+    LoadgenHealth,
+    Phase,
+    Resources,
+    Tick,
+    TimeLag,
+)
 from loadgen.exporter import LATENCY_BOUNDS_S, RunCollector, parse_address
 from loadgen.load import DROPPED_SLOTS
 from loadgen.platforms import PLATFORMS
@@ -96,6 +106,7 @@ def test_counters_gauges_and_histograms_from_the_ticks() -> None:
     assert one(found, "streambench_loadgen_loop_lag_seconds", **target) == 0.003
     assert one(found, "streambench_lag_messages", **target) == 50
     assert one(found, "streambench_lag_seconds", **target) == pytest.approx(50 / 19)
+    assert one(found, "streambench_lag_seconds_estimated", **target) == 1  # no positions
     assert one(found, "streambench_phase", phase="measuring") == 1
     assert one(found, "streambench_phase", phase="warm-up") == 0
     assert one(found, "streambench_phase_start_time_seconds", phase="measuring") == 2.0
@@ -146,6 +157,21 @@ def test_broker_metrics_a_family_each_and_stale_brokers_left_out() -> None:
     found = scrape(c)
     assert one(found, "streambench_broker_metrics_stale", **labels) == 1.0
     assert not [n for n, _ in found if n.startswith("streambench_broker_ops")]
+
+
+def test_the_exact_time_lag_its_drain_and_the_status_words() -> None:
+    c = RunCollector({"redis": "redis"})
+    exact = TimeLag(seconds=4.5, per_partition={0: 4.5}, per_subscription={"sub-0": 4.5},
+                    drain_s=math.inf, status={"sub-0": LagStatus.STOP})
+    c(dataclasses.replace(tick(1, 5, [1000]), lag=LagSnapshot(total=50, time=exact)))
+    found = scrape(c)
+    target = {"target": "redis", "platform": "redis"}
+    assert one(found, "streambench_lag_seconds", **target) == 4.5  # not 50 / 4
+    assert one(found, "streambench_lag_seconds_estimated", **target) == 0
+    assert one(found, "streambench_lag_drain_seconds", **target) == math.inf
+    words = {dict(ls)["status"]: v for (n, ls), v in found.items()
+             if n == "streambench_subscription_status" and dict(ls)["subscription"] == "sub-0"}
+    assert words == {"OK": 0, "WARN": 0, "STALL": 0, "STOP": 1}
 
 
 def test_the_docs_list_every_served_metric_and_no_other() -> None:

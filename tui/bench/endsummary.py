@@ -43,6 +43,9 @@ class TargetFigures:
     # a late wake-up, a saturated generator); counted in e2e, which starts at the slot
     delay: HistogramSnapshot = field(default_factory=HistogramSnapshot.empty)
     max_lag: int | None = None
+    # the largest time lag, and whether every figure of it was exact (else the estimate)
+    max_lag_s: float | None = None
+    lag_s_exact: bool = True
     cpu: list[float] = field(default_factory=list)  # broker CPU per tick, % of a core
     max_memory: int = 0
     loadgen_cpu: list[float] = field(default_factory=list)
@@ -59,6 +62,9 @@ class TargetFigures:
         self.delay = HistogramSnapshot.merge([self.delay, tick.publish_delay])
         if tick.lag is not None:
             self.max_lag = max(self.max_lag or 0, tick.lag.total)
+        if math.isfinite(tick.lag_s):
+            self.max_lag_s = max(self.max_lag_s or 0.0, tick.lag_s)
+            self.lag_s_exact = self.lag_s_exact and tick.lag_s_exact
         if math.isfinite(tick.resources.cpu_percent):
             self.cpu.append(tick.resources.cpu_percent)
         self.max_memory = max(self.max_memory, tick.resources.memory_bytes)
@@ -127,6 +133,8 @@ def rows(figures: TargetFigures, totals: Any) -> list[tuple[str, str]]:
         ("publish delay p50 ms", _ms(f.delay, 50.0)),
         ("publish delay p99 ms", _ms(f.delay, 99.0)),
         ("max lag msgs", "—" if f.max_lag is None else f"{f.max_lag:,}"),
+        ("max time lag s", "—" if f.max_lag_s is None else
+         f"{f.max_lag_s:,.2f}" + ("" if f.lag_s_exact else " est.")),
         ("broker CPU % mean/max", _cpu(f.cpu)),
         ("broker memory max", _bytes(f.max_memory)),
         ("loadgen CPU % mean/max", _cpu(f.loadgen_cpu)),

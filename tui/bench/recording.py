@@ -28,12 +28,14 @@ from loadgen.core.ticks import (
     BrokerMetricValues,
     ConsumerStat,
     LagSnapshot,
+    LagStatus,
     LoadgenHealth,
     NodeClock,
     NodeStat,
     Phase,
     Resources,
     Tick,
+    TimeLag,
 )
 from loadgen.core.workload import Workload, parse_workload
 from tui.history import Baseline
@@ -205,6 +207,34 @@ def _micros(table: pa.Table) -> list[int]:
     return [int(v) for v in table["time"].cast(pa.int64()).to_pylist()]
 
 
+def _subscriptions(run_dir: Path) -> dict[tuple[str, int], dict[str, tuple[float, LagStatus]]]:
+    """(target, seq) → subscription → (time lag s, status) (none before schema version 4)."""
+    rows = read_table(run_dir, "subscriptions").select(
+        ["target", "seq", "subscription", "time_lag_s", "status"]).to_pydict()
+    out: dict[tuple[str, int], dict[str, tuple[float, LagStatus]]] = {}
+    for target, seq, sub, seconds, status in zip(*rows.values(), strict=True):
+        try:
+            word = LagStatus(status)
+        except ValueError:
+            continue
+        out.setdefault((target, seq), {})[str(sub)] = (_nan(seconds), word)
+    return out
+
+
+def _time_lag(row: dict[str, Any], per_partition: dict[Any, Any],
+              subscriptions: dict[str, tuple[float, LagStatus]]) -> TimeLag | None:
+    """The tick's exact time lag as recorded; None where the run had the estimate only."""
+    if not row.get("lag_seconds_exact"):
+        return None
+    return TimeLag(
+        seconds=_nan(row["lag_seconds"]),
+        per_partition={int(p): _nan(v) for p, v in per_partition.items()},
+        per_subscription={s: v[0] for s, v in subscriptions.items()},
+        bound_s=_nan(row["lag_seconds_bound"]), trend=_nan(row["lag_seconds_trend"]),
+        drain_s=_nan(row["lag_drain_s"]),
+        status={s: v[1] for s, v in subscriptions.items()})
+
+
 def _ticks(run_dir: Path) -> list[Tick]:
     table = read_table(run_dir, "ticks")
     times = _micros(table)
@@ -212,6 +242,9 @@ def _ticks(run_dir: Path) -> list[Tick]:
     hists = _histograms(run_dir)
     lags = _per_tick(run_dir, "lag", "partition", "lag")
     sources = _per_tick(run_dir, "lag", "partition", "source")
+    time_lags = _per_tick(run_dir, "lag", "partition", "time_lag_s")
+    leader = _per_tick(run_dir, "lag", "partition", "leader")
+    subscriptions = _subscriptions(run_dir)
     counters = _per_tick(run_dir, "broker", "name", "value")
     consumers = _consumers(run_dir)
     metrics = _broker_metrics(run_dir)
@@ -230,7 +263,11 @@ def _ticks(run_dir: Path) -> list[Tick]:
         if r["lag_total"] is not None:
             per_partition = {int(p): int(v) for p, v in lags.get((target, seq), {}).items()}
             source = next(iter(sources.get((target, seq), {}).values()), "")
-            lag = LagSnapshot(int(r["lag_total"]), per_partition, source)
+            leaders = leader.get((target, seq), {})
+            lag = LagSnapshot(int(r["lag_total"]), per_partition, source,
+                              leaderless=tuple(int(p) for p, v in leaders.items() if v is False),
+                              time=_time_lag(r, time_lags.get((target, seq), {}),
+                                             subscriptions.get((target, seq), {})))
         ticks.append(Tick(
             target=target, seq=seq, time_ns=time_us * 1000,
             interval_s=r["interval_s"] or 0.0, phase=_phase(r["phase"], run_dir),
@@ -256,7 +293,8 @@ def _ticks(run_dir: Path) -> list[Tick]:
             nodes_lost=r["nodes_lost"] or 0,
             nodes=nodes.get((target, seq), ((), ()))[0],
             clocks=nodes.get((target, seq), ((), ()))[1],
-            **snaps,
+            publish_latency=snaps["publish_latency"], publish_delay=snaps["publish_delay"],
+            e2e_latency=snaps["e2e_latency"],
         ))
     return ticks
 
