@@ -5,12 +5,15 @@ samples at every tick and the coordinator looks the consumers' positions up in t
 (loadgen.timelag).
 
 A position is an integer that grows with the partition's order: a Kafka offset, a Redis stream
-id as `ms << 20 | seq` (stream_position)."""
+id as `ms << 20 | seq` (stream_position). With the delivery audit a message's value is its
+stamp (loadgen.core.audit): its intended time is the stamp modulo STAMP_BASE, taken here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from loadgen.core.audit import STAMP_BASE
 
 # one sample per partition per this much intended time: the time lag of a position that falls
 # between two samples is bounded by them, so about this far apart
@@ -49,6 +52,8 @@ class AckLog:
 
     def one(self, partition: int, position: int, intended_ns: int) -> None:
         """One acknowledged message."""
+        if intended_ns >= STAMP_BASE:
+            intended_ns %= STAMP_BASE
         if intended_ns >= self._due[partition]:
             self._take_sample(partition, position, intended_ns)
 
@@ -56,10 +61,12 @@ class AckLog:
              intended_ns: Sequence[int], parse: Callable[[Any], int] = int) -> None:
         """Acknowledged messages, each with its own partition and position (as the broker
         answered it: `parse` makes it a position, for the sampled ones only)."""
-        if not intended_ns or intended_ns[-1] < self._next_due:
+        if not intended_ns or intended_ns[-1] % STAMP_BASE < self._next_due:
             return
         due = self._due
         for partition, position, t in zip(partitions, positions, intended_ns, strict=True):
+            if t >= STAMP_BASE:
+                t %= STAMP_BASE
             if t >= due[partition]:
                 self._take_sample(partition, parse(position), t)
         self._next_due = min(due)
@@ -67,12 +74,13 @@ class AckLog:
     def wanted(self, last_intended_ns: int) -> bool:
         """Whether acknowledged messages up to this intended time may be sampled: False lets a
         producer skip even gathering their positions."""
-        return last_intended_ns >= self._next_due
+        return last_intended_ns % STAMP_BASE >= self._next_due
 
     def run(self, partition: int, first: int, count: int, first_ns: int, last_ns: int) -> None:
         """`count` consecutive positions from `first` of one partition (a Kafka record batch),
         intended from first_ns to last_ns: its first and last message are sampled when a
         sample is due."""
+        first_ns, last_ns = first_ns % STAMP_BASE, last_ns % STAMP_BASE
         if not count or last_ns < self._due[partition]:
             return
         self._new.append((partition, first, first_ns))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from loadgen.core.acklog import STEP_NS, AckLog, stream_position
+from loadgen.core.audit import stamp
 from loadgen.core.histogram import Histogram
 from loadgen.core.ticks import ConsumerStat, LagSnapshot, LagStatus, Phase, Resources, Tick
 from loadgen.timelag import MAX_SAMPLES, STATUS_WINDOW, PartitionSamples, TimeLagBook
@@ -39,6 +40,32 @@ def test_a_run_of_offsets_is_sampled_at_both_ends() -> None:
     log.run(0, 104, 2, 22 * MS, 23 * MS)
     assert log.take() == [(0, 100, 10 * MS), (0, 102, 12 * MS), (0, 104, 22 * MS), (0, 105, 23 * MS)]
     assert not log.wanted(0) and log.wanted(33 * MS)  # the floor: the next sample's time
+
+
+def test_audit_stamps_are_sampled_by_their_intended_time() -> None:
+    """With --audit a message's value is its stamp (producer and sequence above the intended
+    time): every way in keeps the intended time alone, and samples as the plain times do."""
+    plain, stamped = AckLog(partitions=2), AckLog(partitions=2)
+    for k in range(200):
+        t = 1_700_000_000 * S + k * MS
+        plain.one(k % 2, k, t)
+        stamped.one(k % 2, k, stamp(t, producer=k % 3, seq=k + 1))
+    expected = plain.take()
+    assert stamped.take() == expected and expected
+    plain.run(0, 500, 3, 1_700_000_001 * S, 1_700_000_001 * S + MS)
+    stamped.run(0, 500, 3, stamp(1_700_000_001 * S, 0, 7), stamp(1_700_000_001 * S + MS, 0, 9))
+    assert stamped.take() == plain.take() == [(0, 500, 1_700_000_001 * S),
+                                              (0, 502, 1_700_000_001 * S + MS)]
+    late = stamp(1_700_000_002 * S, 1, 11)
+    assert stamped.wanted(late) and not stamped.wanted(stamp(1_700_000_000 * S, 1, 12))
+    for log in (plain, stamped):
+        log.take()
+    plain.each([0, 1], [b"1-0", b"2-0"], [1_700_000_003 * S, 1_700_000_003 * S + MS],
+               stream_position)
+    stamped.each([0, 1], [b"1-0", b"2-0"],
+                 [stamp(1_700_000_003 * S, 2, 30), stamp(1_700_000_003 * S + MS, 2, 31)],
+                 stream_position)
+    assert stamped.take() == plain.take()
 
 
 def test_each_parses_only_the_sampled_positions() -> None:
