@@ -22,6 +22,7 @@ class Failure(Enum):
 
     REFUSED = "connection refused (nothing listens there?)"
     RESET = "connection reset by the peer"
+    CLOSED = "connection closed by the peer"
     TIMED_OUT = "timed out"
     HOST_UNREACHABLE = "host unreachable"
     NETWORK_UNREACHABLE = "network unreachable"
@@ -44,6 +45,7 @@ _BY_ERRNO = {
     errno.EACCES: Failure.PERMISSION,
     errno.EPERM: Failure.PERMISSION,
 }
+_CLOSED_BY_PEER = ("closed by the server", "Connection closed by server")
 # exception types that mean these things whatever errno they carry (or none)
 _BY_TYPE: tuple[tuple[type[BaseException], Failure], ...] = (
     (socket.gaierror, Failure.UNKNOWN_HOST),
@@ -92,6 +94,10 @@ def classify(exc: BaseException) -> Failure | None:
             return _BY_ERRNO[link.errno]
     if any(_is_timeout(link) for link in links):
         return Failure.TIMED_OUT
+    # a client library's word for a connection the server ended (redis-py: "Connection closed
+    # by the server before write")
+    if any(mark in str(link) for link in links for mark in _CLOSED_BY_PEER):
+        return Failure.CLOSED
     return None
 
 
@@ -110,12 +116,12 @@ def connect_failure(exc: BaseException, tls: bool | None = None) -> str:
     failure = classify(exc)
     if failure is Failure.TIMED_OUT and tls:
         return f"{failure.value} (TLS is on: does the port take TLS connections?)"
-    if failure is Failure.RESET and tls:
+    if failure in (Failure.RESET, Failure.CLOSED) and tls:
         # a TLS 1.3 server that wants a client certificate may drop the connection after the
         # handshake instead of sending its alert in time
         return (f"{failure.value} (TLS is on: does the port take TLS connections, and does the "
                 "server want a client certificate: cert= and key=?)")
-    if failure is Failure.RESET and tls is False:
+    if failure in (Failure.RESET, Failure.CLOSED) and tls is False:
         return f"{failure.value} (a port that takes TLS only? add tls or ca=PATH to the target)"
     if failure is not None:
         return failure.value

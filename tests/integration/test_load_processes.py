@@ -4,6 +4,7 @@ and the ticks add their counts and merge their latencies."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,13 @@ PROCESSES = 2
 
 def _workers() -> set[int]:
     """This process's children that are spawned multiprocessing workers (not the resource
-    tracker)."""
-    return {c.pid for c in psutil.Process().children() if "--multiprocessing-fork" in c.cmdline()}
+    tracker; not a child of the suite's own that has just ended, such as a background build)."""
+    found = set()
+    for c in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if "--multiprocessing-fork" in c.cmdline():
+                found.add(c.pid)
+    return found
 
 
 @pytest.fixture(scope="module")

@@ -176,3 +176,15 @@ def test_chain_survives_cycles():
     b.__context__ = a
     assert [str(e) for e in chain(a)] == ["a", "b"]
     assert classify(a) is None
+
+
+def test_a_connection_the_server_closed_says_so_and_hints_at_tls():
+    """redis-py's word for a connection the server ended (a TLS 1.3 server that wants a client
+    certificate closes it after the handshake, before the first command is written): closed by
+    the peer, and over TLS the hint names the client certificate, as a reset's does."""
+    closed = RedisConnectionError("Connection closed by the server before write")
+    assert classify(closed) is Failure.CLOSED
+    assert "client certificate" in connect_failure(closed, tls=True)
+    assert "plaintext" not in connect_failure(closed, tls=True)
+    assert "add tls" in connect_failure(closed, tls=False)
+    assert connect_failure(closed) == Failure.CLOSED.value
