@@ -230,16 +230,20 @@ def test_fault_hooks_and_limits(docker_images):
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in COMPOSE_DIR.glob("*.yml")))
-def test_compose_files_load(name, docker_images):
+def test_compose_files_load(name, docker_images, tmp_path):
     """Every compose file loads in the installed compose CLI, with and without limits (the
     Redpanda files are only checked this far: their image is not built here); the monitoring
     stack's files (Prometheus, Grafana, cAdvisor) take no broker limits."""
     from compose.docker import compose_command
     from compose.monitoring import FILES as MONITORING_FILES
+    from compose.monitoring import MonitoringPorts, compose_env
 
+    # the monitoring stack's files need what `stacks up monitoring` passes them
+    given = compose_env(MonitoringPorts(), tmp_path) if name in MONITORING_FILES else {}
     for extra in ({}, {"STREAMBENCH_CPUS": "6", "STREAMBENCH_MEMORY": "2.67g"}):
         res = subprocess.run([*compose_command(), "-f", str(Path(COMPOSE_DIR) / name), "config"],
-                             capture_output=True, text=True, env={**os.environ, **extra}, timeout=60)
+                             capture_output=True, text=True, env={**os.environ, **given, **extra},
+                             timeout=60)
         assert res.returncode == 0, res.stdout + res.stderr
         assert "network_mode: host" in res.stdout
         if extra and name not in MONITORING_FILES:
