@@ -32,6 +32,8 @@ class Reading:
                      "net_rx_bytes", "net_tx_bytes", "lag", "metrics"):
             mine, theirs = getattr(self, name), getattr(other, name)
             setattr(out, name, theirs if theirs is not None else mine)
+        if self.lag is not None and other.lag is not None:  # two topics' lag collectors
+            out.lag = self.lag.plus(other.lag)
         return out
 
 

@@ -106,6 +106,19 @@ class LagSnapshot:
     leaderless: tuple[int, ...] = ()  # partitions with no leader at the reading
     time: TimeLag | None = None  # filled by the coordinator
 
+    def plus(self, other: LagSnapshot) -> LagSnapshot:
+        """The lag of a target with several topics, from its topics' own: the totals summed,
+        partition p of every topic summed into p. The positions are per topic, so they are
+        left out, and the time lag of such a target is the estimate (labelled as such)."""
+        parts = dict(self.per_partition)
+        for p, n in other.per_partition.items():
+            parts[p] = parts.get(p, 0) + n
+        sources = [s for s in dict.fromkeys((self.source, other.source)) if s]
+        return LagSnapshot(self.total + other.total, parts, ", ".join(sources),
+                           max(self.trails_s, other.trails_s),
+                           read_ns=max(self.read_ns, other.read_ns),
+                           leaderless=tuple(sorted({*self.leaderless, *other.leaderless})))
+
 
 def partition_list(partitions: tuple[int, ...]) -> str:
     """`0-3, 6, 8-9`: runs of consecutive partitions as ranges; `none` for no partition."""
