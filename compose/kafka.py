@@ -745,6 +745,11 @@ class KafkaApiDockerStack(ComposeStack):
         return {"kafka": self._bootstrap()}
 
 
+# where the JMX exporter's jar and rules are mounted in a broker's container
+_AGENT_JAR = "/opt/streambench/jmx_prometheus_javaagent.jar"
+_AGENT_RULES = "/opt/streambench/jmx-exporter.yaml"
+
+
 class KafkaDockerStack(KafkaApiDockerStack):
     """Apache Kafka, KRaft (combined broker+controller nodes) or ZooKeeper mode."""
 
@@ -754,6 +759,12 @@ class KafkaDockerStack(KafkaApiDockerStack):
         super().__init__(target, label)
         self._zookeeper = zookeeper
         self._version = str(target.options.get("version") or "")
+        self._agent: Path | None = None  # the JMX exporter's jar, mounted into each broker
+        self._metrics_ports: list[int] = []
+
+    async def up(self, progress: Progress) -> None:
+        self._agent = await exporter_jar(lambda message: progress(f"{self._label}: {message}"))
+        await super().up(progress)
 
     def files(self) -> list[str]:
         base = "kafka-zk" if self._zookeeper else "kafka"
@@ -772,15 +783,37 @@ class KafkaDockerStack(KafkaApiDockerStack):
             env.update(_kafka_image(self._target))
             for i in range(self._count):
                 env[f"STREAMBENCH_KAFKA_CONTROLLER_PORT_{i + 1}"] = str(self.take_port(0))
+        self._metrics_ports = [self.take_port(0) for _ in range(self._count)]
         return env
 
     def brokers(self) -> list[str]:
         return [f"kafka-{i + 1}" for i in range(self._count)]
 
     def override(self) -> dict[str, dict[str, object]]:
-        """The target's `broker.` settings as the image's KAFKA_* variables, on every broker."""
+        """The target's `broker.` settings as the image's KAFKA_* variables, on every broker;
+        and the JMX exporter agent on each (its jar and rules mounted, KAFKA_OPTS)."""
         env = {kafka_env_name(k): text(v) for k, v in settings_of(self._target, "broker").items()}
-        return {broker: {"environment": env} for broker in self.brokers()} if env else {}
+        found: dict[str, dict[str, object]] = {}
+        for broker, port in zip(self.brokers(), self._metrics_ports, strict=True):
+            found[broker] = {"environment": {**env, **self._agent_env(port)}}
+            if self._agent is not None:
+                rules = write_rules(self.scratch_dir() / "jmx-exporter.yaml")
+                found[broker]["volumes"] = [f"{self._agent}:{_AGENT_JAR}:ro",
+                                            f"{rules}:{_AGENT_RULES}:ro"]
+        return {b: f for b, f in found.items() if f["environment"] or "volumes" in f}
+
+    def _agent_env(self, port: int) -> dict[str, str]:
+        if self._agent is None:
+            return {}
+        return {"KAFKA_OPTS": agent_option(Path(_AGENT_JAR), port, Path(_AGENT_RULES))}
+
+    def endpoints(self) -> dict[str, str]:
+        found = super().endpoints()
+        if self._agent is not None:
+            found[METRICS_ENDPOINT] = endpoint_list({
+                b: f"http://127.0.0.1:{p}/metrics"
+                for b, p in zip(self.brokers(), self._metrics_ports, strict=True)})
+        return found
 
     def written(self, services: dict[str, object]) -> dict[str, str]:
         """The server properties of the first broker's KAFKA_* variables (the file's and the
