@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow.dataset as ds
 import pytest
 
 from collectors.kafka_metrics import METRICS
@@ -21,6 +22,11 @@ from tests.integration.brokermetrics_support import (
     check_stale_while_paused,
     fault_times,
     table,
+)
+from tests.integration.kafka_support import (  # noqa: F401  (fixtures)
+    Cluster,
+    kafka_39,
+    kafka_cluster,
 )
 
 pytestmark = pytest.mark.integration
@@ -108,3 +114,23 @@ def test_a_paused_brokers_metrics_are_stale(kraft_run: Path) -> None:
     events = table(kraft_run, "events")
     assert any(k == "collector-error" and d.startswith("kafka metrics:")
                for k, d in zip(events["kind"], events["detail"], strict=True))
+
+
+def test_an_existing_cluster_read_at_the_endpoints_it_is_given(kafka_cluster: Cluster,  # noqa: F811
+                                                                tmp_path: Path) -> None:
+    """An @ADDRESS target with metrics=URL has its broker metrics read there, the broker named
+    by the URL's host:port; without metrics= it has none, and the run says so once."""
+    url = kafka_cluster.metrics.split("=", 1)[1]
+    given = _run(tmp_path / "given", f"kafka:metrics={url}@{kafka_cluster.bootstrap}",
+                 duration=4)
+    measuring = [v for v, stale, phase in by_tick(given).values()
+                 if phase == "measuring" and not stale]
+    assert measuring and set(measuring[-1]) == {m.name for m in METRICS}
+    assert set(table(given, "broker_metrics")["broker"]) == {url.split("/")[2]}
+    res = run_cli(["run", f"kafka@{kafka_cluster.bootstrap}", "--headless", "--rate", str(RATE),
+                   "--warmup", "1", "--duration", "3", "--out", str(tmp_path / "none")],
+                  timeout_s=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("no broker metrics") == 1, res.stderr
+    none = tmp_path / "none" / "broker_metrics"
+    assert not none.exists() or ds.dataset(none, format="parquet").count_rows() == 0
