@@ -26,6 +26,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from compose.docker import DOCKER_PROBE_TIMEOUT_S, ComposeStack, compose_images, memory_bytes
 from compose.java import find_java, java_major
+from compose.jmx import METRICS_ENDPOINT, agent_option, endpoint_list, exporter_jar, write_rules
 from compose.maven import assemble, classpath
 from compose.net import connect_failure
 from compose.process import (
@@ -269,6 +270,7 @@ class _Layout:
     ports: list[int]
     controller_ports: list[int] = field(default_factory=list)
     zookeeper_port: int = 0
+    metrics_ports: list[int] = field(default_factory=list)  # each broker's JMX exporter
 
 
 class KafkaLocalStack(Stack):
@@ -330,9 +332,12 @@ class KafkaLocalStack(Stack):
             ports = wanted
         else:
             ports = self._free_ports(n, ())
+        metrics = self._free_ports(n, ports)
         if self._zookeeper:
-            return _Layout(ports, zookeeper_port=self._free_ports(1, ports)[0])
-        return _Layout(ports, controller_ports=self._free_ports(n, ports))
+            return _Layout(ports, zookeeper_port=self._free_ports(1, ports + metrics)[0],
+                           metrics_ports=metrics)
+        return _Layout(ports, controller_ports=self._free_ports(n, ports + metrics),
+                       metrics_ports=metrics)
 
     @staticmethod
     def _free_ports(n: int, taken: Sequence[int]) -> list[int]:
@@ -386,9 +391,11 @@ class KafkaLocalStack(Stack):
         announce_runtime(progress, self._label, self._target.options)
         self._check_heaps()
         runtime = await kafka_runtime(self._version, progress, self._label)
+        agent = await exporter_jar(lambda message: progress(f"{self._label}: {message}"))
         self._layout = self._choose_ports()
         self._dir = root = make_data_dir(DATA_PREFIX)
         broker_logging = runtime.write_logging(root / "broker-logging.properties", "INFO")
+        rules = write_rules(root / "jmx-exporter.yaml")
         rf = min(3, self._count)
         configs = []
         for i in range(self._count):
@@ -407,8 +414,10 @@ class KafkaLocalStack(Stack):
         what = "broker" if self._count == 1 else f"{self._count} brokers"
         progress(f"{self._label}: starting Kafka {self._version} ({self._mode}, {what}, heap {self._heap})")
         for i, config in enumerate(configs):
+            jvm = [agent_option(agent, self._layout.metrics_ports[i], rules)]
             node = LocalNode(f"broker-{i + 1}",
-                             runtime.argv("kafka.Kafka", [str(config)], self._heap, broker_logging),
+                             runtime.argv("kafka.Kafka", [str(config)], self._heap, broker_logging,
+                                          jvm),
                              config.parent / "broker.log", cwd=config.parent)
             node.start()
             self._brokers.append(node)
@@ -587,7 +596,12 @@ class KafkaLocalStack(Stack):
         config = {"mode": self._mode, "brokers": str(self._count), "heap": self._heap,
                   "data_dir": str(self._dir)}
         pids = tuple(n.proc.pid for n in self._nodes() if n.proc is not None and n.running)
-        return StackDescription(runtime="local", endpoints={"kafka": self._bootstrap()}, pids=pids,
+        endpoints = {"kafka": self._bootstrap()}
+        if self._layout is not None:
+            endpoints[METRICS_ENDPOINT] = endpoint_list({
+                f"broker-{i + 1}": f"http://127.0.0.1:{p}/metrics"
+                for i, p in enumerate(self._layout.metrics_ports)})
+        return StackDescription(runtime="local", endpoints=endpoints, pids=pids,
                                 version=self._version, config=config,
                                 broker_settings=dict(self._written))
 
@@ -619,9 +633,13 @@ class KafkaExternalStack(Stack):
         self._servers = parse_bootstrap(target.address)
         self._security = ClientSecurity.of(target)
         self._brokers = 0
+        self._metrics = bool(target.options.get("metrics"))
 
     async def up(self, progress: Progress) -> None:
         progress(f"{self._label}: using the existing cluster at {bootstrap_text(self._servers)}")
+        if not self._metrics:
+            progress(f"{self._label}: no broker metrics (metrics=URL[+URL…] names the brokers' "
+                     "Prometheus endpoints)")
 
     async def ready(self, timeout_s: float, progress: Progress) -> None:
         where = f"{self._product} at {bootstrap_text(self._servers)}"
@@ -727,6 +745,11 @@ class KafkaApiDockerStack(ComposeStack):
         return {"kafka": self._bootstrap()}
 
 
+# where the JMX exporter's jar and rules are mounted in a broker's container
+_AGENT_JAR = "/opt/streambench/jmx_prometheus_javaagent.jar"
+_AGENT_RULES = "/opt/streambench/jmx-exporter.yaml"
+
+
 class KafkaDockerStack(KafkaApiDockerStack):
     """Apache Kafka, KRaft (combined broker+controller nodes) or ZooKeeper mode."""
 
@@ -736,6 +759,12 @@ class KafkaDockerStack(KafkaApiDockerStack):
         super().__init__(target, label)
         self._zookeeper = zookeeper
         self._version = str(target.options.get("version") or "")
+        self._agent: Path | None = None  # the JMX exporter's jar, mounted into each broker
+        self._metrics_ports: list[int] = []
+
+    async def up(self, progress: Progress) -> None:
+        self._agent = await exporter_jar(lambda message: progress(f"{self._label}: {message}"))
+        await super().up(progress)
 
     def files(self) -> list[str]:
         base = "kafka-zk" if self._zookeeper else "kafka"
@@ -754,15 +783,37 @@ class KafkaDockerStack(KafkaApiDockerStack):
             env.update(_kafka_image(self._target))
             for i in range(self._count):
                 env[f"STREAMBENCH_KAFKA_CONTROLLER_PORT_{i + 1}"] = str(self.take_port(0))
+        self._metrics_ports = [self.take_port(0) for _ in range(self._count)]
         return env
 
     def brokers(self) -> list[str]:
         return [f"kafka-{i + 1}" for i in range(self._count)]
 
     def override(self) -> dict[str, dict[str, object]]:
-        """The target's `broker.` settings as the image's KAFKA_* variables, on every broker."""
+        """The target's `broker.` settings as the image's KAFKA_* variables, on every broker;
+        and the JMX exporter agent on each (its jar and rules mounted, KAFKA_OPTS)."""
         env = {kafka_env_name(k): text(v) for k, v in settings_of(self._target, "broker").items()}
-        return {broker: {"environment": env} for broker in self.brokers()} if env else {}
+        found: dict[str, dict[str, object]] = {}
+        for broker, port in zip(self.brokers(), self._metrics_ports, strict=True):
+            found[broker] = {"environment": {**env, **self._agent_env(port)}}
+            if self._agent is not None:
+                rules = write_rules(self.scratch_dir() / "jmx-exporter.yaml")
+                found[broker]["volumes"] = [f"{self._agent}:{_AGENT_JAR}:ro",
+                                            f"{rules}:{_AGENT_RULES}:ro"]
+        return {b: f for b, f in found.items() if f["environment"] or "volumes" in f}
+
+    def _agent_env(self, port: int) -> dict[str, str]:
+        if self._agent is None:
+            return {}
+        return {"KAFKA_OPTS": agent_option(Path(_AGENT_JAR), port, Path(_AGENT_RULES))}
+
+    def endpoints(self) -> dict[str, str]:
+        found = super().endpoints()
+        if self._agent is not None:
+            found[METRICS_ENDPOINT] = endpoint_list({
+                b: f"http://127.0.0.1:{p}/metrics"
+                for b, p in zip(self.brokers(), self._metrics_ports, strict=True)})
+        return found
 
     def written(self, services: dict[str, object]) -> dict[str, str]:
         """The server properties of the first broker's KAFKA_* variables (the file's and the
@@ -782,6 +833,10 @@ class KafkaDockerStack(KafkaApiDockerStack):
 class RedpandaDockerStack(KafkaApiDockerStack):
     product = "Redpanda"
 
+    def __init__(self, target: Target, label: str) -> None:
+        super().__init__(target, label)
+        self._admin: list[int] = []  # each broker's Admin API port
+
     def files(self) -> list[str]:
         return ["redpanda.yml" if self._count == 1 else f"redpanda-{self._count}.yml"]
 
@@ -792,6 +847,8 @@ class RedpandaDockerStack(KafkaApiDockerStack):
             env[f"STREAMBENCH_KAFKA_PORT_{i}"] = str(port)
             for name in ("RPC", "ADMIN", "PROXY", "SCHEMA"):
                 env[f"STREAMBENCH_REDPANDA_{name}_PORT_{i}"] = str(self.take_port(0))
+        self._admin = [int(env[f"STREAMBENCH_REDPANDA_ADMIN_PORT_{i}"])
+                       for i in range(1, self._count + 1)]
         # Seastar takes whole cores and a fixed memory size: derive them from the limits
         if self._cpus:
             env["STREAMBENCH_REDPANDA_SMP"] = str(max(1, int(self._cpus)))
@@ -801,6 +858,12 @@ class RedpandaDockerStack(KafkaApiDockerStack):
 
     def brokers(self) -> list[str]:
         return [f"redpanda-{i + 1}" for i in range(self._count)]
+
+    def endpoints(self) -> dict[str, str]:
+        """The Kafka API, and each broker's /public_metrics on its Admin API port."""
+        return {**super().endpoints(), METRICS_ENDPOINT: endpoint_list({
+            b: f"http://127.0.0.1:{p}/public_metrics" for b, p in zip(self.brokers(), self._admin,
+                                                                     strict=True)})}
 
     def config(self) -> dict[str, str]:
         return {"brokers": str(self._count)}

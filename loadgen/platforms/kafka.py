@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -23,8 +25,16 @@ from aiokafka.errors import KafkaError, for_code
 from aiokafka.partitioner import DefaultPartitioner
 
 from collectors.kafka import KafkaLag, TopicActivity, topic_activity
+from collectors.kafka_metrics import METRICS as KAFKA_METRICS
+from collectors.kafka_metrics import SOURCE as KAFKA_METRICS_SOURCE
+from collectors.kafka_metrics import kafka_metrics
+from collectors.redpanda_metrics import METRICS as REDPANDA_METRICS
+from collectors.redpanda_metrics import SOURCE as REDPANDA_METRICS_SOURCE
+from collectors.redpanda_metrics import redpanda_metrics
 from collectors.resources import resource_collectors
+from collectors.scrape import named_endpoints
 from compose.java import parse_heap
+from compose.jmx import METRICS_ENDPOINT
 from compose.kafka import (
     KAFKA_3,
     KafkaDockerStack,
@@ -36,6 +46,7 @@ from compose.kafka import (
     parse_zookeeper_version,
 )
 from compose.net import connect_failure
+from loadgen.core.brokermetrics import BrokerMetrics
 from loadgen.core.collector import Collector
 from loadgen.core.driver import Consumer, Driver, OutMessage, Producer, ReceivedBatch
 from loadgen.core.errors import DriverError, TargetError
@@ -759,10 +770,55 @@ def _external(target: Target, product: str) -> Stack:
     return KafkaExternalStack(target, target.label, product)
 
 
+def _started(target: Target) -> None:
+    """metrics= names an existing cluster's endpoints; streambench's own brokers have theirs."""
+    if "metrics" in target.explicit:
+        raise TargetError(f"target {target.spec!r}: metrics= names the Prometheus endpoints of "
+                          f"an existing cluster ({target.platform}:metrics=URL[+URL…]@HOST:PORT); "
+                          "the brokers streambench starts have their own")
+
+
+def _metrics_urls(text: str) -> str:
+    """metrics=URL[+URL…]: each broker's Prometheus endpoint (its whole URL, path included)."""
+    urls = [u.strip() for u in text.split("+") if u.strip()]
+    for url in urls:
+        if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", url):
+            raise ValueError(f"{url!r} is not an http(s) URL; expected e.g. "
+                             "http://HOST:7071/metrics")
+    if not urls:
+        raise ValueError("expected URL[+URL…], e.g. http://HOST:7071/metrics")
+    return "+".join(urls)
+
+
+def _metrics_endpoints(target: Target, desc: StackDescription) -> dict[str, str]:
+    """broker -> its metrics URL: the stack's own, else the target's metrics= (named by their
+    host:port), else none."""
+    if METRICS_ENDPOINT in desc.endpoints:
+        return named_endpoints(desc.endpoints[METRICS_ENDPOINT])
+    given = target.options.get("metrics")
+    return {urlsplit(u).netloc: u for u in str(given).split("+")} if given else {}
+
+
+def _kafka_metrics(target: Target, desc: StackDescription, _topics: list[str]) -> Collector:
+    return kafka_metrics(_metrics_endpoints(target, desc))
+
+
+def _redpanda_metrics(target: Target, desc: StackDescription, _topics: list[str]) -> Collector:
+    return redpanda_metrics(_metrics_endpoints(target, desc))
+
+
+METRICS_OPTION = OptionSpec(
+    "@ADDRESS: each broker's Prometheus endpoint for its broker metrics, URL[+URL…] (Kafka: a "
+    "JMX exporter agent with streambench's rules, see docs/metrics.md; Redpanda: "
+    "http://HOST:9644/public_metrics); without it an existing cluster has no broker metrics",
+    default=None, parse=_metrics_urls)
+
+
 def _kafka_stack(target: Target) -> Stack:
     _check_client(target)
     if target.runtime == "external":
         return _external(target, "kafka")
+    _started(target)
     if target.runtime == "docker":
         return KafkaDockerStack(target, target.label, zookeeper=False)
     return KafkaLocalStack(target, target.label, zookeeper=False)
@@ -772,6 +828,7 @@ def _kafka_zk_stack(target: Target) -> Stack:
     _check_client(target)
     if target.runtime == "external":
         return _external(target, "kafka")
+    _started(target)
     if target.runtime == "docker":
         return KafkaDockerStack(target, target.label, zookeeper=True)
     return KafkaLocalStack(target, target.label, zookeeper=True)
@@ -781,6 +838,7 @@ def _redpanda_stack(target: Target) -> Stack:
     _check_client(target)
     if target.runtime == "external":
         return KafkaExternalStack(target, target.label, "redpanda")
+    _started(target)
     return RedpandaDockerStack(target, target.label)
 
 
@@ -800,6 +858,8 @@ def _collectors(target: Target, desc: StackDescription, topic: str, partitions: 
     return found
 
 
+KAFKA_BROKER_METRICS = BrokerMetrics(KAFKA_METRICS_SOURCE, KAFKA_METRICS, _kafka_metrics)
+
 PLATFORMS = [
     Platform(
         name="kafka",
@@ -809,6 +869,7 @@ PLATFORMS = [
             **_local_options(OptionSpec("Kafka release: 3.9, 4 or an exact 3.9.x / 4.x.y",
                                         default=KAFKA_3, parse=parse_version)),
             **CLIENT_OPTIONS, **TOPIC_OPTIONS, **KAFKA_SECURITY_OPTIONS,
+            "metrics": METRICS_OPTION,
             **_setting_options(local_brokers=True),
         },
         runtimes=("docker", "local", "external"),
@@ -819,6 +880,7 @@ PLATFORMS = [
         lag_per_partition=True, keyed=True, settings_read_back=("broker", "topic"),
         make_driver=_driver("kafka"),
         make_collectors=_collectors,
+        broker_metrics=KAFKA_BROKER_METRICS,
         prerequisites=(JAVA, MAVEN),
     ),
     Platform(
@@ -828,6 +890,7 @@ PLATFORMS = [
             **_local_options(OptionSpec("Kafka release (ZooKeeper mode: 3.9 only)",
                                         default=KAFKA_3, parse=parse_zookeeper_version)),
             **CLIENT_OPTIONS, **TOPIC_OPTIONS, **KAFKA_SECURITY_OPTIONS,
+            "metrics": METRICS_OPTION,
             **_setting_options(local_brokers=True),
         },
         runtimes=("docker", "local", "external"),
@@ -839,6 +902,7 @@ PLATFORMS = [
         lag_per_partition=True, keyed=True, settings_read_back=("broker", "topic"),
         make_driver=_driver("kafka"),
         make_collectors=_collectors,
+        broker_metrics=KAFKA_BROKER_METRICS,
         prerequisites=(JAVA, MAVEN),
     ),
     Platform(
@@ -852,6 +916,7 @@ PLATFORMS = [
                                "next ports (default: free ones)", default=0, parse=parse_port),
             **runtime_options(("docker",)),
             **CLIENT_OPTIONS, **TOPIC_OPTIONS, **KAFKA_SECURITY_OPTIONS,
+            "metrics": METRICS_OPTION,
             **_setting_options(local_brokers=False),
         },
         runtimes=("docker", "external"),
@@ -861,5 +926,6 @@ PLATFORMS = [
         lag_per_partition=True, keyed=True, settings_read_back=("broker", "topic"),
         make_driver=_driver("redpanda"),
         make_collectors=_collectors,
+        broker_metrics=BrokerMetrics(REDPANDA_METRICS_SOURCE, REDPANDA_METRICS, _redpanda_metrics),
     ),
 ]

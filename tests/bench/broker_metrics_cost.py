@@ -16,6 +16,15 @@ something to count. Three figures, each beside an independent one:
   is the cost at one read per tick (small against the noise of a shared machine: the per-read
   figure above times one read a second is the better estimate).
 
+Kafka: a one-broker KRaft cluster streambench starts (local runtime, its JMX exporter agent
+attached), idle, after 300 reads to warm the JVM's compiler up. The collector's CPU per read
+(every broker's exporter endpoint over HTTP, the text parsed, the MBeans' values and rates
+worked out) from this process's CPU time, beside the wall time per read and the bytes read;
+the broker's CPU per read from the JVM's CPU time over the N reads less its CPU over as long
+a time without reads (an idle broker still works: its background threads are measured in the
+same run), beside what the agent says its own MBean
+collection took (its `jmx_scrape_duration_seconds`, which leaves out the HTTP and the text).
+
 Then the detail screen's broker-metrics panel: the CPU per render of the panel (redis, 8
 metrics, a sparkline) over N renders, which the detail screen pays once per repaint (at most
 four a second). The machine's load average is printed beside each figure."""
@@ -33,9 +42,14 @@ import time
 import psutil
 import redis
 
+from collectors.kafka_metrics import kafka_metrics
+from collectors.scrape import fetch, named_endpoints, parse
+from compose.kafka import KafkaLocalStack
 from compose.process import free_port
 from loadgen.core.histogram import HistogramSnapshot
+from loadgen.core.target import parse_target
 from loadgen.core.ticks import BrokerMetricValues, Phase, Resources, Tick
+from loadgen.platforms import option_tables
 from loadgen.platforms.redis_metrics import METRICS, SECTIONS, RedisMetrics
 from tui.detail import broker_metrics_panel
 from tui.history import TargetHistory
@@ -154,12 +168,68 @@ def panel_cost(n: int) -> None:
           f"repaints a second {cpu / n * 4 * 100:.3f} % of a core {load()}")
 
 
+WARM_READS = 300
+
+
+async def kafka_reads(urls: dict[str, str], pid: int, n: int) -> None:
+    collector = kafka_metrics(urls)
+    await collector.start()
+    broker = psutil.Process(pid)
+    url = next(iter(urls.values()))
+    size = len(fetch(url + "?name[]=kafka_jmx").encode())
+    whole = len(fetch(url).encode())
+    # warm-up reads (the JVM compiles the agent's code as it runs), then the broker's CPU with
+    # no reads, over about as long as the reads take
+    for _ in range(WARM_READS):
+        await collector.sample()
+    wall0 = time.perf_counter()
+    for _ in range(20):
+        await collector.sample()
+    took = (time.perf_counter() - wall0) / 20 * n
+    srv0 = server_cpu(broker)
+    await asyncio.sleep(took)
+    idle = server_cpu(broker) - srv0
+    cpu0, wall0, srv0 = time.process_time(), time.perf_counter(), server_cpu(broker)
+    for _ in range(n):
+        await collector.sample()
+    cpu, wall, srv = (time.process_time() - cpu0, time.perf_counter() - wall0,
+                      server_cpu(broker) - srv0)
+    own = [s.value for s in parse(fetch(url + "?name[]=jmx_scrape_duration_seconds"))]
+    print(f"kafka collector: {cpu / n * 1e6:7.0f} µs CPU per read, {wall / n * 1e6:7.0f} µs wall "
+          f"per read, {size:,} bytes read (the agent's whole page: {whole:,}), over {n:,} reads "
+          f"{load()}")
+    print(f"kafka broker:    {(srv - idle * wall / took) / n * 1e6:7.0f} µs CPU per read (the JVM's "
+          f"CPU time over the reads {srv:.2f} s less {idle * wall / took:.2f} s idle over as long); "
+          f"the agent's own MBean collection {own[0] * 1e6 if own else float('nan'):5.0f} µs per "
+          f"read {load()}")
+    print(f"at one read per tick: collector {cpu / n * 100:.3f} % of a core, broker "
+          f"{max(0.0, srv - idle * wall / took) / n * 100:.3f} % of a core")
+
+
+async def kafka_cost(n: int) -> None:
+    target = parse_target("kafka:runtime=local", option_tables())
+    stack = KafkaLocalStack(target, "kafka", zookeeper=False)
+    try:
+        await stack.up(lambda message: None)
+        await stack.ready(180, lambda message: None)
+        desc = stack.describe()
+        await kafka_reads(named_endpoints(desc.endpoints["metrics"]), desc.pids[0], n)
+    finally:
+        await stack.down()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reads", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rate", type=float, default=2000.0)
+    parser.add_argument("--only", choices=("redis", "kafka"), default=None,
+                        help="measure one platform's reads only")
     args = parser.parse_args()
+    if args.only != "redis":
+        asyncio.run(kafka_cost(args.reads // 4))
+    if args.only == "kafka":
+        return
     tmp = tempfile.mkdtemp(prefix="streambench-metrics-cost-")
     proc, port = start_server(tmp)
     try:

@@ -17,6 +17,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from analysis.sink import ParquetSink
+from collectors.kafka_metrics import METRICS as KAFKA_METRICS
 from loadgen.core.target import unique_labels
 from loadgen.core.ticks import Tick
 from loadgen.core.workload import Workload
@@ -182,3 +183,21 @@ def test_kafka_broker_setting_in_the_container(kafka_run):
     # a property the compose file sets through the image's variables
     assert settings["broker.group.initial.rebalance.delay.ms"]["source"] == "streambench default"
     assert settings["broker.num.network.threads"]["source"] == "platform default"
+
+
+def test_kafka_broker_metrics_from_the_container(kafka_run):
+    """The JMX exporter agent mounted into the broker's container (KAFKA_OPTS) answers on its
+    loopback port: every declared metric read at the measuring ticks, and MessagesInPerSec
+    within 5 % of the acknowledged rate over them."""
+    rows = ds.dataset(kafka_run.run_dir / "broker_metrics", format="parquet").to_table().to_pylist()
+    assert {r["broker"] for r in rows} == {"kafka-1"}
+    fresh = [r for r in rows if r["phase"] == "measuring" and not r["stale"]]
+    assert {r["name"] for r in fresh} == {m.name for m in KAFKA_METRICS}
+    ticks = {t.seq: t for t in kafka_run.ticks if t.phase.value == "measuring"}
+    seqs = sorted({r["seq"] for r in fresh if r["name"] == "messages_in_per_second"} & set(ticks))
+    seqs = seqs[1:]  # the first measuring tick still carries the warm-up's start
+    assert len(seqs) >= 0.8 * DURATION_S - 1, seqs
+    rate = {r["seq"]: r["value"] for r in fresh if r["name"] == "messages_in_per_second"}
+    broker = sum(rate[s] * ticks[s].interval_s for s in seqs)
+    acked = sum(ticks[s].produced for s in seqs)
+    assert abs(broker - acked) <= 0.05 * acked, (broker, acked)

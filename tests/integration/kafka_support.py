@@ -64,6 +64,7 @@ def nothing_left_running() -> Iterator[None]:
 class Cluster:
     bootstrap: str
     runtime: KafkaRuntime
+    metrics: str = ""  # the brokers' JMX exporter endpoints, `broker=URL,…`
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +74,7 @@ def kafka_cluster(kafka_39: KafkaRuntime) -> Iterator[Cluster]:
     try:
         asyncio.run(stack.up(progress))
         asyncio.run(stack.ready(120, progress))
-        yield Cluster(stack.describe().endpoints["kafka"], kafka_39)
+        endpoints = stack.describe().endpoints
+        yield Cluster(endpoints["kafka"], kafka_39, endpoints["metrics"])
     finally:
         asyncio.run(stack.down())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -243,6 +244,25 @@ def test_kafka_settings_as_image_variables_on_every_broker():
            "KAFKA_HEAP_OPTS": "-Xmx1G", "CLUSTER_ID": "x"}
     assert stack.written({"kafka-1": {"environment": env}}) == {
         "num.io.threads": "4", "log.dirs": "/var/lib/kafka/data"}
+
+
+def test_kafka_brokers_get_the_jmx_exporter_each_on_a_port_of_its_own(tmp_path):
+    """With the agent's jar at hand (what up() fetches first): its jar and rules mounted into
+    every broker, KAFKA_OPTS attaching it on 127.0.0.1 at a port per broker, the ports in the
+    endpoints; the target's settings kept beside it."""
+    stack = KafkaDockerStack(resolve_target("kafka:runtime=docker,brokers=3,broker.num.io.threads=4"),
+                             "kafka", zookeeper=False)
+    stack._agent = tmp_path / "agent.jar"
+    stack.settings()
+    fragments = stack.override()
+    opts = [fragments[b]["environment"]["KAFKA_OPTS"] for b in ("kafka-1", "kafka-2", "kafka-3")]
+    ports = [int(re.search(r"=127\.0\.0\.1:(\d+):", o).group(1)) for o in opts]
+    assert len(set(ports)) == 3
+    assert all(fragments[b]["environment"]["KAFKA_NUM_IO_THREADS"] == "4" for b in fragments)
+    assert fragments["kafka-1"]["volumes"][0].startswith(f"{tmp_path / 'agent.jar'}:")
+    assert stack.endpoints()["metrics"] == ",".join(
+        f"kafka-{i + 1}=http://127.0.0.1:{p}/metrics" for i, p in enumerate(ports))
+    stack._remove_scratch()
 
 
 def test_pulsar_settings_the_images_way():
