@@ -297,22 +297,27 @@ def network_scope(item: Intervention, labels: list[str], brokers: dict[str, dict
                   what: str) -> Intervention:
     """A network fault's @WHERE as the run has it: a target's label (its every broker) stays
     as it is; a broker's name (kafka-2, as faults name it) becomes its target's label, with
-    `broker` the stack's own name for it (LABEL-leader: LEADER, which the stack resolves when
-    the fault strikes); anything else is WorkloadError naming both lists."""
+    `broker` the stack's own name for it; the stem of its brokers' names (kafka for kafka-2)
+    names the whole target, and STEM-leader the broker leading (LEADER, which the stack
+    resolves when the fault strikes); anything else is WorkloadError naming both lists."""
     if item.target is None or item.target in labels or item.broker is not None:
         return item
-    prefix, dash, word = item.target.rpartition("-")
-    for label, names in brokers.items():
-        # kafka-leader as kafka-2 names a broker: after the target's label or its platform
-        if dash and word == LEADER and (prefix == label or any(
-                n.rpartition("-")[0] == prefix for n in names)):
-            return dataclasses.replace(item, target=label, broker=LEADER)
     for label, names in brokers.items():
         if item.target in names:
             return dataclasses.replace(item, target=label, broker=names[item.target])
+    stem, dash, word = item.target.rpartition("-")
+    leader = bool(dash) and word == LEADER
+    for label, names in brokers.items():
+        if _stem_of(stem if leader else item.target, label, names):
+            return dataclasses.replace(item, target=label, broker=LEADER if leader else None)
     known = [n for names in brokers.values() for n in first_names(names)]
     raise WorkloadError(f"{what}: no target or broker {item.target!r}; targets: {', '.join(labels)}"
                         + (f"; brokers: {', '.join(known)}" if known else ""))
+
+
+def _stem_of(stem: str, label: str, names: dict[str, str]) -> bool:
+    """Whether `stem` names the target: its label, or what its brokers' names LABEL-N begin with."""
+    return stem == label or any(n.rpartition("-")[0] == stem for n in names)
 
 
 def check_fault(action: str, label: str, allowed: tuple[str, ...], what: str) -> None:

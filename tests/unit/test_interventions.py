@@ -309,6 +309,8 @@ def test_a_network_fault_names_a_target_a_broker_or_the_leader() -> None:
     cut = scoped("1s:partition@kafka-2:peers")
     assert (cut.target, cut.broker, cut.side) == ("kafka:brokers=3", "broker-2", "peers")
     assert scoped("1s:partition@kafka-leader").broker == LEADER
+    whole = scoped("1s:latency=20ms@kafka:peers")  # the stem of kafka-1 … kafka-3: every broker
+    assert (whole.target, whole.broker, whole.side) == ("kafka:brokers=3", None, "peers")
     assert scoped("1s:partition@kafka:brokers=3-leader").target == "kafka:brokers=3"
     check_schedule((parse_at("1s:partition@kafka-3:clients"), parse_at("2s:heal@kafka-3")), labels,
                    brokers, 30, faults)
