@@ -450,7 +450,9 @@ class KafkaLocalStack(Stack):
         if not self._proxied:
             return
         assert self._layout is not None
-        self._links = KafkaLinks(self._label, self._layout.ports, self._layout.controller_ports)
+        # every port the layout holds is taken, whatever else it comes to hold
+        taken = [p for v in vars(self._layout).values() for p in (v if isinstance(v, list) else [v])]
+        self._links = KafkaLinks(self._label, self._layout.ports, taken)
         await self._links.start(progress)
 
     async def network_fault(self, item: Intervention, broker: str | None, side: str | None) -> str:
