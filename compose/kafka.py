@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiokafka import TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.conn import create_conn
 from aiokafka.errors import KafkaConnectionError, KafkaError
@@ -27,6 +28,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 from compose.docker import DOCKER_PROBE_TIMEOUT_S, ComposeStack, compose_images, memory_bytes
 from compose.java import find_java, java_major
 from compose.jmx import METRICS_ENDPOINT, agent_option, endpoint_list, exporter_jar, write_rules
+from compose.kafka_links import KafkaLinks
 from compose.maven import assemble, classpath
 from compose.net import connect_failure
 from compose.process import (
@@ -42,6 +44,7 @@ from compose.process import (
     tail,
 )
 from loadgen.core.errors import StackError, TargetError
+from loadgen.core.interventions import LEADER, PROXIED_OPTION, Intervention
 from loadgen.core.security import PLAINTEXT, ClientSecurity
 from loadgen.core.settings import settings_of, text
 from loadgen.core.stack import Progress, Stack, StackDescription, announce_runtime
@@ -226,6 +229,25 @@ async def broker_count(bootstrap: str, timeout_s: float,
             await client.close()
 
 
+async def partition_leaders(bootstrap: str, timeout_s: float) -> dict[int, int]:
+    """Node id → how many partitions of the topics other than Kafka's own it leads."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
+                            client_id="streambench-leaders")
+    try:
+        await asyncio.wait_for(client.bootstrap(), timeout_s)
+        cluster = await asyncio.wait_for(client.fetch_all_metadata(), timeout_s)
+        led: dict[int, int] = {}
+        for topic in cluster.topics(exclude_internal_topics=True):
+            for p in cluster.partitions_for_topic(topic) or ():
+                node = cluster.leader_for_partition(TopicPartition(topic, p))
+                if node is not None and node >= 0:
+                    led[node] = led.get(node, 0) + 1
+        return led
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close()
+
+
 async def handshake(servers: Sequence[tuple[str, int]], timeout_s: float,
                     security: ClientSecurity) -> None:
     """One connection with the target's TLS and SASL settings to one of the servers: raises
@@ -295,13 +317,19 @@ class KafkaLocalStack(Stack):
         self._written: dict[str, str] = {}  # the first broker's server.properties
         # ZooKeeper mode: when each broker was killed (its ZooKeeper session outlives it)
         self._killed_at: dict[str, float] = {}
+        # KRaft with network faults asked for: the links behind Toxiproxy (compose.kafka_links)
+        self._proxied = bool(opts.get(PROXIED_OPTION)) and not zookeeper
+        self._links: KafkaLinks | None = None
 
     @property
     def _mode(self) -> str:
         return "zookeeper" if self._zookeeper else "kraft"
 
     def _bootstrap(self) -> str:
+        """The brokers' own addresses (behind proxies: their listener left unproxied)."""
         assert self._layout is not None
+        if self._links is not None:
+            return self._links.direct_bootstrap()
         return ",".join(f"127.0.0.1:{p}" for p in self._layout.ports)
 
     def _check_heaps(self) -> None:
@@ -366,6 +394,8 @@ class KafkaLocalStack(Stack):
     def _layout_config(self, i: int) -> dict[str, object]:
         assert self._layout is not None
         lay = self._layout
+        if self._links is not None:
+            return self._links.listener_config(i)
         if self._zookeeper:
             return {
                 "broker.id": i,
@@ -394,6 +424,7 @@ class KafkaLocalStack(Stack):
         agent = await exporter_jar(lambda message: progress(f"{self._label}: {message}"))
         self._layout = self._choose_ports()
         self._dir = root = make_data_dir(DATA_PREFIX)
+        await self._start_links(progress)
         broker_logging = runtime.write_logging(root / "broker-logging.properties", "INFO")
         rules = write_rules(root / "jmx-exporter.yaml")
         rf = min(3, self._count)
@@ -421,6 +452,42 @@ class KafkaLocalStack(Stack):
                              config.parent / "broker.log", cwd=config.parent)
             node.start()
             self._brokers.append(node)
+
+    async def _start_links(self, progress: Progress) -> None:
+        """With network faults asked for, the proxies in front of every link, before the
+        brokers that advertise them start."""
+        if not self._proxied:
+            return
+        assert self._layout is not None
+        # every port the layout holds is taken, whatever else it comes to hold
+        taken = [p for v in vars(self._layout).values() for p in (v if isinstance(v, list) else [v])]
+        self._links = KafkaLinks(self._label, self._layout.ports, taken)
+        await self._links.start(progress)
+
+    async def network_fault(self, item: Intervention, broker: str | None, side: str | None) -> str:
+        """One network fault on the links of one broker (broker-N; None: every broker), on
+        one side (clients, peers; None: both)."""
+        if self._links is None:
+            return await super().network_fault(item, broker, side)
+        names = [n for n in self.brokers() if n != ZOOKEEPER_NODE]
+        led = ""
+        if broker == LEADER:
+            broker, led = await self._leader()
+        done = await self._links.apply(item, None if broker is None else names.index(broker), side)
+        return done.replace(":", f" ({led}):", 1) if led else done
+
+    async def _leader(self) -> tuple[str, str]:
+        """The broker that leads the most partitions of the topics other than Kafka's own,
+        and how many of them, as the brokers' own listeners tell it now."""
+        try:
+            led = await partition_leaders(self._bootstrap(), 5.0)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            raise StackError(f"{self._label}: cannot find the partitions' leader: "
+                             f"{type(exc).__name__}: {exc}") from None
+        if not led:
+            raise StackError(f"{self._label}: no partition has a leader now")
+        node, count = max(led.items(), key=lambda kv: (kv[1], -kv[0]))
+        return f"broker-{node}", f"leads {count} of {sum(led.values())} partitions"
 
     def _start_zookeeper(self, runtime: KafkaRuntime, root: Path) -> None:
         assert self._layout is not None
@@ -587,6 +654,9 @@ class KafkaLocalStack(Stack):
                 if node.proc is not None and node.proc.poll() is None:
                     stop_process(node.proc, grace_s=0)  # interrupted above: no grace left
                 node.proc = None
+            links, self._links = self._links, None
+            if links is not None:
+                await links.stop(self.context.log_dir)
             if self._dir is not None:
                 keep_logs(self.log_files(), self._dir, self.context.log_dir)
                 shutil.rmtree(self._dir, ignore_errors=True)
@@ -601,9 +671,13 @@ class KafkaLocalStack(Stack):
             endpoints[METRICS_ENDPOINT] = endpoint_list({
                 f"broker-{i + 1}": f"http://127.0.0.1:{p}/metrics"
                 for i, p in enumerate(self._layout.metrics_ports)})
+        links = self._links
         return StackDescription(runtime="local", endpoints=endpoints, pids=pids,
                                 version=self._version, config=config,
-                                broker_settings=dict(self._written))
+                                broker_settings=dict(self._written),
+                                client_endpoints=({"kafka": links.client_bootstrap()}
+                                                  if links is not None else {}),
+                                proxies=links.describe() if links is not None else {})
 
 
 def _reason(log: Path) -> str:

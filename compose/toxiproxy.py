@@ -20,6 +20,7 @@ import json
 import re
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,27 +136,31 @@ class Toxiproxy:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    async def proxy(self, name: str, upstream: str) -> Link:
-        """A proxy to `upstream` on a free loopback port; returns its link."""
-        made = await self._call("POST", "/proxies", {"name": name, "listen": f"{HOST}:0",
+    async def proxy(self, name: str, upstream: str, listen: str = f"{HOST}:0") -> Link:
+        """A proxy to `upstream` listening at `listen` (a free loopback port by default);
+        returns its link."""
+        made = await self._call("POST", "/proxies", {"name": name, "listen": listen,
                                                      "upstream": upstream, "enabled": True})
         link = Link(name, str(made["listen"]), upstream)
         self.links[name] = link
         return link
 
-    async def apply(self, item: Intervention) -> str:
-        """One network fault on every link; returns what it did, for its event."""
-        names = sorted(self.links)
+    async def apply(self, item: Intervention, only: Sequence[str] | None = None,
+                    summary: str = "") -> str:
+        """One network fault on every link (or on the links named `only`); returns what it
+        did, for its event, which names the links (or says `summary` of them)."""
+        names = sorted(self.links) if only is None else sorted(only)
+        what = summary or self._what(names)
         if item.action == "heal":
             await self._heal(names)
-            return f"{self._what(names)}: toxics removed, proxies up"
+            return f"{what}: toxics removed, proxies up"
         if item.action in ("partition", "reset"):
             for name in names:
                 await self._call("POST", f"/proxies/{name}", {"enabled": False})
                 if item.action == "reset":
                     await self._call("POST", f"/proxies/{name}", {"enabled": True})
-            return (f"{self._what(names)}: connections closed and new ones refused until heal"
-                    if item.action == "partition" else f"{self._what(names)}: connections closed")
+            return (f"{what}: connections closed and new ones refused until heal"
+                    if item.action == "partition" else f"{what}: connections closed")
         for name in names:
             for toxic in await self._call("GET", f"/proxies/{name}/toxics"):
                 if toxic.get("type") == item.action:  # a new value replaces the old
@@ -172,9 +177,9 @@ class Toxiproxy:
                     await self._toxic(name, "bandwidth", stream, {"rate": rate})
         if item.action == "latency":
             jitter = f" ± {item.jitter_ms:g} ms" if item.jitter_ms else ""
-            return f"{self._what(names)}: {item.latency_ms:g} ms{jitter} added to each response"
+            return f"{what}: {item.latency_ms:g} ms{jitter} added to each response"
         assert item.bandwidth is not None
-        return f"{self._what(names)}: {bandwidth_text(item.bandwidth)} each way on each connection"
+        return f"{what}: {bandwidth_text(item.bandwidth)} each way on each connection"
 
     async def _heal(self, names: list[str]) -> None:
         """Every toxic of these proxies removed, each enabled (the others of a user's own

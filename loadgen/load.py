@@ -300,6 +300,8 @@ class TargetLoad:
         proxied = self.target.options.get(PROXIED_OPTION)
         if not proxied:
             return desc
+        if desc.client_endpoints:  # the stack's own proxies, in front of every link
+            return dataclasses.replace(desc, endpoints={**desc.endpoints, **desc.client_endpoints})
         if isinstance(proxied, str):  # an existing cluster behind the user's own Toxiproxy
             self._toxiproxy = await Toxiproxy.attach(self.label, proxied, {
                 key: desc.endpoints[key] for key in self.platform.proxied_endpoints})
@@ -367,7 +369,8 @@ class TargetLoad:
             "options": {k: v for k, v in self.target.options.items()},
             "runtime": desc.runtime if desc else self.target.runtime,
             "endpoints": desc.endpoints if desc else {},
-            **({"proxies": self._toxiproxy.describe()} if self._toxiproxy is not None else {}),
+            **({"proxies": self._toxiproxy.describe()} if self._toxiproxy is not None else
+               {"proxies": desc.proxies} if desc is not None and desc.proxies else {}),
             "pids": list(desc.pids) if desc else [],
             "containers": list(desc.container_ids) if desc else [],
             "version": desc.version if desc else "",
@@ -393,7 +396,14 @@ class TargetLoad:
 
     async def network_fault(self, item: Intervention) -> str:
         """One network fault (NETWORK_ACTIONS) on the target's proxied links; returns what it
-        did, for its event."""
+        did, for its event. A stack with proxies of its own takes one on one broker (the
+        stack's name for it in `broker`) and one side of it."""
+        if self.desc is not None and self.desc.client_endpoints:
+            assert self.stack is not None
+            return await self.stack.network_fault(item, item.broker, item.side)
+        if item.broker is not None or item.side == "peers":
+            raise StackError(f"{self.label}: {item.describe()}: the proxy stands in front of "
+                             "the target's client listeners, not of one broker or its peers")
         if self._toxiproxy is None:
             raise StackError(f"{self.label}: {item.describe()}: its clients do not go through a "
                              "proxy (start the run with --network-faults)")

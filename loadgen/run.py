@@ -45,6 +45,7 @@ from loadgen.core.interventions import (
     check_fault,
     check_schedule,
     find_broker,
+    network_scope,
 )
 from loadgen.core.target import Target
 from loadgen.core.ticks import LagSnapshot, Phase, Tick
@@ -840,7 +841,9 @@ class Run:
     async def _network_fault(self, item: Intervention) -> None:
         """A network fault on the proxied links of one target, or of every target that has
         them (heal with no target); recorded as a net-<action> event, and measured for
-        recovery like a broker fault (a heal as its end)."""
+        recovery like a broker fault (a heal as its end). It can name one broker of a target
+        (partition@kafka-2:peers): its links alone."""
+        item = network_scope(item, self.labels, self.brokers, item.describe())
         chosen = ([item.target] if item.target is not None
                   else [label for label in self.labels if item.action in self.faults[label]])
         if not chosen:

@@ -7,6 +7,7 @@ Shared vocabulary: parsing and validation only; the run loop carries them out.""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -21,6 +22,12 @@ SWITCH_ACTIONS = ("producers", "consumers")  # = stop | start
 NETWORK_ACTIONS = ("latency", "bandwidth", "partition", "reset", "heal")
 # the key of a target's options set when the run puts its client links behind proxies
 PROXIED_OPTION = "network_faults"
+# the sides of a broker a network fault can cut or slow alone (@BROKER:SIDE): the links to its
+# clients, or those to the other brokers of its cluster
+SIDES = ("clients", "peers")
+# @LABEL-leader: the broker that leads the target's partitions when the fault strikes (the
+# stack finds it), for a platform whose stack proxies each broker's links
+LEADER = "leader"
 ACTIONS = ("rate", *SWITCH_ACTIONS, *FAULT_ACTIONS, *NETWORK_ACTIONS)
 MAX_RATE = 1e9
 MAX_DELAY_MS = 60_000.0
@@ -49,13 +56,14 @@ class Intervention:
     latency_ms: float | None = None  # "latency": the delay added to each response, and its jitter
     jitter_ms: float | None = None
     bandwidth: float | None = None  # "bandwidth": B/s each way on each connection
+    side: str | None = None  # a network fault on one side of its brokers only (SIDES)
 
     @property
     def network(self) -> bool:
         return self.action in NETWORK_ACTIONS
 
     def describe(self) -> str:
-        where = f"@{self.target}" if self.target else ""
+        where = (f"@{self.target}" if self.target else "") + (f":{self.side}" if self.side else "")
         if self.action == "rate":
             assert self.rate is not None
             value = "max" if self.rate == 0 else f"{self.rate:g}"
@@ -92,6 +100,8 @@ class Intervention:
             entry["jitter"] = f"{self.jitter_ms:g}ms"
         if self.bandwidth is not None:
             entry["bandwidth"] = bandwidth_text(self.bandwidth)
+        if self.side:
+            entry["side"] = self.side
         return entry
 
 
@@ -131,14 +141,22 @@ def parse_bandwidth(text: str, what: str) -> float:
 
 def _parse_network(action: str, rest: str, what: str, at_s: float | None) -> Intervention:
     """`latency=50ms[,jitter=10ms]`, `bandwidth=1MB/s`, `partition`, `reset`, `heal`, each with
-    an optional @TARGET (none: every target)."""
-    value, _, target = rest.partition("@")
-    target_label = target.strip() or None
+    an optional @TARGET or @BROKER (none: every target), then an optional :clients or :peers
+    (one side of the brokers only). The run tells a broker's name from a target's label
+    (network_scope)."""
+    value, _, where = rest.partition("@")
+    place, colon, side = where.strip().rpartition(":")
+    side_name: str | None = side.strip().lower()
+    if not colon or side_name not in SIDES:
+        place, side_name = where.strip(), None
+    target_label = place.strip() or None
     value = value.strip()
+    if side_name is not None and target_label is None:
+        raise WorkloadError(f"{what}: :{side_name} follows a target or broker ({action}@kafka-2:{side_name})")
     if action in ("partition", "reset", "heal"):
         if value:
             raise WorkloadError(f"{what}: {action} takes no value ({action}@TARGET or {action})")
-        return Intervention(action, target_label, at_s=at_s)
+        return Intervention(action, target_label, at_s=at_s, side=side_name)
     if not value.startswith("="):
         example = "latency=50ms,jitter=10ms" if action == "latency" else "bandwidth=1MB/s"
         raise WorkloadError(f"{what}: {action} needs a value (e.g. {example}@redis)")
@@ -146,7 +164,8 @@ def _parse_network(action: str, rest: str, what: str, at_s: float | None) -> Int
     if action == "bandwidth":
         if more:
             raise WorkloadError(f"{what}: bandwidth takes one value (e.g. bandwidth=1MB/s)")
-        return Intervention(action, target_label, at_s=at_s, bandwidth=parse_bandwidth(first, what))
+        return Intervention(action, target_label, at_s=at_s, bandwidth=parse_bandwidth(first, what),
+                            side=side_name)
     jitter = 0.0
     for part in more:
         name, eq, amount = part.partition("=")
@@ -156,7 +175,8 @@ def _parse_network(action: str, rest: str, what: str, at_s: float | None) -> Int
     delay = parse_delay(first, what)
     if delay <= 0:
         raise WorkloadError(f"{what}: latency must be more than 0 ms")
-    return Intervention(action, target_label, at_s=at_s, latency_ms=delay, jitter_ms=jitter)
+    return Intervention(action, target_label, at_s=at_s, latency_ms=delay, jitter_ms=jitter,
+                        side=side_name)
 
 
 def parse_seconds(text: str, what: str) -> float:
@@ -226,7 +246,7 @@ def parse_schedule(entries: Any, src: str) -> tuple[Intervention, ...]:
         if not isinstance(entry, dict) or "at" not in entry or "action" not in entry:
             raise WorkloadError(f"{what}: needs at and action")
         unknown = set(entry) - {"at", "action", "target", "broker", "rate", "state", "latency",
-                                "jitter", "bandwidth"}
+                                "jitter", "bandwidth", "side"}
         if unknown:
             raise WorkloadError(f"{what}: unknown field {sorted(map(str, unknown))[0][:40]!r}")
         at_s = parse_seconds(str(entry["at"]), what)
@@ -236,7 +256,8 @@ def parse_schedule(entries: Any, src: str) -> tuple[Intervention, ...]:
             value = {"latency": f"={entry.get('latency', '')}" + (
                          f",jitter={entry['jitter']}" if "jitter" in entry else ""),
                      "bandwidth": f"={entry.get('bandwidth', '')}"}.get(action, "")
-            out.append(parse_action(action + value + (f"@{target}" if target else ""), what, at_s))
+            where = (f"@{target}" if target else "") + (f":{entry['side']}" if "side" in entry else "")
+            out.append(parse_action(action + value + where, what, at_s))
             continue
         if action == "rate":
             value = str(entry.get("rate", ""))
@@ -259,15 +280,44 @@ def check_schedule(interventions: tuple[Intervention, ...], labels: list[str],
         what = f"scheduled {item.describe()} at {item.at_s:g}s"
         if item.at_s is not None and item.at_s > duration_s:
             raise WorkloadError(f"{what}: after the end of the measuring phase ({duration_s:g}s)")
+        if item.network:
+            item = network_scope(item, labels, brokers, what)
         if item.target is not None and item.target not in labels:
             raise WorkloadError(f"{what}: no target {item.target!r}; targets: {', '.join(labels)}")
         if item.network and faults is not None:
             for label in [item.target] if item.target is not None else labels:
                 check_fault(item.action, label, faults.get(label, ()), what)
-        if item.broker is not None:
+        if item.broker is not None and not item.network:
             label, _ = find_broker(item.broker, brokers, what)
             if faults is not None:
                 check_fault(item.action, label, faults.get(label, ()), what)
+
+
+def network_scope(item: Intervention, labels: list[str], brokers: dict[str, dict[str, str]],
+                  what: str) -> Intervention:
+    """A network fault's @WHERE as the run has it: a target's label (its every broker) stays
+    as it is; a broker's name (kafka-2, as faults name it) becomes its target's label, with
+    `broker` the stack's own name for it; the stem of its brokers' names (kafka for kafka-2)
+    names the whole target, and STEM-leader the broker leading (LEADER, which the stack
+    resolves when the fault strikes); anything else is WorkloadError naming both lists."""
+    if item.target is None or item.target in labels or item.broker is not None:
+        return item
+    for label, names in brokers.items():
+        if item.target in names:
+            return dataclasses.replace(item, target=label, broker=names[item.target])
+    stem, dash, word = item.target.rpartition("-")
+    leader = bool(dash) and word == LEADER
+    for label, names in brokers.items():
+        if _stem_of(stem if leader else item.target, label, names):
+            return dataclasses.replace(item, target=label, broker=LEADER if leader else None)
+    known = [n for names in brokers.values() for n in first_names(names)]
+    raise WorkloadError(f"{what}: no target or broker {item.target!r}; targets: {', '.join(labels)}"
+                        + (f"; brokers: {', '.join(known)}" if known else ""))
+
+
+def _stem_of(stem: str, label: str, names: dict[str, str]) -> bool:
+    """Whether `stem` names the target: its label, or what its brokers' names LABEL-N begin with."""
+    return stem == label or any(n.rpartition("-")[0] == stem for n in names)
 
 
 def check_fault(action: str, label: str, allowed: tuple[str, ...], what: str) -> None:

@@ -80,6 +80,10 @@ class Platform:
     # proxy can stand in front of, for network faults (--network-faults): the clients are given
     # the proxy's address instead, the collectors keep the broker's own
     proxied_endpoints: tuple[str, ...] = ()
+    # the runtimes whose stack puts proxies of its own in front of its links when network faults
+    # are asked for (Kafka: the brokers advertise their proxies, and their links to each other
+    # are proxied too), so that a fault can name one broker and one side of it
+    stack_proxies: tuple[str, ...] = ()
     # the runtimes that take the platform's broker settings (`broker.`, `conf.`); the others
     # refuse them in one line
     broker_settings_runtimes: tuple[str, ...] = ("local",)
@@ -122,8 +126,13 @@ class Platform:
     def fault_actions(self, runtime: str, proxied: bool = False) -> tuple[str, ...]:
         """The faults a target takes: its brokers' on this runtime, and the network faults
         when its links are proxied."""
-        network = NETWORK_ACTIONS if proxied and self.proxied_endpoints else ()
+        network = NETWORK_ACTIONS if proxied and self.proxies_links(runtime) else ()
         return self._broker_faults(runtime) + network
+
+    def proxies_links(self, runtime: str) -> bool:
+        """Whether streambench can put a target's links behind proxies on this runtime (an
+        existing cluster's: behind the user's own, in front of its client listeners)."""
+        return runtime in self.stack_proxies or bool(self.proxied_endpoints)
 
     def _broker_faults(self, runtime: str) -> tuple[str, ...]:
         if self.faults is not None:

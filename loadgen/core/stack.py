@@ -12,6 +12,7 @@ from typing import Any
 
 from loadgen.core.errors import StackError
 from loadgen.core.events import EventKind, fault_kind
+from loadgen.core.interventions import Intervention
 from loadgen.core.stackinfo import Progress, StackDescription, StackEvents
 
 __all__ = ["CADVISOR_ADDRESS", "FAULTS", "FAULT_ALIASES", "RUNTIME_NOTE", "Progress", "Stack",
@@ -144,6 +145,14 @@ class Stack(ABC):
                     reported.add(broker)
                     self.context.events(EventKind.BROKER_DIED, f"{broker}: {how}")
             reported &= set(down)  # a broker that runs again may be reported again
+
+    async def network_fault(self, item: Intervention, broker: str | None, side: str | None) -> str:
+        """One network fault (NETWORK_ACTIONS) on the links of one broker of brokers() (None:
+        every broker), on one side of it (`clients`, `peers`; None: both), for a stack that
+        put proxies of its own in front of its links (StackDescription.client_endpoints);
+        returns what it did, for its event."""
+        raise StackError(f"{self._label}: {item.describe()}: its links do not go through a proxy "
+                         "of its own")
 
     async def _apply_fault(self, action: str, broker: str) -> str:
         """Do one fault (a name of FAULTS) to one of brokers(); returns the event's detail."""

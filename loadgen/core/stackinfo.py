@@ -25,3 +25,8 @@ class StackDescription:
     # what streambench wrote into the brokers' configuration (its own choices and the target's
     # `broker.` settings), name -> value
     broker_settings: dict[str, str] = field(default_factory=dict)
+    # a stack that put proxies of its own in front of its listeners (network faults): what the
+    # clients reach instead of `endpoints` (which the collectors keep), and each proxy →
+    # `proxy → broker`
+    client_endpoints: dict[str, str] = field(default_factory=dict)
+    proxies: dict[str, str] = field(default_factory=dict)

@@ -877,6 +877,7 @@ PLATFORMS = [
         address_example="HOST:PORT[,HOST:PORT...]",
         make_stack=_kafka_stack,
         docker_images=kafka_images,
+        stack_proxies=("local",),
         lag_per_partition=True, keyed=True, settings_read_back=("broker", "topic"),
         make_driver=_driver("kafka"),
         make_collectors=_collectors,

@@ -325,7 +325,10 @@ def test_no_toxiproxy_left_after_streambench_is_stopped(tmp_path: Path, toxiprox
     (["redis@127.0.0.1:1", "--network-faults"], "an existing cluster's links are not proxied"),
     (["redis@127.0.0.1:1", "--network-faults=127.0.0.1:8474"], "not a Toxiproxy API's URL"),
     (["redis@127.0.0.1:1", "--at", "2s:partition"], "an existing cluster's links are not proxied"),
-    (["kafka:runtime=local", "--network-faults"], "kafka has no links streambench can proxy"),
+    (["kafka-zk:runtime=local", "--network-faults"], "kafka-zk has no links streambench can proxy"),
+    (["kafka:runtime=docker", "--network-faults"], "proxied on the local runtime only, not docker"),
+    (["kafka@127.0.0.1:1", "--network-faults=http://127.0.0.1:8474"],
+     "proxied on the local runtime only, not external"),
     (["redis:runtime=local", "--at", "2s:latency=fast@redis"], "'fast' is not a delay"),
 ])
 def test_network_faults_refused_in_one_line(args: list[str], said: str) -> None:

@@ -18,6 +18,8 @@ from types import ModuleType
 
 import pytest
 
+from loadgen.core.interventions import NETWORK_ACTIONS
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 README_LIMIT = 12_288
@@ -34,7 +36,8 @@ FOREIGN_OPTIONS = {
     "--net": "unshare, nsenter",
 }
 # `word:thing` spans that are not TARGETs (Erlang functions named in the RabbitMQ notes)
-NOT_TARGETS = {"file"}
+# `file`, and interventions written like targets (partition@kafka-2: the broker it cuts)
+NOT_TARGETS = {"file", *NETWORK_ACTIONS}
 # spans that begin with the command's name but are values (run.json's settings sources)
 NOT_COMMANDS = {"streambench default"}
 # pages the docs build generates (docs/gen/hooks.py): linked from the docs, not in the checkout

@@ -11,10 +11,12 @@ import pytest
 from loadgen.core.errors import WorkloadError
 from loadgen.core.histogram import Histogram
 from loadgen.core.interventions import (
+    LEADER,
     Intervention,
     broker_names,
     check_schedule,
     find_broker,
+    network_scope,
     parse_at,
     parse_schedule,
     parse_seconds,
@@ -247,6 +249,12 @@ def test_recovery_is_never_counted_from_before_the_fault() -> None:
     ("7s:partition@redis", Intervention("partition", "redis", at_s=7), "partition@redis"),
     ("8s:reset@redis", Intervention("reset", "redis", at_s=8), "reset@redis"),
     ("9s:heal", Intervention("heal", at_s=9), "heal"),
+    ("10s:partition@kafka-2:peers", Intervention("partition", "kafka-2", at_s=10, side="peers"),
+     "partition@kafka-2:peers"),
+    ("11s:latency=5ms@kafka-leader:clients",
+     Intervention("latency", "kafka-leader", at_s=11, latency_ms=5.0, jitter_ms=0.0, side="clients"),
+     "latency=5ms@kafka-leader:clients"),
+    ("12s:heal@redis:aof", Intervention("heal", "redis:aof", at_s=12), "heal@redis:aof"),
 ])
 def test_network_faults_at_flags(text: str, expected: Intervention, shown: str) -> None:
     item = parse_at(text)
@@ -265,6 +273,7 @@ def test_network_faults_at_flags(text: str, expected: Intervention, shown: str) 
     ("1s:bandwidth=1Mbit", "not a bandwidth"),
     ("1s:bandwidth=1MB/s,2MB/s", "takes one value"),
     ("1s:partition=3s@redis", "partition takes no value"),
+    ("1s:partition@:peers", ":peers follows a target or broker"),
 ])
 def test_bad_network_faults(text: str, fragment: str) -> None:
     with pytest.raises(WorkloadError) as exc:
@@ -282,3 +291,30 @@ def test_network_faults_need_proxied_targets() -> None:
         with pytest.raises(WorkloadError) as exc:
             check_schedule((parse_at(text),), labels, brokers, 30, faults)
         assert "kafka's clients do not reach it through a proxy" in str(exc.value)
+
+
+def test_a_network_fault_names_a_target_a_broker_or_the_leader() -> None:
+    """@LABEL: every broker of the target; @kafka-2 (as a broker fault names it): that broker,
+    the stack's own name for it in `broker`; @kafka-leader: the one the stack finds leading."""
+    labels = ["kafka:brokers=3", "redis"]
+    own = ["broker-1", "broker-2", "broker-3"]
+    brokers = {"kafka:brokers=3": {**broker_names("kafka", own), **broker_names("kafka:brokers=3", own)},
+               "redis": {"redis": "redis"}}
+    faults = {"kafka:brokers=3": ("kill", "partition", "heal"), "redis": ("partition", "heal")}
+
+    def scoped(text: str) -> Intervention:
+        return network_scope(parse_at(text), labels, brokers, text)
+
+    assert scoped("1s:partition@redis") == parse_at("1s:partition@redis")
+    cut = scoped("1s:partition@kafka-2:peers")
+    assert (cut.target, cut.broker, cut.side) == ("kafka:brokers=3", "broker-2", "peers")
+    assert scoped("1s:partition@kafka-leader").broker == LEADER
+    whole = scoped("1s:latency=20ms@kafka:peers")  # the stem of kafka-1 … kafka-3: every broker
+    assert (whole.target, whole.broker, whole.side) == ("kafka:brokers=3", None, "peers")
+    assert scoped("1s:partition@kafka:brokers=3-leader").target == "kafka:brokers=3"
+    check_schedule((parse_at("1s:partition@kafka-3:clients"), parse_at("2s:heal@kafka-3")), labels,
+                   brokers, 30, faults)
+    with pytest.raises(WorkloadError) as exc:
+        check_schedule((parse_at("1s:partition@kafka-4"),), labels, brokers, 30, faults)
+    assert "no target or broker 'kafka-4'" in str(exc.value)
+    assert "brokers: kafka-1, kafka-2, kafka-3" in str(exc.value)

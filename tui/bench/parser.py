@@ -332,7 +332,8 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                           "30s:rate=5000, 45s:rate=max@redis, 60s:kill=kafka-2, 90s:start=kafka-2, "
                           "16s:pause=redis, 18s:resume=redis, 120s:consumers=stop, "
                           "150s:producers=start, 20s:latency=50ms,jitter=10ms@redis, "
-                          "25s:bandwidth=1MB/s@redis, 30s:partition@redis, 35s:heal")
+                          "25s:bandwidth=1MB/s@redis, 30s:partition@redis, 35s:heal, "
+                          "40s:partition@kafka-2:peers, 45s:partition@kafka-leader:clients")
     run.add_argument("--headless", action="store_true",
                      help="no dashboard: one status line per target per second")
     run.add_argument("--out", type=Path, metavar="DIR",
@@ -357,7 +358,8 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                           "acted on) for every target: the target option driver=FILE")
     run.add_argument("--network-faults", nargs="?", const=True, default=False,
                      type=toxiproxy_api, metavar="TOXIPROXY_API",
-                     help="clients reach each broker through a Toxiproxy on loopback, so that "
+                     help="clients reach each broker through a Toxiproxy on loopback (on a "
+                          "local Kafka cluster its brokers reach each other so too), so that "
                           "latency=, bandwidth=, partition, reset and heal can act on the links "
                           "(implied by a network fault in --at or the schedule); for an existing "
                           "cluster (@ADDRESS, the listen address of one of your proxies): the "

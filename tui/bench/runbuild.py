@@ -185,10 +185,16 @@ def with_network_faults(targets: Sequence[Target], workload: Workload, asked: bo
     for t in targets:
         if scheduled and not asked and all(i.target not in (None, t.label) for i in scheduled):
             continue
-        if not PLATFORMS[t.platform].proxied_endpoints:
+        platform = PLATFORMS[t.platform]
+        if not platform.proxies_links(t.runtime):
+            if platform.stack_proxies:
+                raise TargetError(f"target {t.label}: {why}: {t.platform}'s links are proxied on "
+                                  f"the {' and '.join(platform.stack_proxies)} runtime only, "
+                                  f"not {t.runtime}")
             raise TargetError(f"target {t.label}: {why}: {t.platform} has no links streambench "
                               "can proxy yet (those that do: " + ", ".join(
-                                  n for n, p in PLATFORMS.items() if p.proxied_endpoints) + ")")
+                                  n for n, p in PLATFORMS.items()
+                                  if p.proxied_endpoints or p.stack_proxies) + ")")
         if t.runtime == "external" and not isinstance(asked, str):
             raise TargetError(f"target {t.label}: {why}: an existing cluster's links are not "
                               "proxied by streambench; run a Toxiproxy in front of it, give the "
