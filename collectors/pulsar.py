@@ -226,8 +226,8 @@ class PulsarMetrics(Collector):
 
     name = "pulsar metrics"
 
-    def __init__(self, admin: AdminApi | str, topics: list[str]) -> None:
-        self._admin: AdminApi = _AdminUrl(admin) if isinstance(admin, str) else admin
+    def __init__(self, admin: AdminApi, topics: list[str]) -> None:
+        self._admin = admin  # its GET gives a reply that is no JSON as text
         # a partition's name is its topic's and -partition-N
         self._topics = tuple(f"{t}-partition-" for t in topics)
 

@@ -11,11 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow.dataset as ds
 import pytest
 
 from collectors.nats import METRICS
-from tests.conftest import run_cli, run_json
+from tests.integration.broker_metrics_support import (
+    assert_named,
+    assert_stale_while_paused,
+    by_tick,
+    fault_times,
+    paused_run,
+    table,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -23,43 +29,17 @@ RATE = 1000
 PAUSE_AT_S, RESUME_AT_S = 9, 13  # measuring seconds
 
 
-def _table(run_dir: Path, name: str) -> dict[str, list]:
-    return ds.dataset(run_dir / name, format="parquet").to_table().to_pydict()
-
-
 @pytest.fixture(scope="module")
 def nats_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("nats-metrics") / "run"
-    res = run_cli(["run", "nats", "--headless", "--rate", str(RATE), "--warmup", "2",
-                   "--duration", "16", "--out", str(run_dir),
-                   "--at", f"{PAUSE_AT_S}s:pause=nats", "--at", f"{RESUME_AT_S}s:resume=nats"],
-                  timeout_s=240)
-    assert res.returncode == 0, res.stderr
-    return run_dir
-
-
-def _by_tick(run_dir: Path) -> dict[int, tuple[dict[str, float], bool, str]]:
-    t = _table(run_dir, "broker_metrics")
-    out: dict[int, tuple[dict[str, float], bool, str]] = {}
-    for seq, name, value, stale, phase in zip(t["seq"], t["name"], t["value"], t["stale"],
-                                              t["phase"], strict=True):
-        out.setdefault(seq, ({}, stale, phase))[0][name] = value
-    return out
-
-
-def _fault_times(run_dir: Path) -> tuple[float, float]:
-    events = _table(run_dir, "events")
-    when = {k: t.timestamp() for k, t in zip(events["kind"], events["time"], strict=True)
-            if k in ("fault-pause", "fault-resume")}
-    return when["fault-pause"], when["fault-resume"]
+    return paused_run(tmp_path_factory, "nats", "nats", PAUSE_AT_S, RESUME_AT_S, RATE,
+                      duration_s=16)
 
 
 def test_every_declared_metric_read_and_named(nats_run: Path) -> None:
-    ticks = _by_tick(nats_run)
+    ticks = by_tick(nats_run)
     measuring = [v for v, stale, phase in ticks.values() if phase == "measuring" and not stale]
     assert measuring and all(set(v) == {m.name for m in METRICS} for v in measuring)
-    target = run_json(nats_run)["targets"][0]
-    assert target["broker_metrics"]["source"] == "/varz and /jsz"
+    assert_named(nats_run, METRICS, "/varz and /jsz")
 
 
 def test_values_follow_the_load(nats_run: Path) -> None:
@@ -69,10 +49,10 @@ def test_values_follow_the_load(nats_run: Path) -> None:
     those of the run's stream as /jsz totals them (the only stream on the server; read by the
     other collector at nearly the same moment); no
     redelivery, no slow consumer, no API error in a clean stretch."""
-    paused, _ = _fault_times(nats_run)
-    ticks = _table(nats_run, "ticks")
-    metrics = _by_tick(nats_run)
-    broker = _table(nats_run, "broker")
+    paused, _ = fault_times(nats_run)
+    ticks = table(nats_run, "ticks")
+    metrics = by_tick(nats_run)
+    broker = table(nats_run, "broker")
     server_bytes = {s: v for s, n, v in zip(broker["seq"], broker["name"], broker["value"],
                                             strict=True) if n == "js_stored_bytes"}
     steady = [i for i, (p, t) in enumerate(zip(ticks["phase"], ticks["time"], strict=True))
@@ -100,15 +80,4 @@ def test_values_follow_the_load(nats_run: Path) -> None:
 
 
 def test_a_paused_servers_metrics_are_stale(nats_run: Path) -> None:
-    """Ticks cut while the server is paused (the read follows the cut by up to 0.9 s) are
-    stale with the last values read; the server answers again after it is resumed."""
-    paused, resumed = _fault_times(nats_run)
-    ticks = _table(nats_run, "ticks")
-    metrics = _by_tick(nats_run)
-    times = {s: t.timestamp() for s, t in zip(ticks["seq"], ticks["time"], strict=True)}
-    inside = [seq for seq, t in times.items() if paused + 0.2 < t < resumed - 1.0]
-    assert inside and all(metrics[s][1] for s in inside), inside
-    before = max(s for s, t in times.items() if t < paused and not metrics[s][1])
-    assert all(metrics[s][0] == metrics[before][0] for s in inside)
-    after = [metrics[s][1] for s, t in times.items() if t > resumed + 2.0 and s in metrics]
-    assert after and not any(after)
+    assert_stale_while_paused(nats_run)
