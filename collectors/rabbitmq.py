@@ -273,7 +273,10 @@ class RabbitMetrics(Collector):
         assert self._management is not None
         found = json.loads(management_get(self._management, path, self._user, self._password,
                                           self._timeout_s))
-        return list(found) if isinstance(found, list) else [found]
+        # the rows; a list that is not a row (`[[]]`: a node that has not yet gathered its
+        # figures, as early in a run) counts as none
+        return [row for row in (found if isinstance(found, list) else [found])
+                if isinstance(row, dict)]
 
     def _read(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]],
                              list[dict[str, Any]]]:
@@ -299,10 +302,11 @@ class RabbitMetrics(Collector):
                                          - _total(publishers, "confirmed"))
         found["consumer_offset_lag_messages"] = _total(consumers, "offset_lag")
         found["connected_clients"] = float(len(connections))
-        found["used_memory_bytes"] = _total(nodes, "mem_used")
-        found["disk_free_bytes"] = _total(nodes, "disk_free")
-        found["resource_alarms"] = float(sum(bool(n.get("mem_alarm")) + bool(n.get("disk_free_alarm"))
-                                             for n in nodes))
+        if nodes:  # none while the node has not yet gathered them
+            found["used_memory_bytes"] = _total(nodes, "mem_used")
+            found["disk_free_bytes"] = _total(nodes, "disk_free")
+            found["resource_alarms"] = float(sum(bool(n.get("mem_alarm"))
+                                                 + bool(n.get("disk_free_alarm")) for n in nodes))
         return found
 
     async def sample(self) -> Reading:
