@@ -20,9 +20,11 @@ for good: the connection is dropped then, and the next sample opens a fresh one.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
+import time
 import urllib.request
 from typing import Any
 
@@ -30,6 +32,7 @@ from rstream import constants, schema
 from rstream.client import Client, ClientPool
 from rstream.exceptions import OffsetNotFound
 
+from loadgen.core.brokermetrics import BrokerMetric
 from loadgen.core.collector import Collector, CounterDeltas, Reading
 from loadgen.core.ticks import LagSnapshot
 
@@ -44,12 +47,12 @@ SAMPLE_TRAILS_S = 1.0  # beyond the store interval: a sample's tail is read befo
 
 
 def management_get(base: str, path: str, user: str, password: str, timeout_s: float = 2.0) -> bytes:
-    """GET one path of the management HTTP API (blocking: call it in a thread)."""
-    request = urllib.request.Request(base + path)
-    manager = urllib.request.HTTPPasswordMgrWithDefaultRealm()
-    manager.add_password(None, base, user, password)
-    opener = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(manager))
-    with opener.open(request, timeout=timeout_s) as response:
+    """GET one path of the management HTTP API (blocking: call it in a thread). The
+    credentials go with the request (basic authentication, which the API asks for): no
+    unauthenticated first request answered 401."""
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    request = urllib.request.Request(base + path, headers={"Authorization": f"Basic {token}"})
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
         return bytes(response.read())
 
 
@@ -211,3 +214,109 @@ class RabbitTelemetry(Collector):
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._pool.close(), 5.0)
         self._client = None
+
+
+# ---- the broker's own metrics ----------------------------------------------------------------
+
+METRICS_SOURCE = "management API"
+# per-tick rates of the stream publishers' counters (streambench's name -> the field)
+_PUBLISHER_RATES = {"published_per_second": "published", "confirmed_per_second": "confirmed"}
+_NODE_FIELDS = "mem_used,disk_free,mem_alarm,disk_free_alarm"
+
+METRICS: tuple[BrokerMetric, ...] = (
+    BrokerMetric("published_per_second", "/api/stream/publishers published", "per_second",
+                 "the messages the stream publishers sent per second, as the node counts them "
+                 "(refreshed every collect_statistics_interval: 1 s on a node streambench "
+                 "starts)"),
+    BrokerMetric("confirmed_per_second", "/api/stream/publishers confirmed", "per_second",
+                 "the messages the node confirmed per second: written to the stream and "
+                 "replicated, the producers' acknowledgements"),
+    BrokerMetric("unconfirmed_messages", "/api/stream/publishers published - confirmed",
+                 "count",
+                 "the publishers' confirms outstanding: when it grows, the node takes messages "
+                 "faster than it writes them"),
+    BrokerMetric("consumer_offset_lag_messages", "/api/stream/consumers offset_lag", "count",
+                 "how far the stream consumers' delivered offsets trail the streams' ends, "
+                 "as the node counts it"),
+    BrokerMetric("connected_clients", "/api/stream/connections", "count",
+                 "stream-protocol connections open: every producer, consumer and collector "
+                 "holds one"),
+    BrokerMetric("used_memory_bytes", "/api/nodes mem_used", "bytes",
+                 "the node's memory: at its high watermark the memory alarm blocks every "
+                 "publisher"),
+    BrokerMetric("disk_free_bytes", "/api/nodes disk_free", "bytes",
+                 "free space where the node keeps its streams: below disk_free_limit the disk "
+                 "alarm blocks every publisher"),
+    BrokerMetric("resource_alarms", "/api/nodes mem_alarm + disk_free_alarm", "count",
+                 "memory and disk alarms in effect (0 to 2): while one is, publishers are "
+                 "blocked and the run's rate falls to 0"),
+)
+
+
+class RabbitMetrics(Collector):
+    """The node's own view from its management API: the stream publishers', consumers' and
+    connections' figures summed over the server, the node's memory, disk and alarms. One
+    node, named `rabbitmq`. Without a management API there is nothing to read (no values,
+    none stale)."""
+
+    name = "rabbitmq metrics"
+
+    def __init__(self, management: str | None, user: str, password: str,
+                 timeout_s: float = 0.8) -> None:
+        self._management = management
+        self._user, self._password = user, password
+        self._timeout_s = timeout_s
+        self._deltas = CounterDeltas()
+        self._last = 0.0  # monotonic time of the previous read
+
+    def _api(self, path: str) -> list[dict[str, Any]]:
+        assert self._management is not None
+        found = json.loads(management_get(self._management, path, self._user, self._password,
+                                          self._timeout_s))
+        # the rows; a list that is not a row (`[[]]`: a node that has not yet gathered its
+        # figures, as early in a run) counts as none
+        return [row for row in (found if isinstance(found, list) else [found])
+                if isinstance(row, dict)]
+
+    def _read(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]],
+                             list[dict[str, Any]]]:
+        return (self._api("/api/stream/publishers?columns=published,confirmed"),
+                self._api("/api/stream/consumers?columns=offset_lag"),
+                self._api("/api/stream/connections?columns=name"),
+                self._api(f"/api/nodes?columns={_NODE_FIELDS}"))
+
+    async def start(self) -> None:
+        if self._management is not None:
+            publishers, *_ = await asyncio.to_thread(self._read)
+            self._last = time.monotonic()
+            for field in _PUBLISHER_RATES.values():
+                self._deltas.delta(field, _total(publishers, field))
+
+    def metrics(self, publishers: list[dict[str, Any]], consumers: list[dict[str, Any]],
+                connections: list[dict[str, Any]], nodes: list[dict[str, Any]],
+                now: float) -> dict[str, float]:
+        seconds, self._last = now - self._last, now
+        found = {name: self._deltas.delta(field, _total(publishers, field)) / seconds
+                 for name, field in _PUBLISHER_RATES.items() if seconds > 0}
+        found["unconfirmed_messages"] = (_total(publishers, "published")
+                                         - _total(publishers, "confirmed"))
+        found["consumer_offset_lag_messages"] = _total(consumers, "offset_lag")
+        found["connected_clients"] = float(len(connections))
+        if nodes:  # none while the node has not yet gathered them
+            found["used_memory_bytes"] = _total(nodes, "mem_used")
+            found["disk_free_bytes"] = _total(nodes, "disk_free")
+            found["resource_alarms"] = float(sum(bool(n.get("mem_alarm"))
+                                                 + bool(n.get("disk_free_alarm")) for n in nodes))
+        return found
+
+    async def sample(self) -> Reading:
+        if self._management is None:
+            return Reading(metrics={})
+        publishers, consumers, connections, nodes = await asyncio.to_thread(self._read)
+        with self._deltas.staged():
+            values = self.metrics(publishers, consumers, connections, nodes, time.monotonic())
+        return Reading(metrics={"rabbitmq": values})
+
+
+def _total(rows: list[dict[str, Any]], field: str) -> float:
+    return float(sum(row.get(field) or 0 for row in rows))

@@ -322,6 +322,11 @@ def standalone_conf(stock: str, overrides: dict[str, str]) -> str:
 
 # ---- stacks ---------------------------------------------------------------------------------
 
+# the broker's stats periods on the standalone streambench starts (a `broker.` setting overrides)
+STATS_EVERY_SECOND = {"statsUpdateFrequencyInSecs": "1", "statsUpdateInitialDelayInSecs": "1",
+                      "managedLedgerStatsPeriodSeconds": "1"}
+
+
 class PulsarLocalStack(Stack):
     """One Pulsar standalone on 127.0.0.1: broker service and admin (web service) on free ports
     (or the ones given), the in-process bookie bound to loopback, function worker off."""
@@ -379,6 +384,9 @@ class PulsarLocalStack(Stack):
             # journal per write (BookKeeper's default) unless fsync=false
             "listeningInterface": "lo",
             "journalSyncData": "true" if self._fsync else "false",
+            # the topic stats and storage latencies /metrics shows are the last period's:
+            # a second's, so the broker metrics follow the ticks (Pulsar's default is a minute)
+            **STATS_EVERY_SECOND,
         }
         # `broker.` settings of the target (its profile, its config file, its own) over these
         overrides.update({k: text(v) for k, v in settings_of(self._target, "broker").items()})

@@ -2,7 +2,8 @@
 each target drawn with its own glyph so the lines part without colour. Throughput (consumed
 msg/s), lag (with the time lag: the age of the oldest message not yet consumed, or where that
 cannot be had the estimate, lag over the consume rate) and e2e p99, over the same window as the
-columns' charts."""
+columns' charts; below them the broker metrics every target has (the same streambench name),
+their latest values side by side."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
+from loadgen.core.brokermetrics import unit_of
 from loadgen.core.ticks import Tick
 from loadgen.timelag import seconds_text, worst_status
 from tui import formatting as fmt
 from tui.charts import OVERLAP, overlay_chart
+from tui.detail import metric_value
 from tui.history import METRICS, ChartView, TargetHistory, time_slots
 from tui.panels import axis_text
 
@@ -44,6 +47,50 @@ def glyph(i: int) -> str:
     return GLYPHS[i % len(GLYPHS)]
 
 
+def target_metric(values: list[float], unit: str) -> float:
+    """One figure for a target from its brokers' values: a latency or ratio its worst
+    broker's, a count, rate or size the sum over its brokers."""
+    return max(values) if unit in ("seconds", "ratio") else sum(values)
+
+
+def shared_broker_metrics(histories: list[TargetHistory]) -> list[tuple[str, list[float]]]:
+    """The broker metrics every target's latest tick has (two targets or more), each with a
+    figure per target in the targets' order; none when a target has none."""
+    latest = []
+    for h in histories:
+        metrics = h.last.broker_metrics if h.last is not None else None
+        if metrics is None or not metrics.values:
+            return []
+        per_name: dict[str, list[float]] = {}
+        for values in metrics.values.values():
+            for name, value in values.items():
+                per_name.setdefault(name, []).append(value)
+        latest.append({n: target_metric(v, unit_of(n)) for n, v in per_name.items()})
+    if len(latest) < 2:
+        return []
+    names = sorted(set.intersection(*(set(figures) for figures in latest)))
+    return [(name, [figures[name] for figures in latest]) for name in names]
+
+
+def broker_metric_lines(shared: list[tuple[str, list[float]]], width: int, rows: int) -> list[str]:
+    """`name ● value × value` entries packed into at most `rows` lines of `width`; what does
+    not fit is counted on the last line."""
+    entries = [f"{name} " + " ".join(f"{glyph(i)} {metric_value(v, unit_of(name))}"
+                                     for i, v in enumerate(values))
+               for name, values in shared]
+    lines: list[str] = []
+    for n, entry in enumerate(entries):
+        if lines and len(lines[-1]) + 3 + len(entry) <= width:
+            lines[-1] += " │ " + entry
+        elif len(lines) < rows:
+            lines.append(entry)
+        else:
+            more = f" … {len(entries) - n} more (detail: Enter)"
+            lines[-1] = lines[-1][:max(0, width - len(more))] + more
+            break
+    return lines
+
+
 class CompareCharts(Widget):
     """The overlaid charts, sharing out the rows the widget is given."""
 
@@ -58,7 +105,12 @@ class CompareCharts(Widget):
         text = Text(no_wrap=True, overflow="ellipsis")
         legend = "  ".join(f"{glyph(i)} {h.label}" for i, h in enumerate(histories))
         text.append(legend + f"  {OVERLAP} several\n", style="bold")
-        share, spare = divmod(max(0, height - 2), len(COMPARED))
+        shared = shared_broker_metrics(histories)
+        # the broker metrics' lines: at most a quarter of the height, under a caption
+        metric_rows = min(len(shared), max(1, (height - 2) // 4) - 1) if shared else 0
+        lines = broker_metric_lines(shared, width, metric_rows) if metric_rows > 0 else []
+        used = len(lines) + 1 if lines else 0
+        share, spare = divmod(max(0, height - 2 - used), len(COMPARED))
         for n, (name, caption) in enumerate(COMPARED):
             rows = max(1, share + (1 if n < spare else 0) - 1)
             metric = METRICS[name]
@@ -80,6 +132,10 @@ class CompareCharts(Widget):
                                      bottom, top):
                 text.append(row + "\n")
         text.append(axis_text(self.view, width), style="dim")
+        if lines:
+            text.append("\nbroker metrics on every target (latest)", style="bold")
+            for line in lines:
+                text.append("\n" + line)
         return text
 
     @staticmethod

@@ -44,7 +44,8 @@ import _pulsar
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
-from collectors.pulsar import PulsarTelemetry
+from collectors.pulsar import METRICS as PULSAR_METRICS
+from collectors.pulsar import METRICS_SOURCE, PulsarMetrics, PulsarTelemetry
 from collectors.resources import resource_collectors
 from compose.docker import file_images
 from compose.java import parse_heap
@@ -64,6 +65,7 @@ from compose.pulsar import (
     topic_path,
     unreachable,
 )
+from loadgen.core.brokermetrics import BrokerMetrics
 from loadgen.core.collector import Collector
 from loadgen.core.driver import (
     Acknowledged,
@@ -589,6 +591,13 @@ def _collectors(target: Target, desc: StackDescription, topic: str, partitions: 
     return found
 
 
+def _metrics_collector(target: Target, desc: StackDescription, topics: list[str]) -> Collector:
+    c = PulsarTargetConfig.of(target)
+    admin = PulsarAdmin(desc.endpoints[ADMIN_ENDPOINT], timeout_s=0.8,
+                        security=ClientSecurity.of(target))
+    return PulsarMetrics(admin, [topic_name(c.persistent, c.namespace, t) for t in topics])
+
+
 _SET_BY_STREAMBENCH = {
     "topic": "the run's topics", "subscription_name": "the workload's subscriptions",
     "consumer_name": "one per consumer", "producer_name": "the client names each producer",
@@ -693,6 +702,7 @@ PLATFORMS = [
         lag_per_partition=True, keyed=True, settings_read_back=("broker",),
         make_driver=_driver,
         make_collectors=_collectors,
+        broker_metrics=BrokerMetrics(METRICS_SOURCE, PULSAR_METRICS, _metrics_collector),
         prerequisites=(JAVA, MAVEN),
     ),
 ]

@@ -59,7 +59,8 @@ from typing import TYPE_CHECKING, Any
 from rstream.client import Client, ClientPool
 from rstream.exceptions import StreamAlreadyExists
 
-from collectors.rabbitmq import RabbitTelemetry, management_get
+from collectors.rabbitmq import METRICS as RABBIT_METRICS
+from collectors.rabbitmq import METRICS_SOURCE, RabbitMetrics, RabbitTelemetry, management_get
 from collectors.resources import resource_collectors
 from compose.docker import file_images
 from compose.net import connect_failure
@@ -71,6 +72,7 @@ from compose.rabbitmq import (
     read_node_settings,
 )
 from compose.rabbitmq import script as rabbitmq_script
+from loadgen.core.brokermetrics import BrokerMetrics
 from loadgen.core.collector import Collector
 from loadgen.core.driver import Consumer, Driver, Producer
 from loadgen.core.errors import DriverError, StackError, TargetError
@@ -533,6 +535,11 @@ def _collectors(target: Target, desc: StackDescription, topic: str, partitions: 
     return found
 
 
+def _metrics_collector(target: Target, desc: StackDescription, _topics: list[str]) -> Collector:
+    opts = RabbitOptions.of(target)
+    return RabbitMetrics(desc.endpoints.get("management"), opts.user, opts.password)
+
+
 PLATFORMS = [
     Platform(
         name="rabbitmq",
@@ -585,6 +592,7 @@ PLATFORMS = [
         lag_per_partition=True, keyed=True, settings_read_back=("broker", "topic"),
         make_driver=_driver,
         make_collectors=_collectors,
+        broker_metrics=BrokerMetrics(METRICS_SOURCE, RABBIT_METRICS, _metrics_collector),
         address_example=f"HOST:PORT (the stream port, e.g. 127.0.0.1:{5552})",
         optional_client=CLIENT,
         prerequisites=(Prerequisite("rabbitmq-server", ("local",),

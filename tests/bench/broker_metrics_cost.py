@@ -25,6 +25,14 @@ a time without reads (an idle broker still works: its background threads are mea
 same run), beside what the agent says its own MBean
 collection took (its `jmx_scrape_duration_seconds`, which leaves out the HTTP and the text).
 
+With `--pulsar URL` (a Pulsar broker's web service, e.g. of a `streambench run pulsar` going on)
+or `--rabbitmq URL` (a RabbitMQ node's management API): the same two per-read figures for that
+platform's collector (the broker's `/metrics`, parsed for the run's topics; the four
+management API requests), the broker's CPU from the process listening on the URL's port, read
+while the broker carries its load (that load's own CPU is in the figure too: the printed
+figure is the broker's whole CPU over the reads, and its rate beside it, without reads, over
+as long).
+
 Then the detail screen's broker-metrics panel: the CPU per render of the panel (redis, 8
 metrics, a sparkline) over N renders, which the detail screen pays once per repaint (at most
 four a second). The machine's load average is printed beside each figure."""
@@ -34,10 +42,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 import time
+import urllib.request
+from typing import Any
 
 import psutil
 import redis
@@ -148,6 +159,53 @@ def with_and_without(proc: psutil.Process, port: int, seconds: float, rate: floa
               f"{load()}")
 
 
+def listener(url: str) -> psutil.Process:
+    """The process listening on the URL's port (the broker)."""
+    port = int(url.rstrip("/").rsplit(":", 1)[1])
+    pid = next(c.pid for c in psutil.net_connections("tcp")
+               if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid)
+    return psutil.Process(pid)
+
+
+def remote_collector(kind: str, url: str) -> Any:
+    if kind == "pulsar":
+        from collectors.pulsar import PulsarMetrics
+        from compose.pulsar import PulsarAdmin
+        with urllib.request.urlopen(f"{url}/metrics/", timeout=5) as reply:
+            text = reply.read().decode()
+        # the run's topics: their partitions' series, the partition's suffix cut off
+        topics = sorted({t.rpartition("-partition-")[0] for t in
+                         re.findall(r'topic="(persistent://public/default/streambench-[^"]+)"',
+                                    text)})
+        return PulsarMetrics(PulsarAdmin(url, timeout_s=0.8), topics)
+    from collectors.rabbitmq import RabbitMetrics
+    return RabbitMetrics(url, "guest", "guest")
+
+
+async def remote_reads(kind: str, url: str, n: int, broker: psutil.Process) -> None:
+    collector = remote_collector(kind, url)
+    await collector.start()
+    for _ in range(5):
+        await collector.sample()
+    srv0, t0 = server_cpu(broker), time.perf_counter()
+    await asyncio.sleep(n * 0.05)  # as long without reads: the broker's CPU under its load alone
+    idle = (server_cpu(broker) - srv0) / (time.perf_counter() - t0)
+    cpu0, wall0, srv0 = time.process_time(), time.perf_counter(), server_cpu(broker)
+    for _ in range(n):
+        reading = await collector.sample()
+    cpu, wall, srv = (time.process_time() - cpu0, time.perf_counter() - wall0,
+                      server_cpu(broker) - srv0)
+    extra = max(0.0, srv - idle * wall)
+    print(f"{kind} collector: {cpu / n * 1e6:7.0f} µs CPU per read, {wall / n * 1e6:7.0f} µs wall "
+          f"per read, {len(next(iter((reading.metrics or {}).values()), {}))} metrics, over "
+          f"{n:,} reads {load()}")
+    print(f"{kind} broker: {srv / wall * 100:5.1f} % of a core while read back to back, "
+          f"{idle * 100:5.1f} % without reads: {extra / n * 1e6:7.0f} µs CPU per read "
+          f"{load()}")
+    print(f"at one read per tick: collector {cpu / n * 100:.3f} % of a core, broker "
+          f"{extra / n * 100:.3f} % of a core")
+
+
 def panel_cost(n: int) -> None:
     history = TargetHistory("redis")
     empty = HistogramSnapshot.empty()
@@ -225,7 +283,14 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=2000.0)
     parser.add_argument("--only", choices=("redis", "kafka"), default=None,
                         help="measure one platform's reads only")
+    parser.add_argument("--pulsar", metavar="URL", help="a Pulsar broker's web service")
+    parser.add_argument("--rabbitmq", metavar="URL", help="a RabbitMQ node's management API")
     args = parser.parse_args()
+    for kind in ("pulsar", "rabbitmq"):
+        if (url := getattr(args, kind)) is not None:
+            asyncio.run(remote_reads(kind, url, min(args.reads, 200), listener(url)))
+    if args.pulsar or args.rabbitmq:
+        return
     if args.only != "redis":
         asyncio.run(kafka_cost(args.reads // 4))
     if args.only == "kafka":

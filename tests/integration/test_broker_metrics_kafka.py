@@ -17,9 +17,9 @@ import pytest
 
 from collectors.kafka_metrics import METRICS
 from tests.conftest import run_cli, run_json
-from tests.integration.brokermetrics_support import (
+from tests.integration.broker_metrics_support import (
+    assert_stale_while_paused,
     by_tick,
-    check_stale_while_paused,
     fault_times,
     table,
 )
@@ -110,7 +110,7 @@ def test_a_paused_brokers_metrics_are_stale(kraft_run: Path) -> None:
     """Ticks cut while the broker is paused are stale with the last values read (its
     exporter, a thread of the stopped JVM, does not answer within the read's timeout), and
     fresh again after the resume; the failed reads are the collector's error events."""
-    check_stale_while_paused(kraft_run)
+    assert_stale_while_paused(kraft_run)
     events = table(kraft_run, "events")
     assert any(k == "collector-error" and d.startswith("kafka metrics:")
                for k, d in zip(events["kind"], events["detail"], strict=True))

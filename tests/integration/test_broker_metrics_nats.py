@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 from collectors.nats import METRICS
-from tests.conftest import run_cli, run_json
-from tests.integration.brokermetrics_support import (
+from tests.integration.broker_metrics_support import (
+    assert_named,
+    assert_stale_while_paused,
     by_tick,
-    check_stale_while_paused,
     fault_times,
+    paused_run,
     table,
 )
 
@@ -30,21 +31,15 @@ PAUSE_AT_S, RESUME_AT_S = 9, 13  # measuring seconds
 
 @pytest.fixture(scope="module")
 def nats_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("nats-metrics") / "run"
-    res = run_cli(["run", "nats", "--headless", "--rate", str(RATE), "--warmup", "2",
-                   "--duration", "16", "--out", str(run_dir),
-                   "--at", f"{PAUSE_AT_S}s:pause=nats", "--at", f"{RESUME_AT_S}s:resume=nats"],
-                  timeout_s=240)
-    assert res.returncode == 0, res.stderr
-    return run_dir
+    return paused_run(tmp_path_factory, "nats", "nats", PAUSE_AT_S, RESUME_AT_S, RATE,
+                      duration_s=16)
 
 
 def test_every_declared_metric_read_and_named(nats_run: Path) -> None:
     ticks = by_tick(nats_run)
     measuring = [v for v, stale, phase in ticks.values() if phase == "measuring" and not stale]
     assert measuring and all(set(v) == {m.name for m in METRICS} for v in measuring)
-    target = run_json(nats_run)["targets"][0]
-    assert target["broker_metrics"]["source"] == "/varz and /jsz"
+    assert_named(nats_run, METRICS, "/varz and /jsz")
 
 
 def test_values_follow_the_load(nats_run: Path) -> None:
@@ -85,6 +80,4 @@ def test_values_follow_the_load(nats_run: Path) -> None:
 
 
 def test_a_paused_servers_metrics_are_stale(nats_run: Path) -> None:
-    """Ticks cut while the server is paused are stale with the last values read; the server
-    answers again after it is resumed."""
-    check_stale_while_paused(nats_run)
+    assert_stale_while_paused(nats_run)

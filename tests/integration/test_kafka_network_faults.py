@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -229,11 +230,31 @@ def _isr_shrank(brokers: _Brokers, cut: int) -> list[int]:
     return shrunk[0]
 
 
+def _metrics_while_cut(run_dir: Path, brokers: _Brokers) -> dict[str, float]:
+    """The broker metrics read (fresh) from the cut to the heal: the most any broker showed of
+    each, and the ISR shrinks counted over the window, all brokers together."""
+    (cut,) = [e.time.timestamp() for e in brokers.events if e.kind == "net-partition"]
+    healed = min(e.time.timestamp() for e in brokers.events if e.kind == "net-heal")
+    rows = [r for r in pq.read_table(run_dir / "broker_metrics").to_pylist()
+            if cut < r["time"].timestamp() <= healed + 1 and not r["stale"]]
+    most: dict[str, float] = {}
+    for r in rows:
+        most[r["name"]] = max(most.get(r["name"], 0.0), r["value"])
+    most["isr_shrinks"] = sum(r["value"] for r in rows if r["name"] == "isr_shrinks_per_second")
+    return most
+
+
 def test_acks_all_leader_cut_from_its_peers_loses_nothing(tmp_path: Path, toxiproxy: Path,
                                                           nothing_left_running: None) -> None:  # noqa: F811
     _summary, brokers, audit = _drill(tmp_path, "acks=all,topic.min.insync.replicas=2")
     cut = _cut_broker(brokers)
     isr = _isr_shrank(brokers, cut)
+    # the brokers' own view of it, read through their JMX exporters (not the proxies): the new
+    # leader counts the partition under-replicated while the old one is cut off
+    seen = _metrics_while_cut(tmp_path / "run", brokers)
+    print(f"acks=all: broker metrics while cut: under-replicated partitions at most "
+          f"{seen.get('under_replicated_partitions')}, ISR shrinks {seen['isr_shrinks']:.2f}")
+    assert seen.get("under_replicated_partitions", 0) >= 1, seen
     assert audit["lost"] == 0, audit
     assert audit["acknowledged"] > 0.9 * 500 * 32  # the rate, over warm-up and measuring
     _held_to_the_log(brokers, audit)

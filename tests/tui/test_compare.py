@@ -4,17 +4,25 @@ snapshots at 80×24 and 120×40."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 from textual.pilot import Pilot
 
+from loadgen.core.ticks import BrokerMetricValues
 from tests.tui.recorded import LABELS, recorded_tick
 from tests.tui.screen import screen_lines, wait_until
 from tests.tui.test_snapshot import SIZES, feed_recorded, live_app
 from tui.charts import OVERLAP, overlay_chart
-from tui.compare import CompareScreen, glyph
-from tui.history import METRICS
+from tui.compare import (
+    CompareScreen,
+    broker_metric_lines,
+    glyph,
+    shared_broker_metrics,
+    target_metric,
+)
+from tui.history import METRICS, TargetHistory
 
 
 def test_each_series_has_its_glyph_at_its_level() -> None:
@@ -68,3 +76,35 @@ def test_compare_view(snap_compare, size: tuple[int, int]) -> None:
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+def _history(label: str, values: dict[str, dict[str, float]]) -> TargetHistory:
+    tick = dataclasses.replace(recorded_tick(LABELS[0], 12), target=label,
+                               broker_metrics=BrokerMetricValues(values, (), ""))
+    history = TargetHistory(label)
+    history.add(tick)
+    return history
+
+
+def test_the_broker_metrics_both_sides_have_side_by_side() -> None:
+    """A NATS target beside a Pulsar one: only the names both declare (the messages in per
+    second, the messages delivered and not acknowledged), each side's figure in the targets'
+    order; a target of several brokers sums a rate and takes the worst latency; a target
+    without broker metrics leaves the table out."""
+    nats = _history("nats", {"nats": {"in_messages_per_second": 2000.0,
+                                      "ack_pending_messages": 12.0, "pending_messages": 3.0}})
+    pulsar = _history("pulsar", {"a": {"in_messages_per_second": 600.0, "ack_pending_messages": 4.0,
+                                       "storage_write_latency_seconds": 0.002},
+                                 "b": {"in_messages_per_second": 400.0, "ack_pending_messages": 1.0,
+                                       "storage_write_latency_seconds": 0.005}})
+    shared = shared_broker_metrics([nats, pulsar])
+    assert shared == [("ack_pending_messages", [12.0, 5.0]),
+                      ("in_messages_per_second", [2000.0, 1000.0])]
+    assert target_metric([0.002, 0.005], "seconds") == 0.005
+    assert broker_metric_lines(shared, 80, 2) == [
+        f"ack_pending_messages {glyph(0)} 12 {glyph(1)} 5 │ "
+        f"in_messages_per_second {glyph(0)} 2,000/s {glyph(1)} 1,000/s"]
+    lines = broker_metric_lines(shared, 40, 1)
+    assert len(lines) == 1 and lines[0].endswith("… 1 more (detail: Enter)"), lines
+    assert shared_broker_metrics([nats, _history("plain", {})]) == []
+    assert shared_broker_metrics([nats]) == []

@@ -96,3 +96,61 @@ def test_the_table_round_trips_through_the_sink_and_the_replay(tmp_path: Path) -
         fresh.values, fresh.values, None]
     assert [t.broker_metrics.stale if t.broker_metrics else None for t in ticks] == [
         (), ("b-2",), None]
+
+
+# the broker's own text, as Pulsar 4.0.8's standalone wrote it (a partition of the run's topic
+# and a topic of the broker's own; one bucket of each family shown in full)
+_T = 'cluster="standalone",namespace="public/default",topic="persistent://public/default/'
+PULSAR_TEXT = "\n".join([
+    "# TYPE pulsar_rate_in gauge",
+    f'pulsar_rate_in{{{_T}run-0-partition-0"}} 999.734',
+    f'pulsar_rate_in{{{_T}run-0-partition-1"}} 0.266',
+    f'pulsar_rate_in{{{_T}__change_events"}} 5.0',
+    f'pulsar_rate_out{{{_T}run-0-partition-0"}} 999.051',
+    f'pulsar_msg_backlog{{{_T}run-0-partition-0"}} 47',
+    f'pulsar_subscription_unacked_messages{{{_T}run-0-partition-0",subscription="s"}} 83',
+    *(f'pulsar_storage_write_latency_{b}{{{_T}run-0-partition-0"}} {n}' for b, n in (
+        ("le_0_5", 283), ("le_1", 255), ("le_5", 25912), ("le_10", 639), ("le_20", 268),
+        ("le_50", 115), ("le_100", 17), ("le_200", 4), ("le_1000", 0), ("overflow", 0))),
+    f'pulsar_storage_write_latency_sum{{{_T}run-0-partition-0"}} 54435657',
+    f'pulsar_storage_write_latency_count{{{_T}run-0-partition-0"}} 27493',
+    f'pulsar_storage_ledger_write_latency_sum{{{_T}run-0-partition-0"}} 0',
+    f'pulsar_storage_ledger_write_latency_count{{{_T}run-0-partition-0"}} 0',
+    f'pulsar_storage_write_latency_sum{{{_T}__change_events"}} 9e9',
+    f'pulsar_storage_write_latency_count{{{_T}__change_events"}} 1',
+])
+
+
+def test_pulsars_metrics_from_its_text() -> None:
+    """The run's partitions summed, the broker's own topic left out; the latency's mean from
+    its sum (µs) over its count, its p99 the upper edge of the bucket where 99 % of the counts
+    are reached (283 + 255 + 25,912 + 639 + 268 = 27,357 ≥ 0.99 × 27,493: the 20 ms bucket);
+    a latency of a period without writes (count 0) left out, not 0."""
+    from collectors.pulsar import pulsar_metrics
+
+    found = pulsar_metrics(PULSAR_TEXT, ("persistent://public/default/run-0-partition-",))
+    assert found == pytest.approx({
+        "in_messages_per_second": 1000.0, "out_messages_per_second": 999.051,
+        "backlog_messages": 47.0, "ack_pending_messages": 83.0,
+        "storage_write_latency_seconds": 54435657 / 27493 / 1e6,
+        "storage_write_latency_p99_seconds": 0.020})
+
+
+def test_rabbitmqs_metrics_from_its_replies() -> None:
+    """Rates from the publishers' counters over the seconds between reads; confirms
+    outstanding; a node that has not gathered its figures yet (its reply `[[]]`, read as no
+    rows, as early in a run) gives no memory, disk or alarm figure rather than zeros."""
+    from collectors.rabbitmq import RabbitMetrics
+
+    c = RabbitMetrics("http://127.0.0.1:1", "guest", "guest")
+    publishers = [{"published": 1000, "confirmed": 990}, {"published": 500, "confirmed": 500}]
+    c.metrics(publishers, [], [], [], 10.0)
+    later = [{"published": 3000, "confirmed": 2990}, {"published": 2500, "confirmed": 2480}]
+    nodes = [{"mem_used": 150e6, "disk_free": 60e9, "mem_alarm": False, "disk_free_alarm": True}]
+    found = c.metrics(later, [{"offset_lag": 3}, {"offset_lag": 4}], [{"name": "a"}] * 4,
+                      nodes, 12.0)
+    assert found == {"published_per_second": 2000.0, "confirmed_per_second": 1990.0,
+                     "unconfirmed_messages": 30.0, "consumer_offset_lag_messages": 7.0,
+                     "connected_clients": 4.0, "used_memory_bytes": 150e6,
+                     "disk_free_bytes": 60e9, "resource_alarms": 1.0}
+    assert "used_memory_bytes" not in c.metrics(later, [], [], [], 13.0)
