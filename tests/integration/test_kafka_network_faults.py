@@ -23,7 +23,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient
+from aiokafka.protocol.metadata import MetadataRequest
 
 from analysis.sink import ParquetSink
 from compose.toxiproxy import toxiproxy_program
@@ -47,21 +48,26 @@ POLL_S = 0.5
 
 
 async def _isr(bootstrap: str, topic: str, stop: threading.Event,
-               seen: list[tuple[float, int, list[int]]]) -> None:
-    """(time, leader, in-sync replicas) of the topic's partition, every POLL_S until stop."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
-    await admin.start()
+               seen: list[tuple[float, int, int, list[int]]]) -> None:
+    """(time, the broker asked, leader, in-sync replicas) of the topic's partition as each
+    broker's metadata says, every POLL_S until stop. Each broker is asked on its own: a broker
+    cut from the controller keeps answering from the metadata it had before the cut."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
+    await client.bootstrap()
     try:
+        nodes = sorted(b.nodeId for b in client.cluster.brokers())
         while not stop.is_set():
-            try:
-                (described,) = await asyncio.wait_for(admin.describe_topics([topic]), 3)
-                for p in described["partitions"]:
-                    seen.append((time.time(), p["leader"], sorted(p["isr"])))
-            except Exception:  # a metadata request cut short: asked again
-                pass
+            for node in nodes:
+                try:
+                    answer = await asyncio.wait_for(client.send(node, MetadataRequest([topic])), 3)
+                    for t in answer.to_object()["topics"]:
+                        for p in t["partitions"]:
+                            seen.append((time.time(), node, p["leader"], sorted(p["isr"])))
+                except Exception:  # a metadata request cut short: asked again
+                    pass
             await asyncio.sleep(POLL_S)
     finally:
-        await admin.close()
+        await client.close()
 
 
 async def _dump(bootstrap: str, topic: str) -> tuple[int, list[tuple[int, int]]]:
@@ -90,7 +96,7 @@ class _Brokers:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.events: list[RunEvent] = []
-        self.isr: list[tuple[float, int, list[int]]] = []
+        self.isr: list[tuple[float, int, int, list[int]]] = []
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
         self.end = -1
@@ -223,9 +229,10 @@ def _held_to_the_log(brokers: _Brokers, audit: dict[str, Any]) -> None:
 
 
 def _isr_shrank(brokers: _Brokers, cut: int) -> list[int]:
-    """While the fault was on, the metadata showed the partition's ISR without the cut-off
-    leader, another broker leading it."""
-    shrunk = [isr for _t, leader, isr in brokers.isr if cut not in isr and leader not in (cut, -1)]
+    """While the fault was on, the metadata of the brokers still with the controller showed
+    the partition's ISR without the cut-off leader, another broker leading it."""
+    shrunk = [isr for _t, asked, leader, isr in brokers.isr
+              if asked != cut and cut not in isr and leader not in (cut, -1)]
     assert shrunk, brokers.isr
     return shrunk[0]
 
@@ -233,8 +240,8 @@ def _isr_shrank(brokers: _Brokers, cut: int) -> list[int]:
 def _metrics_while_cut(run_dir: Path, brokers: _Brokers) -> dict[str, float]:
     """The broker metrics read (fresh) from the cut to the heal: the most any broker showed of
     each, and the ISR shrinks counted over the window, all brokers together."""
-    (cut,) = [e.time.timestamp() for e in brokers.events if e.kind == "net-partition"]
-    healed = min(e.time.timestamp() for e in brokers.events if e.kind == "net-heal")
+    (cut,) = [e.time_ns / 1e9 for e in brokers.events if e.kind == "net-partition"]
+    healed = min(e.time_ns / 1e9 for e in brokers.events if e.kind == "net-heal")
     rows = [r for r in pq.read_table(run_dir / "broker_metrics").to_pylist()
             if cut < r["time"].timestamp() <= healed + 1 and not r["stale"]]
     most: dict[str, float] = {}
