@@ -44,8 +44,18 @@ from analysis.events import (
     SegmentStart,
     assignment_rows,
     change_rows,
+    is_fault,
     segment_starts,
     split_points,
+)
+from analysis.faultwindows import (
+    WINDOW_PERCENTILES,
+    FaultWindow,
+    Tick,
+    audit_window,
+    fault_spans,
+    figures,
+    target_audit,
 )
 from analysis.labels import Key, resolve_baseline, run_marks, target_labels
 from analysis.runs import RunInfo, read_table
@@ -337,6 +347,8 @@ class ReportData:
     # "Consumer assignments": the consumers' partitions at start-up and each change, time order
     assignments: list[AssignmentRow] = field(default_factory=list)
     nodes: list[NodeRow] = field(default_factory=list)  # "Load nodes", on a Ray cluster
+    # "Fault windows": each fault's figures before, during and after it, time order
+    fault_windows: list[FaultWindow] = field(default_factory=list)
 
     def run(self, run_id: str) -> RunInfo:
         return next(r for r in self.runs if r.run_id == run_id)
@@ -955,6 +967,55 @@ def _nodes(spark: SparkSession, runs: Sequence[RunInfo], measuring: DataFrame,
     return sorted(out, key=lambda n: (order.get(n.key, len(order)), n.node))
 
 
+# -- fault windows -----------------------------------------------------------------------------
+
+
+def _fault_windows(spark: SparkSession, runs: Sequence[RunInfo], measuring: DataFrame,
+                   changes: list[ChangeRow]) -> list[FaultWindow]:
+    """Each fault's windows (analysis.faultwindows): the faulted targets' ticks collected (one
+    row a second), the e2e percentiles of each window exact from the buckets of its ticks."""
+    faulted = sorted({r.event.key for r in changes if is_fault(r.event.kind)})
+    if not faulted:
+        return []
+    wanted = [f"{k[0]}{_SEP}{k[1]}" for k in faulted]
+    ticks: dict[Key, list[Tick]] = {}
+    for r in (measuring.where(F.concat_ws(_SEP, "run_id", "target").isin(*wanted))
+              .select("run_id", "target", "seq", F.unix_micros("time").alias("end_us"),
+                      "interval_s", "produced", "consumed", "send_errors", "lag_total")
+              .collect()):
+        ticks.setdefault(_key(r), []).append(Tick(
+            int(r["seq"]), int(r["end_us"]), _num(r["interval_s"]), _int(r["produced"]),
+            _int(r["consumed"]), _int(r["send_errors"]),
+            None if r["lag_total"] is None else int(r["lag_total"])))
+    for rows in ticks.values():
+        rows.sort(key=lambda t: t.seq)
+    spans = fault_spans(changes, ticks)
+    if not spans:
+        return []
+    labels = [F.when((F.col("run_id") == row.event.run_id) & (F.col("target") == row.event.target)
+                     & F.col("seq").isin(*span.seqs), F.lit(f"{span.fault}/{span.name}"))
+              for row, parts in spans for span in parts if span.seqs]
+    pcts: dict[str, list[Any]] = {}
+    if labels:
+        buckets = (read_table(spark, runs, "latency").where(_measuring() & (F.col("kind") == "e2e"))
+                   .where(F.concat_ws(_SEP, "run_id", "target").isin(*wanted))
+                   .select(F.explode(F.array_compact(F.array(*labels))).alias("window"),
+                           F.col("value_ns").cast("double").alias("v"), "count"))
+        pcts = {str(r["window"]): r["pct"]
+                for r in _weighted_percentiles(buckets, ("window",), WINDOW_PERCENTILES)}
+    out = []
+    for row, parts in spans:
+        key = row.event.key
+        windows = []
+        for span in parts:
+            got = pcts.get(f"{span.fault}/{span.name}") or [None] * len(WINDOW_PERCENTILES)
+            windows.append(figures(span, ticks[key], {
+                p: _num(v) / 1e6 for p, v in zip(WINDOW_PERCENTILES, got, strict=True)}))
+        meta = next(r for r in runs if r.run_id == key[0]).meta
+        out.append(FaultWindow(key, row, windows, audit_window(target_audit(meta, key[1]), row)))
+    return out
+
+
 # -- the job -----------------------------------------------------------------------------------
 
 
@@ -998,6 +1059,9 @@ def compute_report(
                 periods = _periods(measuring, histograms, totals)
             finally:
                 histograms.unpersist()
+            steps.step("fault windows")
+            changes = change_rows(events, {k: totals[k].start_us for k in keys})
+            fault_windows = _fault_windows(spark, runs, measuring, changes)
             steps.step("broker metrics")
             broker_metrics = _broker_metrics(spark, runs)
             steps.step("load nodes")
@@ -1045,6 +1109,6 @@ def compute_report(
     chosen = baseline_key or keys[0]
     base = next(t for t in targets if (t.run_id, t.target) == chosen)
     measuring_start = {k: totals[k].start_us for k in keys}
-    return ReportData(runs=list(runs), targets=targets, baseline=base,
-                      changes=change_rows(events, measuring_start),
-                      assignments=assignment_rows(events, measuring_start), nodes=nodes)
+    return ReportData(runs=list(runs), targets=targets, baseline=base, changes=changes,
+                      assignments=assignment_rows(events, measuring_start), nodes=nodes,
+                      fault_windows=fault_windows)

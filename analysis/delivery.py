@@ -7,17 +7,14 @@ from typing import Any
 
 from analysis.compute import ReportData, TargetReport
 from analysis.document import Block, Section, Table
+from analysis.faultwindows import target_audit
 from loadgen.core.audit import CATEGORIES
 
 HEADERS = ["window", "acknowledged", "failed", "consumed", *CATEGORIES]
 
 
 def _audit(data: ReportData, t: TargetReport) -> dict[str, Any] | None:
-    for entry in data.run(t.run_id).meta.get("totals") or []:
-        if isinstance(entry, dict) and str(entry.get("label")) == t.target:
-            audit = entry.get("audit")
-            return audit if isinstance(audit, dict) else None
-    return None
+    return target_audit(data.run(t.run_id).meta, t.target)
 
 
 def _row(name: str, v: dict[str, Any]) -> list[str]:

@@ -24,6 +24,7 @@ from analysis.configuration import configuration_section
 from analysis.delivery import delivery_section
 from analysis.document import Block, Chart, Document, Section, Table
 from analysis.events import AssignmentRow, ChangeRow, is_fault
+from analysis.faultwindows import WINDOW_PERCENTILES, FaultWindow, WindowFigures, verdict_text
 from analysis.labels import MARKS, ending
 from analysis.schema import LATENCY_KINDS
 from analysis.stats import Trend
@@ -333,6 +334,45 @@ def _changes_section(data: ReportData) -> Section | None:
             ),
         ],
     )
+
+
+def _window_row(fault: FaultWindow, w: WindowFigures) -> list[str]:
+    during = w.name == "during"
+    rec = fault.row.recovery
+    healthy = ("" if not during else "n/a" if rec is None
+               else _optional(fault.row.healthy_after_s, 1) if rec.recovered
+               else "not by the end of the run")
+    lag = "n/a" if w.lag_mean is None else f"{fmt(w.lag_mean, 0)} / {fmt(w.lag_max)}"
+    return [w.name, fmt(w.seconds, 0), fmt(w.produce_msg_s), fmt(w.consume_msg_s),
+            *(fmt(w.e2e_ms.get(p, float("nan"))) for p in WINDOW_PERCENTILES), lag,
+            fmt(w.send_errors), healthy, verdict_text(fault.audit) if during else ""]
+
+
+def _fault_windows_section(data: ReportData) -> Section | None:
+    if not data.fault_windows:
+        return None
+    blocks: list[Block] = [
+        "Each fault (a broker's, fault-*, or its links', net-*; those that end one, resume, "
+        "start and heal, fall within it) with the target's figures before it (from the "
+        "previous change, or the start of measuring), during it (until the target was healthy "
+        "again, as in the table above; to the end of the run when it was not) and after it "
+        "(to the next change, or the end): the produce and consume rates, the exact "
+        "end-to-end percentiles from the histogram buckets of the window's seconds, the lag "
+        "(mean / peak, in messages) and the send errors. A second belongs to the window its "
+        "middle falls in. With --audit, the delivery audit's verdict for the fault's window, "
+        "which runs from the fault to the next one (messages dated by their intended send "
+        "time; see Delivery)."]
+    headers = ["window", "seconds", "produce (msg/s)", "consume (msg/s)",
+               *(f"e2e {percentile_name(p)} (ms)" for p in WINDOW_PERCENTILES),
+               "lag mean / peak", "send errors", "healthy again after (s)", "delivery audit"]
+    for fault in data.fault_windows:
+        target = next((t.heading for t in data.targets
+                       if (t.run_id, t.target) == fault.key), fault.key[1])
+        blocks.append(f"{target}: {fault.row.event.kind} at {fmt(fault.row.at_s, 1)} s "
+                      f"({fault.row.event.detail}):")
+        blocks.append(Table(headers, [_window_row(fault, w) for w in fault.windows],
+                            text_columns=1))
+    return Section("Fault windows", blocks)
 
 
 def _assignment_target(data: ReportData, row: AssignmentRow) -> str:
@@ -770,7 +810,8 @@ def build_document(data: ReportData) -> Document:
         _runs_section(data),
         *(s for s in (configuration_section(data),) if s is not None),
         _comparison_section(data),
-        *(s for s in (_changes_section(data), delivery_section(data), _assignments_section(data),
+        *(s for s in (_changes_section(data), _fault_windows_section(data),
+                      delivery_section(data), _assignments_section(data),
                       _segments_section(data), _nodes_section(data))
           if s is not None),
         _throughput_section(data),

@@ -176,7 +176,9 @@ class RabbitTelemetry(Collector):
         for path, fields in (("/api/stream/connections", ("recv_oct", "send_oct")),
                              ("/api/stream/publishers", ("published", "confirmed", "errored")),
                              ("/api/stream/consumers", ("consumed",))):
-            rows = self._api(f"{path}?columns={','.join(fields)}")
+            # a connection closing while it is listed can show as an empty list, not an object
+            rows = [row for row in self._api(f"{path}?columns={','.join(fields)}")
+                    if isinstance(row, dict)]
             for field in fields:
                 totals[field] = float(sum(row.get(field, 0) or 0 for row in rows))
         return totals

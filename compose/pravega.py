@@ -120,9 +120,14 @@ async def standalone_jars(progress: Progress, label: str) -> list[Path]:
     return [j for j in jars if not j.name.startswith(_LEFT_OUT)]
 
 
-def standalone_settings(zk_port: int, controller_port: int, segment_store_port: int) -> dict[str, str]:
+def standalone_settings(zk_port: int, controller_port: int, segment_store_port: int,
+                        published: str | None = None) -> dict[str, str]:
     """What streambench writes into the emulator's config file: its own `singlenode.*` keys,
-    and the segment store's `pravegaservice.*` keys."""
+    and the segment store's `pravegaservice.*` keys. The segment store publishes its own
+    listener, or `published` (HOST:PORT of a proxy in front of it, for network faults): the
+    controller hands that address to the clients (and uses it itself)."""
+    host, port = (published.rsplit(":", 1) if published
+                  else ("127.0.0.1", str(segment_store_port)))
     return {
         "singlenode.zk.port": str(zk_port),
         "singlenode.controller.rpc.port": str(controller_port),
@@ -131,9 +136,9 @@ def standalone_settings(zk_port: int, controller_port: int, segment_store_port: 
         "singlenode.admin.gateway.enable": "false",
         "singlenode.metrics.enable": "false",
         "pravegaservice.service.listener.port": str(segment_store_port),
-        "pravegaservice.service.published.port": str(segment_store_port),
+        "pravegaservice.service.published.port": port,
         "pravegaservice.service.listener.host.nameOrIp": "127.0.0.1",
-        "pravegaservice.service.published.host.nameOrIp": "127.0.0.1",
+        "pravegaservice.service.published.host.nameOrIp": host,
         "pravegaservice.admin.gateway.enable": "false",
         "pravegaservice.rest.listener.enable": "false",
     }
@@ -146,11 +151,12 @@ def _escaped(text_: str) -> str:
 
 
 def standalone_properties(zk_port: int, controller_port: int, segment_store_port: int,
-                          broker: dict[str, str] | None = None) -> str:
+                          broker: dict[str, str] | None = None, published: str | None = None) -> str:
     """The emulator's config file: streambench's settings, then the target's `broker.` ones.
     The emulator reads its `singlenode.*` keys from it, the segment store its components' keys
     (`pravegaservice.*`, `writer.*`, …) over its built-in settings."""
-    settings = {**standalone_settings(zk_port, controller_port, segment_store_port), **(broker or {})}
+    settings = {**standalone_settings(zk_port, controller_port, segment_store_port, published),
+                **(broker or {})}
     return "".join(f"{key}={_escaped(value)}\n" for key, value in settings.items())
 
 
@@ -219,8 +225,9 @@ class PravegaLocalStack(Stack):
         for _attempt in range(3):
             port, ss_port, zk_port = self._pick_ports()
             props = self._dir / "standalone.properties"
-            props.write_text(standalone_properties(zk_port, port, ss_port, self._broker))
-            self._written = {**standalone_settings(zk_port, port, ss_port), **self._broker}
+            published = self.context.advertised.get(SEGMENT_STORE_ENDPOINT)
+            props.write_text(standalone_properties(zk_port, port, ss_port, self._broker, published))
+            self._written = {**standalone_settings(zk_port, port, ss_port, published), **self._broker}
             log = self._dir / "pravega.out"
             node = self._node = LocalNode(self.NODE, self._argv(java, jars, props), log, cwd=self._dir)
             node.start()  # from the event loop's (main) thread: the death signal is tied to it

@@ -57,6 +57,9 @@ ADMIN_ENDPOINT = "pulsar-admin"
 JAVA_MIN = 17
 CLUSTER = "standalone"
 STOCK_NAMESPACE = "public/default"  # what a standalone creates
+# the advertised listener a client names to be handed the proxy in front of the standalone
+# (network faults; StackDescription.config["client_listener"])
+CLIENT_LISTENER = "clients"
 DEFAULT_SERVICE_PORT = 6650
 DEFAULT_ADMIN_PORT = 8080
 START_TIMEOUT_S = 240.0
@@ -388,6 +391,7 @@ class PulsarLocalStack(Stack):
             # a second's, so the broker metrics follow the ticks (Pulsar's default is a minute)
             **STATS_EVERY_SECOND,
         }
+        overrides.update(_listeners(port, self.context.advertised.get("pulsar")))
         # `broker.` settings of the target (its profile, its config file, its own) over these
         overrides.update({k: text(v) for k, v in settings_of(self._target, "broker").items()})
         self._written = overrides
@@ -519,7 +523,9 @@ class PulsarLocalStack(Stack):
 
     def describe(self) -> StackDescription:
         config = {**self._config.describe(), "journalSyncData": "true" if self._fsync else "false",
-                  "heap": self._heap, "data_dir": str(self._dir)}
+                  "heap": self._heap, "data_dir": str(self._dir),
+                  **({"client_listener": CLIENT_LISTENER} if "pulsar" in self.context.advertised
+                     else {})}
         node = self._node
         return StackDescription(
             runtime="local",
@@ -529,6 +535,19 @@ class PulsarLocalStack(Stack):
             config=config,
             broker_settings=dict(self._written),
         )
+
+
+def _listeners(port: int, proxy: str | None) -> dict[str, str]:
+    """With a proxy in front of the standalone's clients (network faults): two advertised
+    listeners, the broker's own for itself (its internal client, bundle ownership) and the
+    proxy's, which the clients name in their lookups (CLIENT_LISTENER). Pulsar binds only
+    brokerServicePort, and refuses advertisedAddress beside advertisedListeners."""
+    if proxy is None:
+        return {}
+    return {"advertisedAddress": "",
+            "advertisedListeners": f"internal:pulsar://127.0.0.1:{port},"
+                                   f"{CLIENT_LISTENER}:pulsar://{proxy}",
+            "internalListenerName": "internal"}
 
 
 def _last_error(log: Path) -> str:

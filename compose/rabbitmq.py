@@ -98,15 +98,17 @@ async def hello(host: str, port: int, user: str, password: str, timeout_s: float
 ENABLED_PLUGINS = f"[{','.join(PLUGINS)}].\n"
 
 
-def node_settings(ports: dict[str, int]) -> dict[str, str]:
+def node_settings(ports: dict[str, int], advertised: str | None = None) -> dict[str, str]:
     """What streambench writes into the rabbitmq.conf of a node it starts: every listener on
-    loopback, on its port."""
+    loopback, on its port; the stream listener advertised as itself, or as `advertised`
+    (HOST:PORT of a proxy in front of it, for network faults)."""
+    host, port = split_host_port(advertised, 0) if advertised else ("127.0.0.1", ports["stream"])
     return {
         "listeners.tcp.1": f"127.0.0.1:{ports['amqp']}",
         "stream.listeners.tcp.1": f"127.0.0.1:{ports['stream']}",
         # what the stream protocol's metadata tells clients to connect to
-        "stream.advertised_host": "127.0.0.1",
-        "stream.advertised_port": str(ports["stream"]),
+        "stream.advertised_host": host,
+        "stream.advertised_port": str(port),
         "management.tcp.ip": "127.0.0.1",
         "management.tcp.port": str(ports["management"]),
         # per-second figures for the telemetry (default: every 5 s)
@@ -116,10 +118,11 @@ def node_settings(ports: dict[str, int]) -> dict[str, str]:
     }
 
 
-def node_config(ports: dict[str, int], broker: dict[str, str] | None = None) -> str:
+def node_config(ports: dict[str, int], broker: dict[str, str] | None = None,
+                advertised: str | None = None) -> str:
     """rabbitmq.conf of a node streambench starts: its own settings, then the target's
     `broker.` settings (a key given there replaces streambench's line)."""
-    settings = {**node_settings(ports), **(broker or {})}
+    settings = {**node_settings(ports, advertised), **(broker or {})}
     return "".join(f"{key} = {value}\n" for key, value in settings.items())
 
 
@@ -272,7 +275,8 @@ class RabbitLocalStack(OneNodeLocalStack):
     # -- the node's files ------------------------------------------------------------------
 
     def _write_files(self, root: Path) -> None:
-        (root / "rabbitmq.conf").write_text(node_config(self._ports, self._broker))
+        (root / "rabbitmq.conf").write_text(node_config(self._ports, self._broker,
+                                                        self.context.advertised.get("stream")))
         (root / "enabled_plugins").write_text(ENABLED_PLUGINS)
         (root / "rabbitmq-env.conf").write_text("")  # the machine's /etc one is not read
         home = root / "home"
@@ -416,7 +420,8 @@ class RabbitLocalStack(OneNodeLocalStack):
             version=self._version,
             config={"node": self._node_name, "data_dir": str(self._dir),
                     "epmd_port": str(p.get("epmd", 0)), "plugins": ",".join(PLUGINS)},
-            broker_settings={**node_settings(p), **self._broker} if p else dict(self._broker),
+            broker_settings=({**node_settings(p, self.context.advertised.get("stream")),
+                              **self._broker} if p else dict(self._broker)),
         )
 
 

@@ -37,6 +37,9 @@ HOST = "127.0.0.1"
 START_TIMEOUT_S = 10.0
 API_TIMEOUT_S = 5.0
 START_TRIES = 3  # the API's free port can be taken before the server binds it
+# where a reserved proxy forwards until it is routed: a port nothing listens on (no client is
+# given the proxy's address before the broker is up)
+UNROUTED = "127.0.0.1:1"
 
 
 async def toxiproxy_program(progress: Progress) -> Path:
@@ -51,6 +54,14 @@ class Link:
     name: str  # the endpoint's key in the stack description: "redis"
     listen: str
     upstream: str
+
+
+def split_endpoint(endpoint: str) -> tuple[str, str]:
+    """An endpoint of a stack description as (its scheme with `://`, or "", and HOST:PORT):
+    `pulsar://127.0.0.1:6650` → ("pulsar://", "127.0.0.1:6650"); `127.0.0.1:6379` → ("",
+    "127.0.0.1:6379"). A proxy forwards HOST:PORT; the clients get the scheme back in front."""
+    scheme, sep, rest = endpoint.partition("://")
+    return (f"{scheme}{sep}", rest.rstrip("/")) if sep else ("", endpoint)
 
 
 API_URL = re.compile(r"http://([^/:\s\[\]]+|\[[0-9a-fA-F:]+\]):(\d{1,5})/?")
@@ -99,7 +110,8 @@ class Toxiproxy:
         except OSError as exc:
             raise StackError(f"{label}: no Toxiproxy answers at {api}: {exc}") from None
         for address in endpoints.values():
-            found = [p for p in (listed or {}).values() if _same_listener(str(p["listen"]), address)]
+            found = [p for p in (listed or {}).values()
+                     if _same_listener(str(p["listen"]), split_endpoint(address)[1])]
             if not found:
                 raise StackError(f"{label}: none of the proxies of the Toxiproxy at {api} listens "
                                  f"at {address}, the target's address")
@@ -143,6 +155,18 @@ class Toxiproxy:
                                                      "upstream": upstream, "enabled": True})
         link = Link(name, str(made["listen"]), upstream)
         self.links[name] = link
+        return link
+
+    async def reserve(self, name: str) -> Link:
+        """A proxy on a free loopback port that forwards nowhere yet, for a broker that must be
+        told the proxy's address before it starts (it advertises it to clients); route() gives
+        it the broker's once the broker is up."""
+        return await self.proxy(name, UNROUTED)
+
+    async def route(self, name: str, upstream: str) -> Link:
+        """The reserved proxy `name` forwards to `upstream` from now on (on the same port)."""
+        made = await self._call("POST", f"/proxies/{name}", {"upstream": upstream})
+        link = self.links[name] = Link(name, str(made["listen"]), upstream)
         return link
 
     async def apply(self, item: Intervention, only: Sequence[str] | None = None,

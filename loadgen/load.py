@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from compose.toxiproxy import VERSION, Toxiproxy
+from compose.toxiproxy import VERSION, Toxiproxy, split_endpoint
 from loadgen.core.acklog import AckLog
 from loadgen.core.audit import SEQ_STEP, STAMP_BASE, AuditLedger, ProducerRecord
 from loadgen.core.bus import BusItem
@@ -269,7 +269,9 @@ class TargetLoad:
         """The first process: bring the stack up, create the topics, start the collectors,
         then its share of consumers and producers."""
         self.stack = self.platform.make_stack(self.target)
-        self.stack.attach(StackContext(self.run_id, self.index, self._stack_event, self._log_dir))
+        advertised = await self._proxies_ahead(progress)
+        self.stack.attach(StackContext(self.run_id, self.index, self._stack_event, self._log_dir,
+                                       advertised))
         await self.stack.up(progress)
         progress(f"{self.label}: waiting for the broker to answer")
         await self.stack.ready(float(os.environ.get(READY_TIMEOUT_ENV) or READY_TIMEOUT_S), progress)
@@ -293,9 +295,21 @@ class TargetLoad:
         await self._start_clients()
         progress(f"{self.label}: ready ({self.desc.runtime}, {self.desc.version or 'version unknown'})")
 
+    async def _proxies_ahead(self, progress: Callable[[str], None]) -> dict[str, str]:
+        """With network faults asked for on a stack streambench starts: the Toxiproxy and one
+        proxy per proxied endpoint, before the brokers, since some brokers must be told the
+        proxy's address to hand it to their clients; returns those (endpoint key → the proxy's
+        HOST:PORT) for the stack (StackContext.advertised)."""
+        if self.target.options.get(PROXIED_OPTION) is not True or not self.platform.proxied_endpoints:
+            return {}  # not asked for, or a stack that proxies its own links (Kafka)
+        self._toxiproxy = Toxiproxy(self.label)
+        await self._toxiproxy.start(progress)
+        links = {key: await self._toxiproxy.reserve(key) for key in self.platform.proxied_endpoints}
+        return {key: links[key].listen for key in self.platform.advertised_endpoints}
+
     async def _proxied(self, desc: StackDescription, progress: Callable[[str], None]) -> StackDescription:
-        """With network faults asked for, a Toxiproxy in front of each of the platform's
-        proxied endpoints, and the description the clients get: the proxies' addresses. An
+        """With network faults asked for, the proxies made before the stack forward to its
+        proxied endpoints, and the description the clients get has the proxies' addresses. An
         existing cluster's address is already the user's proxy (--network-faults=URL)."""
         proxied = self.target.options.get(PROXIED_OPTION)
         if not proxied:
@@ -306,12 +320,12 @@ class TargetLoad:
             self._toxiproxy = await Toxiproxy.attach(self.label, proxied, {
                 key: desc.endpoints[key] for key in self.platform.proxied_endpoints})
             return desc
-        self._toxiproxy = Toxiproxy(self.label)
-        await self._toxiproxy.start(progress)
+        assert self._toxiproxy is not None
         endpoints = dict(desc.endpoints)
         for key in self.platform.proxied_endpoints:
-            link = await self._toxiproxy.proxy(key, desc.endpoints[key])
-            endpoints[key] = link.listen
+            scheme, address = split_endpoint(desc.endpoints[key])
+            link = await self._toxiproxy.route(key, address)
+            endpoints[key] = scheme + link.listen
         links = "; ".join(f"{k} {v}" for k, v in self._toxiproxy.describe().items())
         progress(f"{self.label}: clients through Toxiproxy {VERSION}: {links}")
         return dataclasses.replace(desc, endpoints=endpoints)

@@ -84,6 +84,12 @@ class Platform:
     # are asked for (Kafka: the brokers advertise their proxies, and their links to each other
     # are proxied too), so that a fault can name one broker and one side of it
     stack_proxies: tuple[str, ...] = ()
+    # of those, the ones whose address the brokers themselves hand to clients (a lookup, a
+    # metadata reply): their proxies are made before the stack starts, and the stack tells
+    # clients the proxy's address (StackContext.advertised)
+    advertised_endpoints: tuple[str, ...] = ()
+    # the runtimes whose stacks can stand a proxy in front of those links; None: every runtime
+    proxied_runtimes: tuple[str, ...] | None = None
     # the runtimes that take the platform's broker settings (`broker.`, `conf.`); the others
     # refuse them in one line
     broker_settings_runtimes: tuple[str, ...] = ("local",)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,9 @@ class StackContext:
     index: int = 0
     events: StackEvents = _no_events
     log_dir: Path | None = None  # where the brokers' logs are kept when the stack goes down
+    # endpoint key → HOST:PORT its brokers tell their clients to connect to instead of their own
+    # listener (the proxy in front of it, for network faults: Platform.advertised_endpoints)
+    advertised: dict[str, str] = field(default_factory=dict)
 
 
 class Stack(ABC):

@@ -59,7 +59,7 @@ import re
 import struct
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from collectors.resources import resource_collectors
@@ -68,6 +68,7 @@ from compose.java import parse_heap
 from compose.pravega import (
     CONTROLLER_ENDPOINT,
     PRAVEGA_VERSION,
+    SEGMENT_STORE_ENDPOINT,
     PravegaDockerStack,
     PravegaExternalStack,
     PravegaLocalStack,
@@ -386,10 +387,14 @@ class PravegaProducer(Producer):
 class PravegaConsumer(Consumer):
     """A reader in the client process, which sends what it reads as it reads it."""
 
-    def __init__(self, host: ClientHost, rid: int, liveness: Liveness) -> None:
+    def __init__(self, host: ClientHost, rid: int, liveness: Liveness,
+                 on_lost: Callable[[], None] = lambda: None) -> None:
         self._host = host
         self._rid = rid
         self._liveness = liveness
+        # its connection lost: the driver's note that the group's next reader takes it offline
+        # (the broker may still be there, beyond a network partition)
+        self._on_lost = on_lost
         self._inbox: deque[Any] = deque()
         self._arrived = asyncio.Event()
         self._heard = time.monotonic()  # the last batch (or error) from the reader
@@ -411,6 +416,7 @@ class PravegaConsumer(Consumer):
             why = "" if probe.cancelled() or probe.exception() is not None else probe.result()
             if why:
                 self._lost = self._liveness.lost(why)
+                self._on_lost()
                 raise self._lost
             self._heard = time.monotonic()  # it answers: ask again after as long
         elif probe is None and time.monotonic() - self._heard >= LIVENESS_AFTER_S:
@@ -429,6 +435,7 @@ class PravegaConsumer(Consumer):
         item = self._inbox.popleft()
         if isinstance(item, str):
             if item == self._host.gone:  # the client process ended
+                self._on_lost()
                 raise ConnectionError(item)
             raise DriverError(item)
         self._host.tell("take", self._rid)  # its slice may be released now
@@ -459,6 +466,8 @@ class PravegaDriver(Driver):
         self._groups: dict[str, list[str]] = {}
         self._ids = itertools.count()
         self._liveness = Liveness(controller)
+        # reader group → its readers closed after their connection was lost (PravegaConsumer)
+        self._stale: dict[str, set[str]] = {}
 
     async def connect(self) -> None:
         why = await controller_answers(self._controller)
@@ -540,13 +549,16 @@ class PravegaDriver(Driver):
         rid = next(self._ids)
         name = f"{subscription}-{index}-{os.getpid()}-{rid}"
         host = await self._own_host()
+        stale = self._stale.setdefault(group, set())
+        offline = tuple(sorted(stale))
         try:
             await host.call("reader", rid, self._scope, topic, self._partitions.get(topic, 1), group,
-                            name, track_ids)
+                            name, track_ids, offline)
         except (DriverError, TimeoutError) as exc:
             await host.close(grace_s=0.5)
             raise DriverError(f"cannot join reader group {group} of {self._scope}/{topic}: {exc}") from None
-        return PravegaConsumer(host, rid, self._liveness)
+        stale.difference_update(offline)
+        return PravegaConsumer(host, rid, self._liveness, lambda: stale.add(name))
 
     async def close(self) -> None:
         self._liveness.close()
@@ -718,6 +730,9 @@ PLATFORMS = [
         make_stack=_stack,
         docker_images=file_images("pravega.yml"),
         lag_per_partition=True, keyed=True,
+        # the controller, and the segment store, whose published address is the proxy's
+        proxied_endpoints=(CONTROLLER_ENDPOINT, SEGMENT_STORE_ENDPOINT),
+        advertised_endpoints=(SEGMENT_STORE_ENDPOINT,), proxied_runtimes=("local",),
         make_driver=_driver,
         make_collectors=_collectors,
         optional_client=CLIENT,

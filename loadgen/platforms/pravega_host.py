@@ -190,9 +190,15 @@ class _Host:
     # -- readers --
 
     def op_reader(self, rid: int, scope: str, stream: str, partitions: int, group: str, name: str,
-                  track: bool) -> None:
+                  track: bool, stale: tuple[str, ...] = ()) -> None:
+        """A reader joining the group; `stale`: readers of the group whose connection was lost
+        while the broker stayed up (a network partition), taken offline first so that their
+        segments come to the new one (the group keeps a reader's segments until then)."""
         self._ensure_stream(scope, stream, partitions)
         rg = self._manager.create_reader_group(group, scope, stream, False)
+        for old in stale:
+            with contextlib.suppress(Exception):  # gone already, or never joined
+                rg.reader_offline(old)
         state = _ReaderState(rg.create_reader(name), track)
         state.task = asyncio.get_running_loop().create_task(self._read_loop(rid, state))
         self._readers[rid] = state

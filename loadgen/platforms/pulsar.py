@@ -421,8 +421,11 @@ class PulsarDriver(Driver):
             # per message and wait for the GIL each time; at the default 5 ms switch interval
             # they get it a few hundred times a second while the event loop is busy
             sys.setswitchinterval(min(sys.getswitchinterval(), UNBATCHED_SWITCH_INTERVAL_S))
+        # through a proxy the standalone advertises (network faults), lookups name its listener
+        listener = self._desc.config.get("client_listener") if self._desc is not None else None
         self._client = pulsar_asyncio.Client(self._service_url, logger=_client_logger(),
                                              operation_timeout_seconds=30,
+                                             **({"listener_name": listener} if listener else {}),
                                              **client_security(self._security))
 
     def version(self) -> str:
@@ -700,6 +703,9 @@ PLATFORMS = [
         make_stack=_stack,
         docker_images=file_images("pulsar.yml"),
         lag_per_partition=True, keyed=True, settings_read_back=("broker",),
+        # the binary protocol (the admin API stays direct, for the collectors): the standalone
+        # advertises the proxy as a listener of its own that the clients' lookups name
+        proxied_endpoints=("pulsar",), advertised_endpoints=("pulsar",), proxied_runtimes=("local",),
         make_driver=_driver,
         make_collectors=_collectors,
         broker_metrics=BrokerMetrics(METRICS_SOURCE, PULSAR_METRICS, _metrics_collector),

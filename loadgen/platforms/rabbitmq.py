@@ -590,6 +590,8 @@ PLATFORMS = [
         make_stack=_stack,
         docker_images=file_images("rabbitmq.yml"),
         lag_per_partition=True, keyed=True, settings_read_back=("broker", "topic"),
+        # the stream port, which the node advertises as the proxy's (stream.advertised_*)
+        proxied_endpoints=("stream",), advertised_endpoints=("stream",), proxied_runtimes=("local",),
         make_driver=_driver,
         make_collectors=_collectors,
         broker_metrics=BrokerMetrics(METRICS_SOURCE, RABBIT_METRICS, _metrics_collector),

@@ -51,3 +51,20 @@ def test_report_of_a_real_run_with_scheduled_changes(spark, tmp_path: Path) -> N
     assert sum(table[n][0] for n in names) == audit["acknowledged"]
     assert all(table[n][0] > 0 for n in names)  # each window had messages sent in it
     assert ": clean." in delivery
+    # the pause's fault window: during it (the pause to the resume, or later, until healthy
+    # again) the messages sent wait for the resume, so its e2e p99 is the pause's length more
+    # or less, far above before's (the sends are acknowledged after the resume, within the
+    # window: its produce rate stays the run's); its audit verdict is the pause's window of
+    # the delivery table
+    windows = text[text.index("## Fault windows"):]
+    windows = windows[:windows.index("\n## ", 4)]
+    assert ": fault-pause at 8.0 s" in windows and "fault-resume at" not in windows, windows
+    rows = {cells[0]: cells for cells in
+            ([c.strip() for c in ln.strip("|").split("|")] for ln in windows.splitlines()
+             if re.match(r"\| (before|during|after) ", ln))}
+    assert list(rows) == ["before", "during", "after"], windows
+    p99 = {name: float(cells[5].replace(",", "")) for name, cells in rows.items()}
+    assert p99["during"] > max(500.0, 5 * p99["before"]), windows
+    assert float(rows["before"][2].replace(",", "")) > 1800, windows
+    paused = names[1]
+    assert rows["during"][-1] == f"clean ({table[paused][0]:,} acknowledged)", rows["during"]

@@ -330,6 +330,8 @@ def test_no_toxiproxy_left_after_streambench_is_stopped(tmp_path: Path, toxiprox
     (["kafka@127.0.0.1:1", "--network-faults=http://127.0.0.1:8474"],
      "proxied on the local runtime only, not external"),
     (["redis:runtime=local", "--at", "2s:latency=fast@redis"], "'fast' is not a delay"),
+    (["pulsar:runtime=docker", "--network-faults"], "proxied on runtime local only, not docker"),
+    (["rabbitmq@127.0.0.1:1", "--at", "2s:partition"], "proxied on runtime local only, not external"),
 ])
 def test_network_faults_refused_in_one_line(args: list[str], said: str) -> None:
     res = run_cli(["run", *args, "--headless", "--duration", "5"], timeout_s=60)

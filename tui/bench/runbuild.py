@@ -195,6 +195,11 @@ def with_network_faults(targets: Sequence[Target], workload: Workload, asked: bo
                               "can proxy yet (those that do: " + ", ".join(
                                   n for n, p in PLATFORMS.items()
                                   if p.proxied_endpoints or p.stack_proxies) + ")")
+        runtimes = platform.proxied_runtimes
+        if runtimes is not None and t.runtime not in runtimes:
+            raise TargetError(f"target {t.label}: {why}: {t.platform}'s links are proxied on "
+                              f"runtime {' or '.join(runtimes)} only, not {t.runtime} (see "
+                              "docs/network-faults.md)")
         if t.runtime == "external" and not isinstance(asked, str):
             raise TargetError(f"target {t.label}: {why}: an existing cluster's links are not "
                               "proxied by streambench; run a Toxiproxy in front of it, give the "
