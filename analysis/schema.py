@@ -14,8 +14,9 @@ import pyarrow as pa
 # 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table;
 # 4: ticks gained the audit's duplicates and reordered, e2e_below_zero, e2e_clock_bound_ns,
 # nodes_lost and the time lag (lag_seconds*, lag_drain_s); lag gained time_lag_s and leader;
-# the broker_metrics, nodes and subscriptions tables
-SCHEMA_VERSION = 4
+# the broker_metrics, nodes and subscriptions tables; 5: ticks gained nodes_late and
+# nodes_late_counted
+SCHEMA_VERSION = 5
 MIN_READER_VERSION = 1  # the oldest reader that reads what this version writes
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -111,6 +112,9 @@ TICKS = _with_meta(
         _opt("e2e_clock_bound_ns", pa.int64()),
         # load nodes of the target lost by the tick, their share missing (schema 4)
         _opt("nodes_lost", pa.int64()),
+        # load nodes whose tick was late, their share counted in a later tick (schema 5)
+        _opt("nodes_late", pa.int64()),
+        _opt("nodes_late_counted", pa.int64()),
         # the time lag (schema 4; null in older runs and where not known)
         _opt("lag_seconds", pa.float64()),
         _opt("lag_seconds_exact", pa.bool_()),  # false: the estimate, lag ÷ consume rate

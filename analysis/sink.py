@@ -509,6 +509,8 @@ class ParquetSink:
             "e2e_below_zero": t.e2e_below_zero,
             "e2e_clock_bound_ns": t.e2e_clock_bound_ns,
             "nodes_lost": t.nodes_lost,
+            "nodes_late": t.nodes_late,
+            "nodes_late_counted": t.nodes_late_counted,
             **_time_lag_columns(t),
         }
         snaps = {"e2e": t.e2e_latency, "publish": t.publish_latency, "delay": t.publish_delay}

@@ -56,6 +56,9 @@ from loadgen.placement import Placement, place
 from loadgen.timelag import TimeLagBook
 
 _CLOSE_TIMEOUT_S = 120.0
+# the most a target's tick waits for a load node's (on a cluster) once the stack's is in: a
+# slower node's share is counted in the tick its answer comes by, and marked late till then
+NODE_TICK_WAIT_S = 0.5
 ORPHAN_CLOSE_S = 2.0  # what an orphaned worker gives its clients and stack to close
 
 
@@ -451,6 +454,9 @@ class TargetWorker:
         self._shares: dict[int, Placement] = {}
         self._producers = 0
         self._time_lag = TimeLagBook()
+        # each channel's tick asked and not yet counted: (the tick's seq, the answer to come)
+        self._asked: dict[int, tuple[int, asyncio.Future[Any]]] = {}
+        self._remote = cluster is not None  # load nodes a tick does not wait for past its due
         args = (index, target, workload, run_id, record_raw, audit)
         self._procs: list[LoadChannel]
         if cluster is None:
@@ -578,14 +584,55 @@ class TargetWorker:
         count = sum(dropped_slots(d) for d in details)
         return f"{dropped[0][0]}; {count:,} {DROPPED_SLOTS}"
 
+    async def _node_ticks(self, seq: int, time_ns: int, phase: Phase,
+                          elapsed_s: float) -> tuple[list[tuple[int, Any]], int, int]:
+        """Every channel's tick, asked once: (channel, answer) of those in, in channel order;
+        the load nodes whose answer is not in after NODE_TICK_WAIT_S (late: asked again only
+        once it is in, and counted in the tick it comes in by); the late answers of earlier
+        ticks counted in this one. The first channel (the stack's) is always waited for; the
+        local placement's processes too (no deadline)."""
+        alive = self._alive()
+        for i, p in alive:
+            if i not in self._asked:
+                self._asked[i] = (seq, p.request("tick", seq, time_ns, phase, elapsed_s))
+        futures = {i: self._asked[i][1] for i, _ in alive}
+        first = futures.pop(alive[0][0])
+        wait = NODE_TICK_WAIT_S if self._remote else None
+        if futures:
+            await asyncio.wait([first, *futures.values()], timeout=wait)
+        await asyncio.wait([first])
+        out: list[tuple[int, Any]] = []
+        failed: BaseException | None = None
+        late = counted = 0
+        for i, _ in alive:
+            asked_seq, fut = self._asked[i]
+            if not fut.done():
+                late += 1
+                continue
+            del self._asked[i]
+            answer = fut.exception()
+            if isinstance(answer, NodeLost):
+                self._node_lost(i, str(answer))
+            elif answer is not None:
+                failed = failed or answer
+            else:
+                out.append((i, fut.result()))
+                counted += asked_seq != seq
+        if failed is not None:
+            raise failed
+        return out, late, counted
+
     async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
-        replies = await self._each("tick", seq, time_ns, phase, elapsed_s)
+        replies, late, counted = await self._node_ticks(seq, time_ns, phase, elapsed_s)
         for i, (_, totals) in replies:
             self._last[i] = totals
-        self._take_counts([totals for _, (_, totals) in replies])
+        self._take_counts([t for i, t in self._last.items() if i not in self._lost])
         tick = self._time_lag.resolve(_merge_ticks([t for _, (t, _) in replies]))
-        if self._lost:  # the lost nodes' share is missing: flagged, never filled in
-            tick = dataclasses.replace(tick, nodes_lost=len(self._lost))
+        if self._lost or late or counted:
+            # a lost node's share is missing from now on, a late one's from this tick (and
+            # counted in a later one): flagged, never filled in
+            tick = dataclasses.replace(tick, nodes_lost=len(self._lost), nodes_late=late,
+                                       nodes_late_counted=counted)
         self._clock_bound.check(tick)
         for detail in self._assignments.changes(tick.consumers):
             self._publish(RunEvent(time.time_ns(), self.label, "assignment", detail))
@@ -593,6 +640,9 @@ class TargetWorker:
 
     async def close(self) -> None:
         """Stop the load processes, then the first (brokers down); never raises."""
+        for _, fut in self._asked.values():  # a node still late at the end: its final counts tell
+            fut.cancel()
+        self._asked.clear()
         first, *others = self._procs
         finals = list(await asyncio.gather(*(p.close() for p in others)))
         finals.insert(0, await first.close())

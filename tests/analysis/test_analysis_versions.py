@@ -89,6 +89,6 @@ def test_run_needing_a_newer_reader_is_refused(run_b: SyntheticRun, tmp_path: Pa
 def test_run_json_says_which_reader_it_needs(run_b: SyntheticRun) -> None:
     doc = json.loads((run_b.run_dir / "run.json").read_text())
     assert (doc["schema_version"], doc["min_reader_version"]) == (SCHEMA_VERSION, MIN_READER_VERSION)
-    assert (SCHEMA_VERSION, MIN_READER_VERSION) == (4, 1)  # 2 to 4 only added columns, tables
+    assert (SCHEMA_VERSION, MIN_READER_VERSION) == (5, 1)  # 2 to 5 only added columns, tables
     meta = pq.read_schema(next((run_b.run_dir / "ticks").glob("part-*.parquet"))).metadata
     assert meta[b"streambench.min_reader_version"] == b"1"

@@ -207,3 +207,24 @@ def test_a_saturated_node_is_named_in_the_tick_and_the_warning() -> None:
     assert said.kind == "loadgen-saturated"
     assert said.detail == ("worker CPU 95% on node abcdef012345 (host-b): figures describe the "
                            "load generator, not the broker; add --nodes or lower the rate")
+
+
+def test_late_node_ticks_are_said_and_go_through_the_run_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from loadgen.status import status_line
+    from tui.detail import clock_lines
+    from tui.history import TargetHistory
+
+    sink = ParquetSink(tmp_path / "run", "r", rotate_s=60.0)
+    sink(_tick(0, nodes_late=1))
+    sink(_tick(1, nodes_late_counted=1))
+    sink(_tick(2))
+    sink.close()
+    ticks = _ticks(tmp_path / "run")
+    assert [(t.nodes_late, t.nodes_late_counted) for t in ticks] == [(1, 0), (0, 1), (0, 0)]
+    assert "| 1 node(s) late, counted in a later tick" in status_line(ticks[0])
+    assert "| 1 node(s) late before, counted here" in status_line(ticks[1])
+    assert "node(s)" not in status_line(ticks[2])
+    history = TargetHistory("redis")
+    history.add(ticks[0])
+    text = "\n".join(line.plain for line in clock_lines(history))
+    assert "load nodes at the last tick: 1 node(s) late, counted in a later tick" in text

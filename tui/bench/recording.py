@@ -291,6 +291,8 @@ def _ticks(run_dir: Path) -> list[Tick]:
             e2e_below_zero=r["e2e_below_zero"] or 0,
             e2e_clock_bound_ns=r["e2e_clock_bound_ns"] or 0,
             nodes_lost=r["nodes_lost"] or 0,
+            nodes_late=r.get("nodes_late") or 0,
+            nodes_late_counted=r.get("nodes_late_counted") or 0,
             nodes=nodes.get((target, seq), ((), ()))[0],
             clocks=nodes.get((target, seq), ((), ()))[1],
             publish_latency=snaps["publish_latency"], publish_delay=snaps["publish_delay"],
