@@ -40,7 +40,7 @@ from loadgen.core.histogram import HistogramSnapshot
 from loadgen.core.interventions import Intervention
 from loadgen.core.stack import StackDescription
 from loadgen.core.target import Target
-from loadgen.core.ticks import LoadgenHealth, NodeClock, Phase, Tick
+from loadgen.core.ticks import LoadgenHealth, NodeClock, NodeStat, Phase, Tick
 from loadgen.core.workload import Workload
 from loadgen.load import (
     DROPPED_SLOTS,
@@ -397,6 +397,16 @@ def _sum_totals(label: str, parts: list[TargetTotals]) -> TargetTotals:
     return total
 
 
+def _with_latency(tick: Tick) -> tuple[NodeStat, ...]:
+    """A load node's tick's NodeStat holding the node's own histograms (the merged tick's are
+    every node's together)."""
+    if len(tick.nodes) != 1:
+        return tick.nodes
+    return (dataclasses.replace(tick.nodes[0], e2e_latency=tick.e2e_latency,
+                                publish_latency=tick.publish_latency,
+                                publish_delay=tick.publish_delay),)
+
+
 def _merge_ticks(ticks: list[Tick]) -> Tick:
     """The first process's tick (telemetry, lag, interval) with every process's counts,
     latencies and consumers."""
@@ -423,7 +433,7 @@ def _merge_ticks(ticks: list[Tick]) -> Tick:
         e2e_below_zero=sum(t.e2e_below_zero for t in ticks),
         e2e_clock_bound_ns=max(t.e2e_clock_bound_ns for t in ticks),
         clocks=tuple(c for t in ticks for c in t.clocks),
-        nodes=tuple(n for t in ticks for n in t.nodes),
+        nodes=tuple(n for t in ticks for n in _with_latency(t)),
         acked={topic: [s for t in ticks for s in t.acked.get(topic, ())]
                for topic in {topic for t in ticks for topic in t.acked}},
     )

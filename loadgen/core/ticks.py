@@ -176,6 +176,11 @@ class NodeStat:
     loop_lag_ms: float = float("nan")
     memory_bytes: int = 0  # the actor process's resident memory at the tick
     saturated: str = ""  # why this node's load generator is the bottleneck; empty when not
+    # the node's own share of the target's latency histograms over the interval: filled in by
+    # the coordinator from the node's tick when it merges it (not sent twice); None elsewhere
+    e2e_latency: HistogramSnapshot | None = None
+    publish_latency: HistogramSnapshot | None = None
+    publish_delay: HistogramSnapshot | None = None
 
 
 @dataclass(frozen=True, slots=True)

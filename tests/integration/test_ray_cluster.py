@@ -149,6 +149,23 @@ def test_the_placement_names_both_nodes(spread_run, ray_cluster):  # noqa: F811
     assert ray_cluster.no_load_actor_within(5)  # none left once the run is over (ray.kill)
 
 
+def test_each_nodes_latency_is_kept_beside_the_targets(spread_run):
+    """The latency table: the target's rows (node null) and each node's own, which add up to
+    them, kind by kind and tick by tick."""
+    run_dir, summary, _, nodes, _ = spread_run
+    rows = ds.dataset(run_dir / "latency", format="parquet").to_table().to_pydict()
+    counts: dict[tuple[str | None, str, int], int] = {}
+    for node, kind, seq, count in zip(rows["node"], rows["kind"], rows["seq"], rows["count"],
+                                      strict=True):
+        counts[node, kind, seq] = counts.get((node, kind, seq), 0) + count
+    assert {node for node, _, _ in counts} == {None, *nodes}
+    for (node, kind, seq), count in counts.items():
+        if node is None:
+            assert count == sum(counts.get((n, kind, seq), 0) for n in nodes), (kind, seq)
+    e2e = sum(c for (n, k, _), c in counts.items() if n is None and k == "e2e")
+    assert e2e == summary.targets[0].consumed  # one sample per message read
+
+
 def test_every_socket_of_the_nodes_is_on_loopback(ray_cluster):  # noqa: F811
     """Each node's GCS, raylet, object manager, agents and workers listen on and connect to
     loopback only, and every node reports 127.0.0.1; neither `ray start` nor Ray's view of the

@@ -5,6 +5,7 @@ p50, and the figures' way through the run files and back (replay)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 
@@ -86,12 +87,35 @@ def test_the_nodes_ticks_merge_their_clock_figures() -> None:
     a = NodeClock("a", 5 * MS, 300_000, 1)
     b = NodeClock("b", -2 * MS, 700_000, 2)
     na, nb = NodeStat("a", "ha", 10, 0), NodeStat("b", "hb", 0, 10)
-    merged = _merge_ticks([_tick(0), _tick(0, e2e_below_zero=2, e2e_clock_bound_ns=300_000,
-                                         clocks=(a,), nodes=(na,)),
-                           _tick(0, e2e_below_zero=1, e2e_clock_bound_ns=700_000, clocks=(b,),
-                                 nodes=(nb,))])
+    ticks = [_tick(0), _tick(0, e2e_below_zero=2, e2e_clock_bound_ns=300_000, clocks=(a,),
+                             nodes=(na,), e2e_latency=_e2e(1.0)),
+             _tick(0, e2e_below_zero=1, e2e_clock_bound_ns=700_000, clocks=(b,), nodes=(nb,),
+                   e2e_latency=_e2e(3.0, 50))]
+    merged = _merge_ticks(ticks)
     assert (merged.e2e_below_zero, merged.e2e_clock_bound_ns, merged.clocks) == (3, 700_000, (a, b))
-    assert merged.nodes == (na, nb)
+    # each node keeps its own tick's histograms beside the merged ones
+    assert [dataclasses.replace(n, e2e_latency=None, publish_latency=None, publish_delay=None)
+            for n in merged.nodes] == [na, nb]
+    for node, tick in zip(merged.nodes, ticks[1:], strict=True):
+        assert (node.e2e_latency, node.publish_latency, node.publish_delay) == (
+            tick.e2e_latency, tick.publish_latency, tick.publish_delay)
+    assert merged.e2e_latency.total == 150
+
+
+def test_the_nodes_histograms_go_to_the_latency_table_beside_the_targets(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    nodes = (NodeStat("node-a", "ha", 10, 100, e2e_latency=_e2e(1.0)),
+             NodeStat("node-b", "hb", 10, 50, e2e_latency=_e2e(3.0, 50)))
+    merged = HistogramSnapshot.merge([n.e2e_latency for n in nodes if n.e2e_latency])
+    sink = ParquetSink(tmp_path / "run", "r", rotate_s=60.0)
+    sink(_tick(0, e2e_latency=merged, nodes=nodes))
+    sink.close()
+    rows = ds.dataset(tmp_path / "run" / "latency", format="parquet").to_table().to_pylist()
+    e2e = [r for r in rows if r["kind"] == "e2e"]
+    by_node = {n: sum(r["count"] for r in e2e if r["node"] == n) for n in (None, "node-a", "node-b")}
+    assert by_node == {None: 150, "node-a": 100, "node-b": 50}
+    # read back (replay), the target's histogram is the merged one alone
+    (tick,) = _ticks(tmp_path / "run")
+    assert tick.e2e_latency.total == 150
 
 
 def _e2e(ms: float, n: int = 100) -> HistogramSnapshot:
