@@ -382,6 +382,8 @@ class Cluster:
     resources: dict[str, float] = field(default_factory=dict)
     # producers on the first half of the nodes, consumers on the others (OMB's default)
     split_roles: bool = False
+    # only messages whose producer ran on the consumer's node are timed (the swarm topology)
+    same_node_latency: bool = False
     ray_version: str = ""
     _group: Any = None
     _nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -421,6 +423,10 @@ class Cluster:
             self.close()
             raise ClusterError(f"--split-roles: producers and consumers need 2 nodes or more, "
                                f"the load takes {self.nodes}")
+        if self.split_roles and self.same_node_latency:
+            self.close()
+            raise ClusterError("--same-node-latency with --split-roles times nothing: no node "
+                               "both produces and consumes")
         if self.strategy == "spread" and self.nodes > alive:
             self.close()
             raise ClusterError(f"--nodes {self.nodes} --placement spread: the cluster at "
@@ -475,7 +481,8 @@ class Cluster:
     def placement(self) -> dict[str, Any]:
         """run.json's cluster_placement: where every load actor ran."""
         return {"address": self.address, "strategy": self.strategy, "nodes": self.workers,
-                "split_roles": self.split_roles, "ray_version": self.ray_version,
+                "split_roles": self.split_roles, "same_node_latency": self.same_node_latency,
+                "ray_version": self.ray_version,
                 "workers": [{"target": h.label, "worker": h.share, **h.where,
                              "clock": [{"time_ns": c.estimated_ns, "offset_ns": c.offset_ns,
                                         "bound_ns": c.bound_ns} for c in h.clocks]}

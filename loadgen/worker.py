@@ -196,6 +196,10 @@ async def _clock(load: TargetLoad, conn: Connection, clock: NodeClock) -> None:
     load.set_clock(clock)
 
 
+async def _same_node(load: TargetLoad, conn: Connection, producers: frozenset[int]) -> None:
+    load.time_same_node(producers)
+
+
 HANDLERS: dict[str, Handler] = {
     "start": _start,
     "join": _join,
@@ -208,6 +212,7 @@ HANDLERS: dict[str, Handler] = {
     "control": _control,
     "collect_audit": _collect_audit,
     "clock": _clock,
+    "same_node": _same_node,
 }
 
 
@@ -275,6 +280,7 @@ class ClusterPlacement(Protocol):
     """A cluster whose nodes run a target's clients (loadgen.cluster.Cluster)."""
 
     split_roles: bool  # producers and consumers on different nodes
+    same_node_latency: bool  # e2e of the messages produced on the consumer's node alone
 
     def load_workers(self, index: int, target: Target, workload: Workload, run_id: str,
                      record_raw: bool, audit: bool, log_dir: Path | None,
@@ -467,6 +473,7 @@ class TargetWorker:
         # each channel's tick asked and not yet counted: (the tick's seq, the answer to come)
         self._asked: dict[int, tuple[int, asyncio.Future[Any]]] = {}
         self._remote = cluster is not None  # load nodes a tick does not wait for past its due
+        self._same_node = False  # --same-node-latency: each node told its own producers
         args = (index, target, workload, run_id, record_raw, audit)
         self._procs: list[LoadChannel]
         if cluster is None:
@@ -475,6 +482,7 @@ class TargetWorker:
         else:
             self._procs = [_LoadProcess(self.label, (*args, STACK_ONLY, log_dir), publish),
                            *cluster.load_workers(*args, log_dir, publish)]
+            self._same_node = cluster.same_node_latency
             w = workload
             shares = place(w.topics * w.producers, w.topics * w.subscriptions * w.consumers,
                            len(self._procs) - 1, cluster.split_roles)
@@ -494,6 +502,18 @@ class TargetWorker:
         if others:
             progress(f"{self.label}: starting {len(others)} more load process(es)")
             await asyncio.gather(*(p.request("join", desc) for p in others))
+        if self._same_node:
+            await self._time_same_node(others)
+
+    async def _time_same_node(self, actors: list[LoadChannel]) -> None:
+        """Tell each load actor the producers of its node (of every actor of the target
+        there), whose messages alone its consumers time."""
+        nodes = [getattr(a, "where", {}).get("node_id", "") for a in actors]
+        on: dict[str, set[int]] = {}
+        for k, node in enumerate(nodes, 1):
+            on.setdefault(node, set()).update(self._shares[k].producers)
+        await asyncio.gather(*(a.request("same_node", frozenset(on[node]))
+                               for a, node in zip(actors, nodes, strict=True)))
 
     def describe(self) -> dict[str, Any]:
         if self._described is not None:

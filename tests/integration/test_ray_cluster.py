@@ -23,6 +23,7 @@ import redis
 
 from analysis.sink import ParquetSink
 from loadgen.cluster import LEASE_S, Cluster, ClusterError
+from loadgen.core.audit import unstamp
 from loadgen.core.events import PhaseChange, RunEvent
 from loadgen.core.histogram import HistogramSnapshot, percentiles
 from loadgen.core.target import unique_labels
@@ -341,18 +342,22 @@ def test_a_nodes_clock_offset_is_estimated_and_taken_out_of_e2e(
         f"(p50 {p50 / 1e6:.3f} and {same_p50 / 1e6:.3f} ms)")
 
 
-def two_node_run(ray_cluster: RayCluster, redis_port: int, run_dir: Path,  # noqa: F811
-                 workload: Workload, on_tick: Callable[[Cluster, Tick], None],
-                 events: list[RunEvent] | None = None
-                 ) -> tuple[RunSummary, list[Tick], dict[str, int]]:
-    """A Redis run over the cluster's 2 nodes, `on_tick` called on every tick: its summary,
-    ticks and the broker's own counts (XLEN, entries read) when the load is over."""
-    cluster, _ = connected(ray_cluster, 2)
+def cluster_run(ray_cluster: RayCluster, redis_port: int, run_dir: Path,  # noqa: F811
+                workload: Workload, on_tick: Callable[[Cluster, Tick], None] = lambda c, t: None,
+                events: list[RunEvent] | None = None, same_node_latency: bool = False,
+                nodes: int = 2, audit: bool = False
+                ) -> tuple[RunSummary, list[Tick], dict[str, Any]]:
+    """A Redis run over `nodes` nodes of the cluster, `on_tick` called on every tick: its
+    summary, ticks and the broker's own account when the load is over: XLEN, entries read,
+    pending and lag of the groups, and each producer's intended times as the stamps read back
+    say (`producer N`)."""
+    cluster, _ = connected(ray_cluster, nodes)
+    cluster.same_node_latency = same_node_latency
     run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
               out_dir=run_dir, processes=cluster.workers, cluster=cluster,
-              recorder=ParquetSink)
+              recorder=ParquetSink, audit=audit)
     ticks: list[Tick] = []
-    broker: dict[str, int] = {}
+    broker: dict[str, Any] = {}
 
     def watch(item: object) -> None:
         if isinstance(item, Tick):
@@ -364,8 +369,13 @@ def two_node_run(ray_cluster: RayCluster, redis_port: int, run_dir: Path,  # noq
             client = redis.Redis(port=redis_port)
             ((_topic, layout),) = run.runners[0].describe()["layout"].items()
             broker["xlen"] = sum(client.xlen(s) for s in layout["streams"])
-            broker["read"] = sum(g["entries-read"] for s in layout["streams"]
-                                 for g in client.xinfo_groups(s))
+            groups = [g for s in layout["streams"] for g in client.xinfo_groups(s)]
+            broker["read"] = sum(g["entries-read"] for g in groups)
+            broker["unread"] = sum(g["lag"] + g["pending"] for g in groups)
+            for stream in layout["streams"]:
+                for _id, fields in client.xrange(stream):
+                    producer, _seq, intended = unstamp(int(fields[b"t"]))
+                    broker.setdefault(f"producer {producer}", []).append(intended)
 
     run.subscribe(watch)
     return run_precise(run.execute()), ticks, broker
@@ -391,8 +401,8 @@ def test_a_node_lost_mid_run_is_an_event_and_the_run_goes_on(ray_cluster, redis_
             killed.append(tick.seq)
             os.kill(victim["pid"], signal.SIGKILL)
 
-    summary, ticks, broker = two_node_run(ray_cluster, redis_port, tmp_path / "run", workload,
-                                          kill, events)
+    summary, ticks, broker = cluster_run(ray_cluster, redis_port, tmp_path / "run", workload,
+                                         kill, events)
     (t,) = summary.targets
     victim = summary.placement["workers"][1] if summary.placement else {}
     (lost,) = [e for e in events if e.kind == "node-lost"]
@@ -480,8 +490,8 @@ def test_a_slow_nodes_tick_is_marked_late_and_counted_later(ray_cluster, redis_p
             os.kill(pid, signal.SIGSTOP)
             threading.Timer(2.0, os.kill, (pid, signal.SIGCONT)).start()
 
-    summary, ticks, broker = two_node_run(ray_cluster, redis_port, tmp_path / "run", workload,
-                                          stop)
+    summary, ticks, broker = cluster_run(ray_cluster, redis_port, tmp_path / "run", workload,
+                                         stop)
     (t,) = summary.targets
     print("ticks (seq, late, counted, nodes, produced): " + ", ".join(
         f"{k.seq} {k.nodes_late} {k.nodes_late_counted} {len(k.nodes)} {k.produced}"
@@ -505,3 +515,40 @@ def test_a_slow_nodes_tick_is_marked_late_and_counted_later(ray_cluster, redis_p
     stored = ds.dataset(tmp_path / "run" / "ticks", format="parquet").to_table().to_pydict()
     assert sum(stored["nodes_late"]) == len(late) and sum(stored["nodes_late_counted"]) == runs
     assert sum(stored["produced"]) == t.produced
+
+
+def test_same_node_latency_times_only_the_messages_of_the_consumers_node(ray_cluster,  # noqa: F811
+                                                                         redis_port, tmp_path):
+    """--same-node-latency over 2 nodes, 2 producers and 1 consumer: share 0 runs producer 0
+    and the consumer, share 1 producer 1. Only producer 0's messages are timed, as many as
+    the broker holds from it (their stamps read back), on the consumer's node's own clock (no
+    clock bound, none below zero, whichever node has the 200 ms shift); every message is
+    still read once. On --split-roles it is refused."""
+    with pytest.raises(ClusterError, match="--same-node-latency with --split-roles times "
+                                           "nothing: no node both produces and consumes"):
+        Cluster(ray_cluster.gcs, nodes=2, split_roles=True, same_node_latency=True).connect()
+    workload = Workload(name="swarm", rate=2000.0, duration_s=4, warmup_s=1, partitions=2,
+                        producers=2, consumers=1, message_size=256)
+    summary, ticks, broker = cluster_run(ray_cluster, redis_port, tmp_path / "run", workload,
+                                         same_node_latency=True)
+    (t,) = summary.targets
+    timed = sum(k.e2e_latency.total for k in ticks)
+    from_0, from_1 = len(broker["producer 0"]), len(broker["producer 1"])
+    print(f"timed {timed:,} of {t.consumed:,} read; producers' entries {from_0:,}, {from_1:,}")
+    assert t.produced == broker["xlen"] == broker["read"] == t.consumed == 2000 * 5
+    assert from_0 + from_1 == broker["xlen"]
+    assert timed == from_0 > 0  # producer 1's are read, not timed
+    assert all(k.e2e_clock_bound_ns == 0 and k.e2e_below_zero == 0 for k in ticks)
+    p50 = percentiles(HistogramSnapshot.merge([k.e2e_latency for k in ticks]), [50.0])[0]
+    assert 0 < p50 < 100e6  # not the 200 ms the shifted node's wall clock would add
+    # the nodes: only the consumer's has e2e samples
+    placement = run_json(tmp_path / "run")["cluster_placement"]
+    assert placement["same_node_latency"] is True and summary.placement == placement
+    consumer_node = placement["workers"][0]["node_id"]
+    per_node: dict[str, int] = {}
+    for k in ticks:
+        for n in k.nodes:
+            per_node[n.node] = per_node.get(n.node, 0) + (n.e2e_latency.total if n.e2e_latency else 0)
+    assert per_node == {consumer_node: timed, placement["workers"][1]["node_id"]: 0}
+    assert t.audit is not None and t.audit["acknowledged"] == t.audit["consumed"] == t.produced
+

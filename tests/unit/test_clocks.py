@@ -206,15 +206,20 @@ def test_node_resource_is_name_equals_a_positive_number() -> None:
             _node_resource(bad)
 
 
-def test_node_resource_without_a_cluster_is_one_line_and_exit_2(tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("option", "error"), [
+    (["--node-resource", "streambench=1"], "--nodes, --placement, --node-resource and "
+                                           "--split-roles choose nodes of a --cluster"),
+    (["--same-node-latency"], "--same-node-latency times the messages of a --cluster's nodes: "
+                              "it needs --cluster"),
+])
+def test_a_node_option_without_a_cluster_is_one_line_and_exit_2(tmp_path, option,  # type: ignore[no-untyped-def]
+                                                                 error) -> None:
     from tests.conftest import run_cli
 
-    res = run_cli(["run", "redis@127.0.0.1:1", "--headless", "--duration", "2",
-                   "--node-resource", "streambench=1", "--out", str(tmp_path / "run")])
+    res = run_cli(["run", "redis@127.0.0.1:1", "--headless", "--duration", "2", *option,
+                   "--out", str(tmp_path / "run")])
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == [
-        "streambench: error: --nodes, --placement, --node-resource and --split-roles choose "
-        "nodes of a --cluster"]
+    assert res.stderr.strip().splitlines() == [f"streambench: error: {error}"]
     assert not (tmp_path / "run").exists()
 
 
@@ -252,3 +257,13 @@ def test_late_node_ticks_are_said_and_go_through_the_run_files(tmp_path) -> None
     history.add(ticks[0])
     text = "\n".join(line.plain for line in clock_lines(history))
     assert "load nodes at the last tick: 1 node(s) late, counted in a later tick" in text
+
+
+def test_the_end_summary_says_same_node_latency() -> None:
+    from tui.bench.endsummary import SAME_NODE_LATENCY, placement_lines
+
+    placement = {"address": "127.0.0.1:6379", "ray_version": "2.60.0", "nodes": 2,
+                 "strategy": "spread", "workers": []}
+    assert SAME_NODE_LATENCY not in placement_lines(placement)
+    lines = placement_lines({**placement, "same_node_latency": True})
+    assert SAME_NODE_LATENCY in lines and "--same-node-latency" in SAME_NODE_LATENCY

@@ -206,12 +206,16 @@ def connect_cluster(args: argparse.Namespace, targets: int) -> Cluster | None:
                 or getattr(args, "node_resource", None) or getattr(args, "split_roles", False)):
             raise WorkloadError("--nodes, --placement, --node-resource and --split-roles "
                                 "choose nodes of a --cluster")
+        if getattr(args, "same_node_latency", False):
+            raise WorkloadError("--same-node-latency times the messages of a --cluster's "
+                                "nodes: it needs --cluster")
         return None
     from loadgen.cluster import Cluster
 
     cluster = Cluster(args.cluster, args.nodes, args.placement or "spread", targets,
                       dict(getattr(args, "node_resource", None) or []),
-                      bool(getattr(args, "split_roles", False)))
+                      bool(getattr(args, "split_roles", False)),
+                      bool(getattr(args, "same_node_latency", False)))
     cluster.connect()
     args.processes = cluster.workers
     return cluster
