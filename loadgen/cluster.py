@@ -98,6 +98,36 @@ def _join(ray: Any, address: str) -> None:
             time.sleep(1.0)
 
 
+def client_modules(platform: str) -> list[str]:
+    """What a node must import to run a platform's clients: the module its driver is made in
+    (which imports the client library) and its optional client, if it declares one."""
+    from loadgen.platforms import PLATFORMS
+
+    record = PLATFORMS[platform]
+    modules = [record.make_driver.__module__]
+    if record.optional_client is not None:
+        modules.append(record.optional_client.module)
+    return modules
+
+
+def missing_clients(modules: dict[str, list[str]]) -> tuple[str, str, dict[str, str]]:
+    """Run on a node (a Ray task): its id, host name and, per platform, the first module it
+    cannot import and why."""
+    import importlib
+
+    import ray
+
+    missing: dict[str, str] = {}
+    for platform, names in modules.items():
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except ImportError as exc:
+                missing[platform] = f"{exc.name or name} ({exc})"
+                break
+    return ray.get_runtime_context().get_node_id(), socket.gethostname(), missing
+
+
 class LoadActor:
     """One share of a target's clients on a node of the cluster (made a Ray actor by
     Cluster). The load runs on a precise event loop in a thread of its own, as in a worker
@@ -384,6 +414,8 @@ class Cluster:
     split_roles: bool = False
     # only messages whose producer ran on the consumer's node are timed (the swarm topology)
     same_node_latency: bool = False
+    # the platforms whose clients the nodes run: checked on each node before any actor
+    platforms: tuple[str, ...] = ()
     ray_version: str = ""
     _group: Any = None
     _nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -444,7 +476,34 @@ class Cluster:
             raise ClusterError(f"the Ray cluster at {address} cannot place {self.nodes} × "
                                f"{asked} ({self.strategy}) within {CONNECT_TIMEOUT_S:.0f} s: "
                                "too few nodes with those free") from None
+        self._check_clients(ray)
         self._actor_class = ray.remote(num_cpus=1, max_restarts=0)(LoadActor)
+
+    def _check_clients(self, ray: Any) -> None:
+        """A small task on each node of the group: every platform's client imports there, or
+        ClusterError names the node and the module, before any actor or broker starts."""
+        if not self.platforms:
+            return
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        modules = {name: client_modules(name) for name in self.platforms}
+        task = ray.remote(num_cpus=1, max_retries=0)(missing_clients)
+        refs = [task.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self._group, placement_group_bundle_index=k)).remote(modules)
+                for k in range(self.workers)]
+        try:
+            answers = ray.get(refs, timeout=CONNECT_TIMEOUT_S)
+        except Exception as exc:
+            self.close()
+            raise ClusterError(f"the nodes of the Ray cluster at {self.address} did not say "
+                               f"within {CONNECT_TIMEOUT_S:.0f} s whether they have the "
+                               f"clients ({type(exc).__name__})") from None
+        for node, host, missing in answers:
+            for platform, why in missing.items():
+                self.close()
+                raise ClusterError(f"{platform}: node {node[:12]} ({host}) cannot import its "
+                                   f"client, {why}: install streambench with the same extras "
+                                   "on every node")
 
     def _resolved_address(self) -> str:
         if self.address != "auto":

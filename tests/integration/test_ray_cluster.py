@@ -9,6 +9,7 @@ line and exit 2; no actor outlives its run, however the run ends."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -36,6 +37,7 @@ from tests.conftest import CliRun, redis_server, run_cli, run_json
 from tests.integration.ray_support import (  # noqa: F401
     NODE_1_SHIFT_MS,
     RayCluster,
+    extra_node,
     free_port,
     on_loopback,
     ray_cluster,
@@ -552,3 +554,57 @@ def test_same_node_latency_times_only_the_messages_of_the_consumers_node(ray_clu
     assert per_node == {consumer_node: timed, placement["workers"][1]["node_id"]: 0}
     assert t.audit is not None and t.audit["acknowledged"] == t.audit["consumed"] == t.produced
 
+
+# ---- a third node (these tests come last: the cluster has 3 nodes while they run) ------------
+
+
+@pytest.fixture(scope="module")
+def third_node(ray_cluster: RayCluster, in_cluster_net: None,  # noqa: F811
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A third node, whose Python cannot import aiokafka: a package of that name first on its
+    PYTHONPATH fails to import as a missing one does (the redis client is there)."""
+    shadow = tmp_path_factory.mktemp("no-aiokafka")
+    (shadow / "aiokafka").mkdir()
+    (shadow / "aiokafka" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'aiokafka'\", name='aiokafka')\n")
+    with extra_node(ray_cluster, "sb_node_2", {"PYTHONPATH": str(shadow)}):
+        yield
+
+
+def test_a_node_without_the_platforms_client_is_one_line_and_exit_2(ray_cluster, third_node,  # noqa: F811
+                                                                     tmp_path):
+    """A Kafka run over the 3 nodes: the third cannot import aiokafka, which a task on each
+    node finds before any actor or broker starts."""
+    res = run_cli(["run", "kafka@127.0.0.1:1", "--headless", "--duration", "2", "--cluster",
+                   ray_cluster.gcs, "--nodes", "3", "--out", str(tmp_path / "run")])
+    assert res.returncode == 2, res.stderr
+    (line,) = without_ray_route_warning(res.stderr)
+    assert re.fullmatch(r"streambench: error: kafka: node [0-9a-f]{12} \(\S+\) cannot import its "
+                        r"client, aiokafka \(No module named 'aiokafka'\): install streambench "
+                        r"with the same extras on every node", line), line
+    assert not (tmp_path / "run").exists()
+    assert ray_cluster.no_load_actor_within(5)
+
+
+def test_a_redis_run_across_three_nodes(ray_cluster, redis_port, third_node, tmp_path):  # noqa: F811
+    """3 producers and 3 consumers over the 3 nodes, one of each on every node: the counts are
+    the broker's, every message is read once, each producer kept its share of the rate by the
+    intended times its stamps carry (read back from the broker)."""
+    rate, warmup_s, duration_s = 3000.0, 1, 4
+    workload = Workload(name="three", rate=rate, duration_s=duration_s, warmup_s=warmup_s,
+                        partitions=3, producers=3, consumers=3, message_size=256)
+    summary, ticks, broker = cluster_run(ray_cluster, redis_port, tmp_path / "run", workload,
+                                         nodes=3, audit=True)
+    (t,) = summary.targets
+    assert len({w["node_id"] for w in summary.placement["workers"]}) == 3
+    assert all(len(k.nodes) == 3 for k in ticks if not k.nodes_late)
+    assert t.send_errors == 0 and t.duplicates == 0 and t.drained
+    assert t.produced == broker["xlen"] == broker["read"] == t.consumed == rate * (warmup_s + duration_s)
+    assert broker["unread"] == 0
+    assert t.audit is not None and t.audit["acknowledged"] == t.audit["consumed"] == t.produced
+    assert not any(t.audit[k] for k in ("lost", "unexpected", "duplicated", "reordered", "unseen"))
+    assert sum(k.produced for k in ticks) == t.produced
+    for producer in range(3):  # by the intended times: n slots span n - 1 periods
+        intended = np.sort(np.asarray(broker[f"producer {producer}"], dtype=np.int64))
+        pace = (len(intended) - 1) / ((intended[-1] - intended[0]) / 1e9)
+        assert abs(pace - rate / 3) / (rate / 3) < 0.01, f"producer {producer}: {pace:.1f}/s"
