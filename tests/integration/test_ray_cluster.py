@@ -8,6 +8,7 @@ line and exit 2; no actor outlives its run, however the run ends."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -553,6 +554,51 @@ def test_same_node_latency_times_only_the_messages_of_the_consumers_node(ray_clu
             per_node[n.node] = per_node.get(n.node, 0) + (n.e2e_latency.total if n.e2e_latency else 0)
     assert per_node == {consumer_node: timed, placement["workers"][1]["node_id"]: 0}
     assert t.audit is not None and t.audit["acknowledged"] == t.audit["consumed"] == t.produced
+
+
+async def _log_end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+        return [ends[TopicPartition(topic, p)] for p in range(partitions)]
+    finally:
+        await consumer.stop()
+
+
+def test_a_kafka_run_across_two_nodes(ray_cluster, tmp_path):  # noqa: F811
+    """A Kafka broker streambench starts (local runtime, in the cluster's namespace) loaded
+    from both nodes: 2 producers and 2 consumers, one of each per node; the counts equal the
+    partitions' log-end offsets read when the load is over, every message read once."""
+    workload = Workload(name="kafka", rate=2000.0, duration_s=3, warmup_s=1, partitions=2,
+                        producers=2, consumers=2, message_size=256)
+    cluster, _ = connected(ray_cluster, 2)
+    run = Run(workload, unique_labels([resolve_target("kafka:runtime=local")]),
+              out_dir=tmp_path / "run", processes=cluster.workers, cluster=cluster,
+              recorder=ParquetSink, audit=True)
+    ends: list[int] = []
+
+    def watch(item: object) -> None:
+        if isinstance(item, PhaseChange) and item.phase is Phase.WRITING and not ends:
+            desc = run.runners[0].describe()
+            (topic,) = desc["topics"]
+            # the loop's own thread waits: the offsets are read before the broker stops
+            reader = threading.Thread(target=lambda: ends.extend(asyncio.run(
+                _log_end_offsets(desc["endpoints"]["kafka"], topic, 2))))
+            reader.start()
+            reader.join(60)
+
+    run.subscribe(watch)
+    summary = run_precise(run.execute())
+    (t,) = summary.targets
+    print(f"log-end offsets {ends}, produced {t.produced:,}, consumed {t.consumed:,}")
+    assert len({w["node_id"] for w in summary.placement["workers"]}) == 2
+    assert t.send_errors == 0 and t.duplicates == 0 and t.drained
+    assert sum(ends) == t.produced == t.consumed == 2000 * 4 and min(ends) > 0
+    assert t.audit is not None and t.audit["acknowledged"] == t.audit["consumed"] == t.produced
+    assert not any(t.audit[k] for k in ("lost", "unexpected", "duplicated", "reordered", "unseen"))
 
 
 # ---- a third node (these tests come last: the cluster has 3 nodes while they run) ------------
