@@ -44,7 +44,10 @@ from loadgen.worker import (
 
 NAMESPACE = "streambench"
 LEASE_S = 10.0  # an actor that hears nothing from its coordinator for this long ends itself
-POLL_S = 1.0  # how long a poll waits for bus items before it answers empty
+# how long a poll waits for bus items before it answers empty: an item is sent at once, and
+# the ticks renew the lease each second, so the poll's own round trip is needed only for the
+# lease while no tick comes (under LEASE_S) and for the items between ticks
+POLL_S = 4.0
 CONNECT_TIMEOUT_S = 30.0  # for the cluster to answer and the placement group to be placed
 _CLOSE_TIMEOUT_S = 60.0
 _CLOCK_EXCHANGES = 5
@@ -191,9 +194,11 @@ class LoadActor:
         try:
             if op == "close":
                 await self.load.close()
-                assert self._closed is not None
+                assert self._closed is not None and self._wake is not None
                 self._closed.set()
-                return self._take(), True, self.load.totals
+                items = self._take()
+                self._wake.set()  # a poll waiting answers now
+                return items, True, self.load.totals
             handler = HANDLERS.get(op)
             if handler is None or op == "start":  # the stack is the coordinator's, not here
                 raise StackError(f"unknown request {op!r}")
@@ -202,10 +207,10 @@ class LoadActor:
         except Exception as exc:
             return self._take(), False, picklable(exc)
 
-    async def _wait_items(self) -> list[object]:
+    async def _wait_items(self, wait_s: float) -> list[object]:
         assert self._wake is not None
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), POLL_S)
+            await asyncio.wait_for(self._wake.wait(), wait_s)
         return self._take()
 
     # ---- what Ray calls -------------------------------------------------------------------
@@ -217,12 +222,15 @@ class LoadActor:
         return await asyncio.wrap_future(
             asyncio.run_coroutine_threadsafe(self._handle(op, args), self._loop))
 
-    async def poll(self) -> list[object]:
-        """The bus items published since the last answer, within POLL_S; renews the lease."""
+    async def poll(self, wait_s: float) -> list[object]:
+        """The bus items published since the last answer, within `wait_s`; renews the
+        lease; nothing once closed."""
         self._heard = time.monotonic()
-        assert self._loop is not None
+        assert self._loop is not None and self._closed is not None
+        if self._closed.is_set():
+            return []
         return await asyncio.wrap_future(
-            asyncio.run_coroutine_threadsafe(self._wait_items(), self._loop))
+            asyncio.run_coroutine_threadsafe(self._wait_items(wait_s), self._loop))
 
     def clock(self) -> int:
         return time.monotonic_ns()
@@ -331,7 +339,7 @@ class LoadActorHandle:
     async def _poll(self) -> None:
         while not self._closing:
             try:
-                items = await self._actor.poll.remote()
+                items = await self._actor.poll.remote(POLL_S)
             except Exception:
                 return  # the actor is gone: the next request says so
             for item in items:
@@ -383,12 +391,12 @@ class LoadActorHandle:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._clock_task), 10)
         final = None
+        self._closing = True  # no poll after the one under way, which the close answers
         with contextlib.suppress(Exception):
             if not self.lost:
                 final = await asyncio.wait_for(self._call("close", ()), _CLOSE_TIMEOUT_S)
-        # the poll under way ends by itself within POLL_S: Ray Client reports a call given up
-        # on (a cancelled await) as a traceback of its own
-        self._closing = True
+        # the poll under way ends with the close, else within POLL_S: Ray Client reports a
+        # call given up on (a cancelled await) as a traceback of its own
         if self._poller is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._poller), POLL_S + 5)
