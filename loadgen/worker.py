@@ -56,8 +56,9 @@ from loadgen.placement import Placement, place
 from loadgen.timelag import TimeLagBook
 
 _CLOSE_TIMEOUT_S = 120.0
-# the most a target's tick waits for a load node's (on a cluster) once the stack's is in: a
-# slower node's share is counted in the tick its answer comes by, and marked late till then
+# how long a target's tick waits for its load nodes' (on a cluster) after asking them, or
+# until the stack's own tick is in if that comes later: a slower node's share is counted in
+# the tick its answer comes by, and marked late till then
 NODE_TICK_WAIT_S = 0.5
 ORPHAN_CLOSE_S = 2.0  # what an orphaned worker gives its clients and stack to close
 
