@@ -336,6 +336,10 @@ class NodeRow:
     bound_max_ns: float  # the largest error bound of those estimates
     below_zero: int = 0  # the target's e2e samples below zero (per target, not per node)
     nodes_lost: int = 0  # the target's load nodes lost by the end of the measuring phase
+    # the e2e latency of the messages this node's consumers read, from its own histograms
+    # (schema 6; NaN before, or when it read none)
+    e2e_p50_ns: float = math.nan
+    e2e_p99_ns: float = math.nan
 
 
 @dataclass
@@ -644,7 +648,9 @@ def _buckets(latency: DataFrame, totals: dict[Key, _Totals], segment: Column,
     keys = ("run_id", "target", "kind", "segment")
     clamped = F.least(F.greatest(value, _lookup(lo, *keys)), _lookup(hi, *keys))
     start = _lookup(first, "run_id", "target")
-    return latency.where(_measuring()).withColumn("segment", segment).select(
+    # the target's buckets: a load node's own (schema 6) are beside them, counted there too
+    targets = latency.where(_measuring() & F.col("node").isNull())
+    return targets.withColumn("segment", segment).select(
         "run_id",
         "target",
         "kind",
@@ -954,16 +960,23 @@ def _nodes(spark: SparkSession, runs: Sequence[RunInfo], measuring: DataFrame,
         .agg(F.sum(F.coalesce(F.col("e2e_below_zero"), F.lit(0))).alias("below"),
              F.max(F.coalesce(F.col("nodes_lost"), F.lit(0))).alias("lost"))
         .collect())}
+    e2e = (read_table(spark, runs, "latency")
+           .where(_measuring() & (F.col("kind") == "e2e") & F.col("node").isNotNull())
+           .select("run_id", "target", "node", F.col("value_ns").cast("double").alias("v"),
+                   "count"))
+    node_e2e = {(r["run_id"], r["target"], r["node"]): r["pct"] for r in
+                _weighted_percentiles(e2e, ("run_id", "target", "node"), (50.0, 99.0))}
     order = {k: i for i, k in enumerate(keys)}
     out = []
     for r in rows:
         key = (r["run_id"], r["target"])
         target = per_target.get(key)
+        p50, p99 = node_e2e.get((*key, r["node"]), (None, None))
         out.append(NodeRow(
             key, r["node"], r["host"], _int(r["produced"]), _int(r["consumed"]), _num(r["cpu"]),
             _num(r["lag"]), _int(r["memory"]), _int(r["sat"]), _num(r["lo"]), _num(r["hi"]),
             _num(r["bound"]), _int(target["below"]) if target else 0,
-            _int(target["lost"]) if target else 0))
+            _int(target["lost"]) if target else 0, _num(p50), _num(p99)))
     return sorted(out, key=lambda n: (order.get(n.key, len(order)), n.node))
 
 

@@ -14,9 +14,11 @@ import pyarrow as pa
 # 2: ticks gained the load generator's own figures (loadgen_*); 3: the consumers table;
 # 4: ticks gained the audit's duplicates and reordered, e2e_below_zero, e2e_clock_bound_ns,
 # nodes_lost and the time lag (lag_seconds*, lag_drain_s); lag gained time_lag_s and leader;
-# the broker_metrics, nodes and subscriptions tables
-SCHEMA_VERSION = 4
-MIN_READER_VERSION = 1  # the oldest reader that reads what this version writes
+# the broker_metrics, nodes and subscriptions tables; 5: ticks gained nodes_late and
+# nodes_late_counted; 6: the latency table's node column, with rows per load node beside the
+# target's (a reader before 6 would add those rows into the target's histogram)
+SCHEMA_VERSION = 6
+MIN_READER_VERSION = 6  # the oldest reader that reads what this version writes
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 LATENCY_KINDS: tuple[str, ...] = ("e2e", "publish", "delay")
@@ -111,6 +113,9 @@ TICKS = _with_meta(
         _opt("e2e_clock_bound_ns", pa.int64()),
         # load nodes of the target lost by the tick, their share missing (schema 4)
         _opt("nodes_lost", pa.int64()),
+        # load nodes whose tick was late, their share counted in a later tick (schema 5)
+        _opt("nodes_late", pa.int64()),
+        _opt("nodes_late_counted", pa.int64()),
         # the time lag (schema 4; null in older runs and where not known)
         _opt("lag_seconds", pa.float64()),
         _opt("lag_seconds_exact", pa.bool_()),  # false: the estimate, lag ÷ consume rate
@@ -128,6 +133,9 @@ LATENCY = _with_meta(
         _req("bucket", pa.int64()),
         _req("value_ns", pa.int64()),
         _req("count", pa.int64()),
+        # null: the target's histogram (every node's merged); a load node's id: that node's
+        # own share, beside it (schema 6; no such rows before)
+        _opt("node", pa.string()),
     ],
 )
 

@@ -424,7 +424,8 @@ def _nodes_section(data: ReportData) -> Section | None:
         rows.append([_node_target(data, n.key), n.node[:12], n.host, f"{n.produced:,}",
                      f"{n.consumed:,}", fmt(n.cpu_percent, 1), fmt(n.loop_lag_ms, 1),
                      fmt(n.memory_bytes / 1e6, 0), str(n.saturated_ticks), clock,
-                     fmt(n.bound_max_ns / 1e6, 3) if math.isfinite(n.bound_max_ns) else "n/a"])
+                     fmt(n.bound_max_ns / 1e6, 3) if math.isfinite(n.bound_max_ns) else "n/a",
+                     fmt(n.e2e_p50_ns / 1e6, 3), fmt(n.e2e_p99_ns / 1e6, 3)])
     notes = []
     for key in dict.fromkeys(n.key for n in data.nodes):
         first = next(n for n in data.nodes if n.key == key)
@@ -437,10 +438,12 @@ def _nodes_section(data: ReportData) -> Section | None:
         "its consumers read, its load actor's mean CPU (% of one core), its event loop's "
         "latest wake-up, its largest resident memory, the seconds it was the bottleneck, and "
         "its wall clock against streambench's: the estimated offsets (lowest to highest) and "
-        "the largest error bound. End-to-end samples are taken back by their consumer's "
-        "node's offset and are that uncertain.",
+        "the largest error bound, and the end-to-end latency of the messages its consumers "
+        "read (p50 and p99, from the node's own histograms). End-to-end samples are taken "
+        "back by their consumer's node's offset and are that uncertain.",
         Table(["target", "node", "host", "produced", "consumed", "CPU %", "loop lag (ms)",
-               "memory (MB)", "saturated (s)", "clock offset (ms)", "bound (ms)"], rows,
+               "memory (MB)", "saturated (s)", "clock offset (ms)", "bound (ms)",
+               "e2e p50 (ms)", "e2e p99 (ms)"], rows,
               text_columns=3),
         *notes,
     ])

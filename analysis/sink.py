@@ -210,22 +210,27 @@ class _Journal:
 
 
 def _repeated(values: list[Any], lengths: np.ndarray, type_: pa.DataType) -> pa.Array:
-    """`values[i]` `lengths[i]` times over. Strings are laid out in the array's buffers and
-    integers repeated by numpy: pyarrow's `take` would import pyarrow.compute the first time,
-    about 70 ms of CPU in a run's measuring phase, and takes longer for the strings here."""
-    if None not in values:
-        if pa.types.is_string(type_):
-            encoded = [str(v).encode() for v in values]
-            sizes = np.repeat(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)),
-                              lengths)
-            if int(sizes.sum()) < 2**31:  # a string array's offsets are 32-bit
-                offsets = np.zeros(len(sizes) + 1, dtype=np.int32)
-                np.cumsum(sizes, dtype=np.int32, out=offsets[1:])
-                data = b"".join(b * int(n) for b, n in zip(encoded, lengths, strict=True))
-                return pa.Array.from_buffers(type_, len(sizes), [None, pa.py_buffer(offsets),
-                                                                  pa.py_buffer(data)])
-        elif type_ == pa.int64() or (pa.types.is_timestamp(type_) and type_.unit == "us"):
-            return pa.array(np.repeat(np.asarray(values, dtype=np.int64), lengths), type=type_)
+    """`values[i]` `lengths[i]` times over. Strings (and their nulls) are laid out in the
+    array's buffers and integers repeated by numpy: pyarrow's `take` would import
+    pyarrow.compute the first time, about 70 ms of CPU in a run's measuring phase, and takes
+    longer for the strings here."""
+    if pa.types.is_string(type_):
+        encoded = [b"" if v is None else str(v).encode() for v in values]
+        sizes = np.repeat(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)),
+                          lengths)
+        if int(sizes.sum()) < 2**31:  # a string array's offsets are 32-bit
+            offsets = np.zeros(len(sizes) + 1, dtype=np.int32)
+            np.cumsum(sizes, dtype=np.int32, out=offsets[1:])
+            data = b"".join(b * int(n) for b, n in zip(encoded, lengths, strict=True))
+            valid = None
+            if None in values:  # a null is a cleared bit of the validity bitmap
+                bits = np.repeat(np.array([v is not None for v in values]), lengths)
+                valid = pa.py_buffer(np.packbits(bits, bitorder="little").tobytes())
+            return pa.Array.from_buffers(type_, len(sizes), [valid, pa.py_buffer(offsets),
+                                                              pa.py_buffer(data)])
+    elif None not in values and (type_ == pa.int64() or
+                                 (pa.types.is_timestamp(type_) and type_.unit == "us")):
+        return pa.array(np.repeat(np.asarray(values, dtype=np.int64), lengths), type=type_)
     owner = pa.array(np.repeat(np.arange(len(values), dtype=np.int64), lengths))
     return pa.array(values, type=type_).take(owner)
 
@@ -509,6 +514,8 @@ class ParquetSink:
             "e2e_below_zero": t.e2e_below_zero,
             "e2e_clock_bound_ns": t.e2e_clock_bound_ns,
             "nodes_lost": t.nodes_lost,
+            "nodes_late": t.nodes_late,
+            "nodes_late_counted": t.nodes_late_counted,
             **_time_lag_columns(t),
         }
         snaps = {"e2e": t.e2e_latency, "publish": t.publish_latency, "delay": t.publish_delay}
@@ -524,6 +531,12 @@ class ParquetSink:
             row[f"{kind}_max"] = hi
             if n:
                 self._add_buckets(t, kind, snap)
+        for node in t.nodes:
+            node_snaps = {"e2e": node.e2e_latency, "publish": node.publish_latency,
+                          "delay": node.publish_delay}
+            for kind, share in node_snaps.items():
+                if share is not None and share.total:
+                    self._add_buckets(t, kind, share, node.node)
         self._buffers["ticks"].append(row)
 
         if t.lag is not None and t.lag.per_partition:
@@ -613,9 +626,10 @@ class ParquetSink:
         return {"run_id": self.run_id, "target": target, "seq": seq, "time": time_ns // 1000,
                 "phase": phase.value}
 
-    def _add_buckets(self, t: Tick, kind: str, snap: HistogramSnapshot) -> None:
+    def _add_buckets(self, t: Tick, kind: str, snap: HistogramSnapshot,
+                     node: str | None = None) -> None:
         self._buffers["latency"].add_group(
-            {**self._keys(t.target, t.seq, t.time_ns, t.phase), "kind": kind},
+            {**self._keys(t.target, t.seq, t.time_ns, t.phase), "kind": kind, "node": node},
             {"bucket": np.asarray(snap.index, dtype=np.int64),
              "count": np.asarray(snap.count, dtype=np.int64)},
             len(snap.index))

@@ -44,7 +44,10 @@ from loadgen.worker import (
 
 NAMESPACE = "streambench"
 LEASE_S = 10.0  # an actor that hears nothing from its coordinator for this long ends itself
-POLL_S = 1.0  # how long a poll waits for bus items before it answers empty
+# how long a poll waits for bus items before it answers empty: an item is sent at once, and
+# the ticks renew the lease each second, so the poll's own round trip is needed only for the
+# lease while no tick comes (under LEASE_S) and for the items between ticks
+POLL_S = 4.0
 CONNECT_TIMEOUT_S = 30.0  # for the cluster to answer and the placement group to be placed
 _CLOSE_TIMEOUT_S = 60.0
 _CLOCK_EXCHANGES = 5
@@ -96,6 +99,36 @@ def _join(ray: Any, address: str) -> None:
             if attempt == attempts or "client server failed" not in str(exc):
                 raise
             time.sleep(1.0)
+
+
+def client_modules(platform: str) -> list[str]:
+    """What a node must import to run a platform's clients: the module its driver is made in
+    (which imports the client library) and its optional client, if it declares one."""
+    from loadgen.platforms import PLATFORMS
+
+    record = PLATFORMS[platform]
+    modules = [record.make_driver.__module__]
+    if record.optional_client is not None:
+        modules.append(record.optional_client.module)
+    return modules
+
+
+def missing_clients(modules: dict[str, list[str]]) -> tuple[str, str, dict[str, str]]:
+    """Run on a node (a Ray task): its id, host name and, per platform, the first module it
+    cannot import and why."""
+    import importlib
+
+    import ray
+
+    missing: dict[str, str] = {}
+    for platform, names in modules.items():
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except ImportError as exc:
+                missing[platform] = f"{exc.name or name} ({exc})"
+                break
+    return ray.get_runtime_context().get_node_id(), socket.gethostname(), missing
 
 
 class LoadActor:
@@ -161,9 +194,11 @@ class LoadActor:
         try:
             if op == "close":
                 await self.load.close()
-                assert self._closed is not None
+                assert self._closed is not None and self._wake is not None
                 self._closed.set()
-                return self._take(), True, self.load.totals
+                items = self._take()
+                self._wake.set()  # a poll waiting answers now
+                return items, True, self.load.totals
             handler = HANDLERS.get(op)
             if handler is None or op == "start":  # the stack is the coordinator's, not here
                 raise StackError(f"unknown request {op!r}")
@@ -172,10 +207,10 @@ class LoadActor:
         except Exception as exc:
             return self._take(), False, picklable(exc)
 
-    async def _wait_items(self) -> list[object]:
+    async def _wait_items(self, wait_s: float) -> list[object]:
         assert self._wake is not None
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), POLL_S)
+            await asyncio.wait_for(self._wake.wait(), wait_s)
         return self._take()
 
     # ---- what Ray calls -------------------------------------------------------------------
@@ -187,12 +222,15 @@ class LoadActor:
         return await asyncio.wrap_future(
             asyncio.run_coroutine_threadsafe(self._handle(op, args), self._loop))
 
-    async def poll(self) -> list[object]:
-        """The bus items published since the last answer, within POLL_S; renews the lease."""
+    async def poll(self, wait_s: float) -> list[object]:
+        """The bus items published since the last answer, within `wait_s`; renews the
+        lease; nothing once closed."""
         self._heard = time.monotonic()
-        assert self._loop is not None
+        assert self._loop is not None and self._closed is not None
+        if self._closed.is_set():
+            return []
         return await asyncio.wrap_future(
-            asyncio.run_coroutine_threadsafe(self._wait_items(), self._loop))
+            asyncio.run_coroutine_threadsafe(self._wait_items(wait_s), self._loop))
 
     def clock(self) -> int:
         return time.monotonic_ns()
@@ -301,7 +339,7 @@ class LoadActorHandle:
     async def _poll(self) -> None:
         while not self._closing:
             try:
-                items = await self._actor.poll.remote()
+                items = await self._actor.poll.remote(POLL_S)
             except Exception:
                 return  # the actor is gone: the next request says so
             for item in items:
@@ -353,12 +391,12 @@ class LoadActorHandle:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._clock_task), 10)
         final = None
+        self._closing = True  # no poll after the one under way, which the close answers
         with contextlib.suppress(Exception):
             if not self.lost:
                 final = await asyncio.wait_for(self._call("close", ()), _CLOSE_TIMEOUT_S)
-        # the poll under way ends by itself within POLL_S: Ray Client reports a call given up
-        # on (a cancelled await) as a traceback of its own
-        self._closing = True
+        # the poll under way ends with the close, else within POLL_S: Ray Client reports a
+        # call given up on (a cancelled await) as a traceback of its own
         if self._poller is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._poller), POLL_S + 5)
@@ -382,6 +420,10 @@ class Cluster:
     resources: dict[str, float] = field(default_factory=dict)
     # producers on the first half of the nodes, consumers on the others (OMB's default)
     split_roles: bool = False
+    # only messages whose producer ran on the consumer's node are timed (the swarm topology)
+    same_node_latency: bool = False
+    # the platforms whose clients the nodes run: checked on each node before any actor
+    platforms: tuple[str, ...] = ()
     ray_version: str = ""
     _group: Any = None
     _nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -421,6 +463,10 @@ class Cluster:
             self.close()
             raise ClusterError(f"--split-roles: producers and consumers need 2 nodes or more, "
                                f"the load takes {self.nodes}")
+        if self.split_roles and self.same_node_latency:
+            self.close()
+            raise ClusterError("--same-node-latency with --split-roles times nothing: no node "
+                               "both produces and consumes")
         if self.strategy == "spread" and self.nodes > alive:
             self.close()
             raise ClusterError(f"--nodes {self.nodes} --placement spread: the cluster at "
@@ -438,7 +484,34 @@ class Cluster:
             raise ClusterError(f"the Ray cluster at {address} cannot place {self.nodes} × "
                                f"{asked} ({self.strategy}) within {CONNECT_TIMEOUT_S:.0f} s: "
                                "too few nodes with those free") from None
+        self._check_clients(ray)
         self._actor_class = ray.remote(num_cpus=1, max_restarts=0)(LoadActor)
+
+    def _check_clients(self, ray: Any) -> None:
+        """A small task on each node of the group: every platform's client imports there, or
+        ClusterError names the node and the module, before any actor or broker starts."""
+        if not self.platforms:
+            return
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        modules = {name: client_modules(name) for name in self.platforms}
+        task = ray.remote(num_cpus=1, max_retries=0)(missing_clients)
+        refs = [task.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self._group, placement_group_bundle_index=k)).remote(modules)
+                for k in range(self.workers)]
+        try:
+            answers = ray.get(refs, timeout=CONNECT_TIMEOUT_S)
+        except Exception as exc:
+            self.close()
+            raise ClusterError(f"the nodes of the Ray cluster at {self.address} did not say "
+                               f"within {CONNECT_TIMEOUT_S:.0f} s whether they have the "
+                               f"clients ({type(exc).__name__})") from None
+        for node, host, missing in answers:
+            for platform, why in missing.items():
+                self.close()
+                raise ClusterError(f"{platform}: node {node[:12]} ({host}) cannot import its "
+                                   f"client, {why}: install streambench with the same extras "
+                                   "on every node")
 
     def _resolved_address(self) -> str:
         if self.address != "auto":
@@ -475,7 +548,8 @@ class Cluster:
     def placement(self) -> dict[str, Any]:
         """run.json's cluster_placement: where every load actor ran."""
         return {"address": self.address, "strategy": self.strategy, "nodes": self.workers,
-                "split_roles": self.split_roles, "ray_version": self.ray_version,
+                "split_roles": self.split_roles, "same_node_latency": self.same_node_latency,
+                "ray_version": self.ray_version,
                 "workers": [{"target": h.label, "worker": h.share, **h.where,
                              "clock": [{"time_ns": c.estimated_ns, "offset_ns": c.offset_ns,
                                         "bound_ns": c.bound_ns} for c in h.clocks]}

@@ -20,7 +20,7 @@ import numpy as np
 
 from compose.toxiproxy import VERSION, Toxiproxy, split_endpoint
 from loadgen.core.acklog import AckLog
-from loadgen.core.audit import SEQ_STEP, STAMP_BASE, AuditLedger, ProducerRecord
+from loadgen.core.audit import PRODUCER_MASK, SEQ_STEP, STAMP_BASE, AuditLedger, ProducerRecord
 from loadgen.core.bus import BusItem
 from loadgen.core.collector import Collector, Reading
 from loadgen.core.driver import Consumer, Driver, OutMessage, Producer, ReceivedBatch
@@ -245,6 +245,9 @@ class TargetLoad:
         self.node: tuple[str, str] | None = None  # (node id, host name) on a cluster's node
         self.split_roles = False  # producers and consumers dealt to different processes
         self._below_zero = 0  # e2e samples of the interval below zero
+        # --same-node-latency: the producers whose messages are timed (this node's); None: all
+        self._same_node: frozenset[int] | None = None
+        self._mono_to_wall = 0
         self._clock_bound = 0  # the largest bound applied to the interval's e2e samples
         self._interval_start = time.monotonic_ns()
         self._live_before = (0, 0)  # the audit's (duplicates, reorders) at the last tick
@@ -461,6 +464,7 @@ class TargetLoad:
 
     def start_load(self, t0_mono: int, t0_wall: int, end_mono: int) -> None:
         self._interval_start = t0_mono
+        self._mono_to_wall = t0_wall - t0_mono  # the schedule's: intended = mono + this
         self._watch.start()
         for slot in range(len(self.consumers)):
             task = asyncio.create_task(self._consume(slot))
@@ -688,25 +692,41 @@ class TargetLoad:
         samples from now on are timed on the coordinator's clock through it."""
         self._clock = clock
 
+    def time_same_node(self, producers: frozenset[int]) -> None:
+        """--same-node-latency: time only the messages of these producers (those of this
+        node), on this node's own clock; the audit's stamps say each message's producer."""
+        if self.ledger is None:
+            raise StackError("--same-node-latency needs the messages stamped with their "
+                             "producer (the delivery audit)")
+        self._same_node = producers
+
     def _count(self, slot: int, batch: ReceivedBatch) -> None:
         rn = batch.receive_ns
         clock = self._clock
-        if clock is not None:
+        same = self._same_node
+        if same is not None:
+            # the receive time through this node's monotonic clock into the schedule's time
+            # base, where its producers' intended times are: one clock, no offset, no bound
+            rn += self._mono_to_wall - (time.time_ns() - time.monotonic_ns())
+        elif clock is not None:
             rn -= clock.offset_ns
             self._clock_bound = max(self._clock_bound, clock.bound_ns)
-        intended = batch.intended_ns
+        stamps = intended = batch.intended_ns
         if self.ledger is not None:  # the values are stamps: record them, keep their times
             topic, subscription, _ = self._consumer_specs[slot]
             where = batch.ids or [(-1, "")] * len(intended)
             intended = self.ledger.read(slot, self._topic_index[topic], subscription, intended, where)
             self.totals.duplicates, self.totals.reordered = self.ledger.live()
+        if same is not None:
+            intended = [t for t, v in zip(intended, stamps, strict=True)
+                        if (v // STAMP_BASE) & PRODUCER_MASK in same]
         lat = [rn - t for t in intended]
         if lat and min(lat) < 0:  # recorded as 0 by the histogram, counted here
             self._below_zero += sum(1 for v in lat if v < 0)
         self._e2e.record_many(lat)
         if self._record_raw:
             self._raw["e2e"].extend(lat)
-        k = len(lat)
+        k = len(stamps)  # every message read counts, timed or not
         self.consumed += k
         self._slot_consumed[slot] += k
         self.consumed_bytes += batch.payload_bytes

@@ -252,6 +252,8 @@ class Run:
         self.finished = threading.Event()  # set once execute() has closed everything
         # a search for the highest sustainable rate starts its targets at its first rate
         driven = dataclasses.replace(workload, rate=START_RATE) if workload.rate_search else workload
+        # --same-node-latency tells each message's producer by the audit's stamp
+        audit = audit or (cluster is not None and cluster.same_node_latency)
         self._runner_args = (driven, record_raw, audit, processes)
         self.audit = audit
         self.runners: list[TargetWorker] = self._make_runners()

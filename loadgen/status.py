@@ -16,6 +16,16 @@ def _ms(ns: float) -> str:
     return f"{ms:.3f}" if ms < 10 else f"{ms:.1f}" if ms < 1000 else f"{ms:.0f}"
 
 
+def nodes_text(tick: Tick) -> str:
+    """The load nodes whose share a tick lacks or holds besides its own interval; empty when
+    every node's tick was in on time."""
+    parts = [f"{n} node(s) {what}" for n, what in (
+        (tick.nodes_late, "late, counted in a later tick"),
+        (tick.nodes_late_counted, "late before, counted here"),
+        (tick.nodes_lost, "lost")) if n]
+    return f" | {', '.join(parts)}" if parts else ""
+
+
 def status_line(tick: Tick, width: int = 12) -> str:
     e2e = tick.e2e_latency
     pub = tick.publish_latency
@@ -37,6 +47,7 @@ def status_line(tick: Tick, width: int = 12) -> str:
     gen_text = "" if math.isnan(gen) else f" | gen cpu {gen:.0f}%"
     if tick.loadgen.saturated:
         gen_text += f" | LOAD GENERATOR SATURATED ({tick.loadgen.saturated}): add --processes"
+    gen_text += nodes_text(tick)
     return (
         f"{tick.phase.value:<9} {tick.elapsed_s:6.0f}s {tick.target[:width]:<{width}} "
         f"pub {tick.produce_rate:9,.0f}/s {tick.produce_mb_s:7.2f} MB/s (target {target}) | "

@@ -40,7 +40,7 @@ from loadgen.core.histogram import HistogramSnapshot
 from loadgen.core.interventions import Intervention
 from loadgen.core.stack import StackDescription
 from loadgen.core.target import Target
-from loadgen.core.ticks import LoadgenHealth, NodeClock, Phase, Tick
+from loadgen.core.ticks import LoadgenHealth, NodeClock, NodeStat, Phase, Tick
 from loadgen.core.workload import Workload
 from loadgen.load import (
     DROPPED_SLOTS,
@@ -56,6 +56,10 @@ from loadgen.placement import Placement, place
 from loadgen.timelag import TimeLagBook
 
 _CLOSE_TIMEOUT_S = 120.0
+# how long a target's tick waits for its load nodes' (on a cluster) after asking them, or
+# until the stack's own tick is in if that comes later: a slower node's share is counted in
+# the tick its answer comes by, and marked late till then
+NODE_TICK_WAIT_S = 0.5
 ORPHAN_CLOSE_S = 2.0  # what an orphaned worker gives its clients and stack to close
 
 
@@ -193,6 +197,10 @@ async def _clock(load: TargetLoad, conn: Connection, clock: NodeClock) -> None:
     load.set_clock(clock)
 
 
+async def _same_node(load: TargetLoad, conn: Connection, producers: frozenset[int]) -> None:
+    load.time_same_node(producers)
+
+
 HANDLERS: dict[str, Handler] = {
     "start": _start,
     "join": _join,
@@ -205,6 +213,7 @@ HANDLERS: dict[str, Handler] = {
     "control": _control,
     "collect_audit": _collect_audit,
     "clock": _clock,
+    "same_node": _same_node,
 }
 
 
@@ -272,6 +281,7 @@ class ClusterPlacement(Protocol):
     """A cluster whose nodes run a target's clients (loadgen.cluster.Cluster)."""
 
     split_roles: bool  # producers and consumers on different nodes
+    same_node_latency: bool  # e2e of the messages produced on the consumer's node alone
 
     def load_workers(self, index: int, target: Target, workload: Workload, run_id: str,
                      record_raw: bool, audit: bool, log_dir: Path | None,
@@ -394,6 +404,16 @@ def _sum_totals(label: str, parts: list[TargetTotals]) -> TargetTotals:
     return total
 
 
+def _with_latency(tick: Tick) -> tuple[NodeStat, ...]:
+    """A load node's tick's NodeStat holding the node's own histograms (the merged tick's are
+    every node's together)."""
+    if len(tick.nodes) != 1:
+        return tick.nodes
+    return (dataclasses.replace(tick.nodes[0], e2e_latency=tick.e2e_latency,
+                                publish_latency=tick.publish_latency,
+                                publish_delay=tick.publish_delay),)
+
+
 def _merge_ticks(ticks: list[Tick]) -> Tick:
     """The first process's tick (telemetry, lag, interval) with every process's counts,
     latencies and consumers."""
@@ -420,7 +440,7 @@ def _merge_ticks(ticks: list[Tick]) -> Tick:
         e2e_below_zero=sum(t.e2e_below_zero for t in ticks),
         e2e_clock_bound_ns=max(t.e2e_clock_bound_ns for t in ticks),
         clocks=tuple(c for t in ticks for c in t.clocks),
-        nodes=tuple(n for t in ticks for n in t.nodes),
+        nodes=tuple(n for t in ticks for n in _with_latency(t)),
         acked={topic: [s for t in ticks for s in t.acked.get(topic, ())]
                for topic in {topic for t in ticks for topic in t.acked}},
     )
@@ -451,6 +471,10 @@ class TargetWorker:
         self._shares: dict[int, Placement] = {}
         self._producers = 0
         self._time_lag = TimeLagBook()
+        # each channel's tick asked and not yet counted: (the tick's seq, the answer to come)
+        self._asked: dict[int, tuple[int, asyncio.Future[Any]]] = {}
+        self._remote = cluster is not None  # load nodes a tick does not wait for past its due
+        self._same_node = False  # --same-node-latency: each node told its own producers
         args = (index, target, workload, run_id, record_raw, audit)
         self._procs: list[LoadChannel]
         if cluster is None:
@@ -459,6 +483,7 @@ class TargetWorker:
         else:
             self._procs = [_LoadProcess(self.label, (*args, STACK_ONLY, log_dir), publish),
                            *cluster.load_workers(*args, log_dir, publish)]
+            self._same_node = cluster.same_node_latency
             w = workload
             shares = place(w.topics * w.producers, w.topics * w.subscriptions * w.consumers,
                            len(self._procs) - 1, cluster.split_roles)
@@ -478,6 +503,18 @@ class TargetWorker:
         if others:
             progress(f"{self.label}: starting {len(others)} more load process(es)")
             await asyncio.gather(*(p.request("join", desc) for p in others))
+        if self._same_node:
+            await self._time_same_node(others)
+
+    async def _time_same_node(self, actors: list[LoadChannel]) -> None:
+        """Tell each load actor the producers of its node (of every actor of the target
+        there), whose messages alone its consumers time."""
+        nodes = [getattr(a, "where", {}).get("node_id", "") for a in actors]
+        on: dict[str, set[int]] = {}
+        for k, node in enumerate(nodes, 1):
+            on.setdefault(node, set()).update(self._shares[k].producers)
+        await asyncio.gather(*(a.request("same_node", frozenset(on[node]))
+                               for a, node in zip(actors, nodes, strict=True)))
 
     def describe(self) -> dict[str, Any]:
         if self._described is not None:
@@ -578,14 +615,55 @@ class TargetWorker:
         count = sum(dropped_slots(d) for d in details)
         return f"{dropped[0][0]}; {count:,} {DROPPED_SLOTS}"
 
+    async def _node_ticks(self, seq: int, time_ns: int, phase: Phase,
+                          elapsed_s: float) -> tuple[list[tuple[int, Any]], int, int]:
+        """Every channel's tick, asked once: (channel, answer) of those in, in channel order;
+        the load nodes whose answer is not in after NODE_TICK_WAIT_S (late: asked again only
+        once it is in, and counted in the tick it comes in by); the late answers of earlier
+        ticks counted in this one. The first channel (the stack's) is always waited for; the
+        local placement's processes too (no deadline)."""
+        alive = self._alive()
+        for i, p in alive:
+            if i not in self._asked:
+                self._asked[i] = (seq, p.request("tick", seq, time_ns, phase, elapsed_s))
+        futures = {i: self._asked[i][1] for i, _ in alive}
+        first = futures.pop(alive[0][0])
+        wait = NODE_TICK_WAIT_S if self._remote else None
+        if futures:
+            await asyncio.wait([first, *futures.values()], timeout=wait)
+        await asyncio.wait([first])
+        out: list[tuple[int, Any]] = []
+        failed: BaseException | None = None
+        late = counted = 0
+        for i, _ in alive:
+            asked_seq, fut = self._asked[i]
+            if not fut.done():
+                late += 1
+                continue
+            del self._asked[i]
+            answer = fut.exception()
+            if isinstance(answer, NodeLost):
+                self._node_lost(i, str(answer))
+            elif answer is not None:
+                failed = failed or answer
+            else:
+                out.append((i, fut.result()))
+                counted += asked_seq != seq
+        if failed is not None:
+            raise failed
+        return out, late, counted
+
     async def tick(self, seq: int, time_ns: int, phase: Phase, elapsed_s: float) -> Tick:
-        replies = await self._each("tick", seq, time_ns, phase, elapsed_s)
+        replies, late, counted = await self._node_ticks(seq, time_ns, phase, elapsed_s)
         for i, (_, totals) in replies:
             self._last[i] = totals
-        self._take_counts([totals for _, (_, totals) in replies])
+        self._take_counts([t for i, t in self._last.items() if i not in self._lost])
         tick = self._time_lag.resolve(_merge_ticks([t for _, (t, _) in replies]))
-        if self._lost:  # the lost nodes' share is missing: flagged, never filled in
-            tick = dataclasses.replace(tick, nodes_lost=len(self._lost))
+        if self._lost or late or counted:
+            # a lost node's share is missing from now on, a late one's from this tick (and
+            # counted in a later one): flagged, never filled in
+            tick = dataclasses.replace(tick, nodes_lost=len(self._lost), nodes_late=late,
+                                       nodes_late_counted=counted)
         self._clock_bound.check(tick)
         for detail in self._assignments.changes(tick.consumers):
             self._publish(RunEvent(time.time_ns(), self.label, "assignment", detail))
@@ -593,6 +671,9 @@ class TargetWorker:
 
     async def close(self) -> None:
         """Stop the load processes, then the first (brokers down); never raises."""
+        for _, fut in self._asked.values():  # a node still late at the end: its final counts tell
+            fut.cancel()
+        self._asked.clear()
         first, *others = self._procs
         finals = list(await asyncio.gather(*(p.close() for p in others)))
         finals.insert(0, await first.close())

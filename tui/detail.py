@@ -33,6 +33,7 @@ from textual.screen import Screen
 from loadgen.core.brokermetrics import BrokerMetrics, unit_of
 from loadgen.core.histogram import HistogramSnapshot, percentiles
 from loadgen.core.ticks import ConsumerStat, LagStatus, Tick, partition_list
+from loadgen.status import nodes_text
 from loadgen.timelag import seconds_text, time_lag_text
 from tui import formatting as fmt
 from tui.charts import area_chart
@@ -318,13 +319,17 @@ def clock_lines(history: TargetHistory) -> list[Text]:
     below zero (counted as 0); then each load node's share at the last tick, its load actor's
     own figures and its clock against streambench's."""
     tick = history.last
-    if tick is None or not (tick.nodes or history.clock_bound_worst_ns or
+    if tick is None or not (tick.nodes or nodes_text(tick) or history.clock_bound_worst_ns or
                             history.below_zero_total):
         return []
     note = (f" e2e timed on streambench's clock: worst bound ±"
             f"{history.clock_bound_worst_ns / NS_PER_MS:.3f} ms, "
             f"{history.below_zero_total:,} sample(s) below zero (counted as 0)")
     lines = [Text(note, style="dim", no_wrap=True, overflow="ellipsis")]
+    late = nodes_text(tick).removeprefix(" | ")
+    if late:
+        lines.append(Text(f" load nodes at the last tick: {late}", style="bold",
+                          no_wrap=True, overflow="ellipsis"))
     if tick.nodes:
         clocks = {c.node: c for c in tick.clocks}
         per_s = 1 / tick.interval_s if tick.interval_s > 0 else float("nan")

@@ -23,6 +23,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 
 from loadgen.run import Run, log_dir
+from tui.bench.endsummary import SAME_NODE_LATENCY
 from tui.widgets import RichLines
 
 HINT = "esc back · ↑/↓ scroll · x screenshot · ? help"
@@ -42,6 +43,8 @@ def live_description(run: Run | None) -> dict[str, Any]:
         "load_processes": run.processes,
         "load_placement": [{"producers": p.producers, "consumers": p.consumers}
                            for p in run.placement],
+        **({"cluster_placement": {"same_node_latency": run.cluster.same_node_latency}}
+           if run.cluster is not None else {}),
     }
 
 
@@ -141,6 +144,8 @@ def target_body(target: Mapping[str, Any], run: RunDescription, index: int) -> R
     placement = _placement(run)
     if placement:
         grid.add_row("load", placement)
+    if (run.get("cluster_placement") or {}).get("same_node_latency"):
+        grid.add_row("e2e latency", SAME_NODE_LATENCY.strip().removeprefix("e2e latency: "))
     kept = kept_logs(run, index, str(target.get("label", "")))
     for n, path in enumerate(kept or target.get("logs") or []):
         grid.add_row(("kept logs" if kept else "logs") if n == 0 else "", str(path))

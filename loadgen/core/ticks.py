@@ -189,6 +189,11 @@ class NodeStat:
     loop_lag_ms: float = float("nan")
     memory_bytes: int = 0  # the actor process's resident memory at the tick
     saturated: str = ""  # why this node's load generator is the bottleneck; empty when not
+    # the node's own share of the target's latency histograms over the interval: filled in by
+    # the coordinator from the node's tick when it merges it (not sent twice); None elsewhere
+    e2e_latency: HistogramSnapshot | None = None
+    publish_latency: HistogramSnapshot | None = None
+    publish_delay: HistogramSnapshot | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +238,10 @@ class Tick:
     nodes: tuple[NodeStat, ...] = ()  # each load node's share, on a cluster
     # load nodes of the target lost by this tick (their share is missing from it and after)
     nodes_lost: int = 0
+    # load nodes whose tick was not in when this one was due: their share of the interval is
+    # missing from it, and counted in the tick their answer comes by (nodes_late_counted)
+    nodes_late: int = 0
+    nodes_late_counted: int = 0  # late node ticks of earlier intervals counted in this one
     # the producers' acknowledged (partition, position, intended ns) samples of the interval,
     # per topic (loadgen.core.acklog); the coordinator takes them off the tick
     acked: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)

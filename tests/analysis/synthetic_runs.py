@@ -18,7 +18,7 @@ import numpy.typing as npt
 from analysis.schema import LATENCY_KINDS
 from analysis.sink import ParquetSink, RawSamples, write_run_json
 from loadgen.core.events import PhaseChange, RunEvent
-from loadgen.core.histogram import Histogram
+from loadgen.core.histogram import Histogram, HistogramSnapshot
 from loadgen.core.ticks import LagSnapshot, NodeClock, NodeStat, Phase, Resources, Tick
 
 T0_NS = 1_767_225_600_123_456_789  # 2026-01-01T00:00:00.123456789Z
@@ -80,6 +80,8 @@ class SyntheticRun:
     events: list[RunEvent] = field(default_factory=list)  # the SyntheticEvents as written
     # measuring-phase raw samples by target and kind
     raw: dict[str, dict[str, list[npt.NDArray[np.int64]]]] = field(default_factory=dict)
+    # on a cluster: each node's e2e samples of the measuring phase (its share of raw's)
+    node_e2e: dict[str, list[npt.NDArray[np.int64]]] = field(default_factory=dict)
 
     def raw_values(self, target: str, kind: str) -> npt.NDArray[np.int64]:
         return np.concatenate(self.raw[target][kind])
@@ -109,20 +111,34 @@ def _samples(rng: np.random.Generator, kind: str, model: TargetModel, n: int,
     return np.rint(v * scale).astype(np.int64)
 
 
+def _node_shares(e2e: npt.NDArray[np.int64], k: int) -> list[npt.NDArray[np.int64]]:
+    """A tick's e2e samples dealt over k nodes in order of size, the lowest to node 0."""
+    return np.array_split(np.sort(e2e), k) if k else []
+
+
+def _snapshot(values: npt.NDArray[np.int64]) -> HistogramSnapshot:
+    hist = Histogram()
+    hist.record_many(values.tolist())
+    return hist.snapshot_and_reset()
+
+
 def _cluster_fields(nodes: Sequence[str], seq: int, time_ns: int, produced: int,
-                    consumed: int) -> dict[str, Any]:
+                    consumed: int, e2e: npt.NDArray[np.int64]) -> dict[str, Any]:
     """A tick's figures on a Ray cluster of `nodes`: the counts dealt over them (the first
     takes the remainder), node i's clock i ms ahead with a bound growing with seq, one e2e
-    sample below zero every 10 ticks, the last node lost from tick 40 on."""
+    sample below zero every 10 ticks, the last node lost from tick 40 on; the tick's e2e
+    samples dealt in order of size, the lowest to node 0 (each node's own histogram)."""
     if not nodes:
         return {}
     alive = list(nodes[:-1]) if seq >= 40 and len(nodes) > 1 else list(nodes)
     k = len(alive)
     share = [(produced // k + (produced % k if i == 0 else 0),
               consumed // k + (consumed % k if i == 0 else 0)) for i in range(k)]
+    parts = _node_shares(e2e, k)
     return {
         "nodes": tuple(NodeStat(n, f"host-{i}", p, c, 10.0 + i, 1.0 + i, (100 + i) * 10**6,
-                                "worker CPU 95%" if seq % 20 == 5 else "")
+                                "worker CPU 95%" if seq % 20 == 5 else "",
+                                e2e_latency=_snapshot(parts[i]))
                        for i, (n, (p, c)) in enumerate(zip(alive, share, strict=True))),
         "clocks": tuple(NodeClock(n, i * 10**6 + seq, 300_000 + seq * 1000, time_ns)
                         for i, n in enumerate(alive)),
@@ -204,8 +220,9 @@ def write_synthetic_run(
             totals[name][0] += produced
             totals[name][1] += consumed
             snaps = {}
+            drawn = {}
             for kind in LATENCY_KINDS:
-                values = _samples(rng, kind, model, samples_per_tick, scale)
+                values = drawn[kind] = _samples(rng, kind, model, samples_per_tick, scale)
                 hists[kind].record_many(values.tolist())
                 snaps[kind] = hists[kind].snapshot_and_reset()
                 if phase == Phase.MEASURING:
@@ -241,9 +258,13 @@ def write_synthetic_run(
                 broker={"bytes_in": float(produced * MESSAGE_SIZE), "requests": 42.0},
                 produced_total=totals[name][0],
                 consumed_total=totals[name][1],
-                **_cluster_fields(nodes, seq, time_ns, produced, consumed),
+                **_cluster_fields(nodes, seq, time_ns, produced, consumed, drawn["e2e"]),
             )
             run.ticks.append(tick)
+            if phase == Phase.MEASURING:
+                for node, part in zip(tick.nodes, _node_shares(drawn["e2e"], len(tick.nodes)),
+                                      strict=True):
+                    run.node_e2e.setdefault(node.node, []).append(part)
             sink(tick)
         clock.now += 1.0
     for event in waiting:  # the rest happened during the drain

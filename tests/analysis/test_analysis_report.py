@@ -444,10 +444,22 @@ def test_a_cluster_runs_load_nodes(spark, tmp_path: Path) -> None:
         assert row.bound_max_ns == max(c.bound_ns for c in clocks)
         assert row.below_zero == sum(t.e2e_below_zero for t in measuring)
         assert row.nodes_lost == 1
+        # the node's own e2e figures, from its histograms, against numpy on its raw samples
+        raw = np.concatenate(run.node_e2e[row.node])
+        for got, p in ((row.e2e_p50_ns, 50.0), (row.e2e_p99_ns, 99.0)):
+            truth = float(np.percentile(raw, p))
+            assert abs(got - truth) <= _tolerance(truth), (row.node, p, got, truth)
+    p50s = [n.e2e_p50_ns for n in data.nodes]
+    assert p50s == sorted(p50s) and p50s[0] < p50s[-1]  # node 0 got the lowest samples
+    # the target's e2e figures are every node's once, not the node rows again beside them
+    assert data.targets[0].latency["e2e"].samples == sum(t.e2e_latency.total for t in measuring)
     assert sum(n.produced for n in data.nodes) == data.targets[0].throughput.produced
     text = build_document_text(data)
     section = text[text.index("## Load nodes"):]
     assert "| alpha | node-bbbbbbb | host-1 |" in section
+    row = next(line for line in section.splitlines() if "| node-bbbbbbb |" in line)
+    node = next(n for n in data.nodes if n.node.startswith("node-bbbbbbb"))
+    assert row.rstrip(" |").endswith(f"| {node.e2e_p50_ns / 1e6:,.3f} | {node.e2e_p99_ns / 1e6:,.3f}")
     assert f"alpha: {sum(t.e2e_below_zero for t in measuring):,} end-to-end samples below zero " \
            "(counted as 0), 1 load node(s) lost." in section
 

@@ -89,6 +89,26 @@ def test_run_needing_a_newer_reader_is_refused(run_b: SyntheticRun, tmp_path: Pa
 def test_run_json_says_which_reader_it_needs(run_b: SyntheticRun) -> None:
     doc = json.loads((run_b.run_dir / "run.json").read_text())
     assert (doc["schema_version"], doc["min_reader_version"]) == (SCHEMA_VERSION, MIN_READER_VERSION)
-    assert (SCHEMA_VERSION, MIN_READER_VERSION) == (4, 1)  # 2 to 4 only added columns, tables
+    # 2 to 5 only added columns and tables; 6 added the latency table's per-node rows, which
+    # a reader before 6 would count into the target's histograms
+    assert (SCHEMA_VERSION, MIN_READER_VERSION) == (6, 6)
     meta = pq.read_schema(next((run_b.run_dir / "ticks").glob("part-*.parquet"))).metadata
-    assert meta[b"streambench.min_reader_version"] == b"1"
+    assert meta[b"streambench.min_reader_version"] == b"6"
+
+
+def test_a_run_before_the_latency_node_column_reads_the_same(spark, run_b: SyntheticRun,
+                                                               tmp_path: Path) -> None:
+    """run_b rewritten as version 5 wrote it (no `node` column in latency): the same
+    latency figures, the column read as null."""
+    v5 = tmp_path / "run-v5"
+    shutil.copytree(run_b.run_dir, v5)
+    for f in sorted((v5 / "latency").glob("part-*.parquet")):
+        data = pq.read_table(f)
+        assert data["node"].null_count == len(data)  # a local run: the target's rows alone
+        pq.write_table(data.drop_columns(["node"]), f)
+    doc = json.loads((v5 / "run.json").read_text())
+    doc.update(schema_version=5, min_reader_version=1, run_id="run-v5")
+    (v5 / "run.json").write_text(json.dumps(doc))
+    assert "node" not in pq.read_schema(next((v5 / "latency").glob("part-*.parquet"))).names
+    old, new = compute_report(spark, load_runs([v5, run_b.run_dir])).targets
+    assert old.latency and all(old.latency[k] == new.latency[k] for k in new.latency)

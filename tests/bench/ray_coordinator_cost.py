@@ -10,7 +10,12 @@ Ray and the local pipes carry them: kept during the run, measured after it, so t
 costs the coordinator nothing while it is timed); and the marginal cost of a node (the slope
 from 1 to 3 nodes), from which docs/architecture.md works out 100 nodes x 3 targets. Each run's
 produced count is checked against the server's XADD calls and its consumed count against its
-produced count."""
+produced count.
+
+The Ray runs are made twice side by side: with the actors' poll waiting 1 s as it used to
+(`ray-poll1s`: a poll round trip a second per node) and as it waits now (cluster.POLL_S).
+`--profile` samples this process with py-spy (every thread, only while it runs) over the
+measuring phase of the Ray runs on 3 nodes and prints the functions in most samples."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import loadgen.cluster as cluster_module
 import loadgen.worker as worker_module
 from analysis.sink import ParquetSink
 from loadgen.cluster import Cluster
@@ -43,6 +49,7 @@ from tests.conftest import redis_server
 from tests.integration.ray_support import ray_start, two_node_cluster
 
 RATE_PER_NODE = 1000.0
+POLL_BEFORE_S = 1.0  # the actors' poll wait before it was lengthened (cluster.POLL_S)
 REPLIES: list[Any] = []  # the last tick replies of a run, measured after it
 
 
@@ -55,23 +62,55 @@ def xadd_calls(port: int) -> int:
 
 def keep_replies() -> None:
     """TargetWorker.tick's per-node replies, kept (a list append) to be pickled later."""
-    each = worker_module.TargetWorker._each
+    node_ticks = worker_module.TargetWorker._node_ticks
 
-    async def kept(self: Any, op: str, *args: Any) -> Any:
-        replies = await each(self, op, *args)
-        if op == "tick":
-            # on a cluster channel 0 is the stack's own process, which runs no client
-            REPLIES.extend(reply for i, reply in replies if i > 0 or not self._shares)
-            del REPLIES[:-50]
-        return replies
+    async def kept(self: Any, *args: Any) -> Any:
+        answer = await node_ticks(self, *args)
+        # on a cluster channel 0 is the stack's own process, which runs no client
+        REPLIES.extend(reply for i, reply in answer[0] if i > 0 or not self._shares)
+        del REPLIES[:-50]
+        return answer
 
-    worker_module.TargetWorker._each = kept  # type: ignore[method-assign]
+    worker_module.TargetWorker._node_ticks = kept  # type: ignore[method-assign]
+
+
+def profile_lines(raw: Path, ticks: int, nodes: int, top: int = 14) -> list[str]:
+    """py-spy's raw samples (one line per stack: `frame;frame;… count`, the innermost last)
+    summed per function: the functions in most samples, inclusive and self, as a share of the
+    samples and as CPU per node tick (py-spy records threads only while they run)."""
+    inclusive: dict[str, int] = {}
+    own: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
+                  if " (" in f else f for f in stack.split(";")]
+        for f in set(frames):
+            inclusive[f] = inclusive.get(f, 0) + n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+    if not total:
+        return ["  no samples"]
+    per_node_tick = 1000 / RATE_HZ / ticks / nodes  # ms of CPU per sample per node tick
+    out = [f"  {total:,} samples at {RATE_HZ} Hz over {ticks} ticks"]
+    for title, table in (("inclusive", inclusive), ("self", own)):
+        out.append(f"  {title}:")
+        for f, n in sorted(table.items(), key=lambda kv: -kv[1])[:top]:
+            out.append(f"    {n / total:6.1%} {n * per_node_tick:6.2f} ms/node tick  {f}")
+    return out
+
+
+RATE_HZ = 200  # py-spy's samples a second
 
 
 def one_run(port: int, gcs: str | None, nodes: int, seconds: float,
-            out: Path) -> tuple[float, int, float]:
+            out: Path, profile: Path | None = None) -> tuple[float, int, float]:
     """(coordinator CPU seconds over the measuring phase, measuring ticks, bytes per node
-    tick reply) of one run."""
+    tick reply) of one run; with `profile`, py-spy samples this process over the measuring
+    phase into that file."""
     workload = Workload(name="bench-coord", rate=RATE_PER_NODE * nodes, message_size=256,
                         partitions=nodes, producers=nodes, consumers=nodes, duration_s=seconds,
                         warmup_s=2)
@@ -86,6 +125,12 @@ def one_run(port: int, gcs: str | None, nodes: int, seconds: float,
     def watch(item: object) -> None:
         if isinstance(item, PhaseChange) and item.phase is Phase.MEASURING:
             marks["start"] = me.cpu_times()
+            if profile is not None:
+                marks["spy"] = subprocess.Popen(
+                    [str(Path(sys.executable).with_name("py-spy")), "record", "--pid",
+                     str(os.getpid()), "--rate", str(RATE_HZ), "--format", "raw", "--threads",
+                     "--nonblocking", "--duration", str(round(seconds)), "--output",
+                     str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if isinstance(item, PhaseChange) and item.phase is Phase.DRAINING:
             marks["end"] = me.cpu_times()
         if getattr(item, "phase", None) is Phase.MEASURING and hasattr(item, "produced"):
@@ -97,6 +142,8 @@ def one_run(port: int, gcs: str | None, nodes: int, seconds: float,
               out_dir=out, processes=nodes, cluster=cluster, recorder=ParquetSink)
     run.subscribe(watch)
     summary = run_precise(run.execute())
+    if "spy" in marks:
+        marks["spy"].wait(60)
     (t,) = summary.targets
     server = xadd_calls(port) - before_xadd
     if server != t.produced + t.send_errors or t.send_errors or t.consumed != t.produced:
@@ -113,6 +160,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10, help="measuring phase of each run")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of the six runs")
+    parser.add_argument("--profile", action="store_true",
+                        help="sample the coordinator with py-spy in the Ray runs on 3 nodes and "
+                             "print where its CPU goes")
     args = parser.parse_args()
     keep_replies()
     results: dict[tuple[str, int], list[tuple[float, int, float]]] = {}
@@ -122,18 +172,26 @@ def main() -> None:
             tempfile.TemporaryDirectory() as tmp:
         # a third node of the same cluster (its processes are the cluster's: stopped with it)
         ray_start(cluster.net, [f"--address={cluster.gcs}", '--resources={"sb_node_2": 1}'])
+        # the Ray runs with the poll as it was (ray-poll1s) and as it is, side by side
+        placements = (("local", None, 0.0), ("ray-poll1s", cluster.gcs, POLL_BEFORE_S),
+                      ("ray", cluster.gcs, cluster_module.POLL_S))
         for k in range(args.rounds):
             for nodes in (1, 2, 3):
-                for name, gcs in (("local", None), ("ray", cluster.gcs)):
+                for name, gcs, poll in placements:
+                    cluster_module.POLL_S = poll
                     load = os.getloadavg()[0]
+                    spy = (Path(tmp) / f"profile-{k}.txt"
+                           if args.profile and name == "ray" and nodes == 3 else None)
                     r = one_run(port, gcs, nodes, args.seconds,
-                                Path(tmp) / f"{name}-{nodes}-{k}")
+                                Path(tmp) / f"{name}-{nodes}-{k}", spy)
                     results.setdefault((name, nodes), []).append(r)
                     cpu, n, size = r
-                    print(f"round {k + 1} {name:5} {nodes} node(s)/process(es): coordinator "
+                    print(f"round {k + 1} {name:10} {nodes} node(s)/process(es): coordinator "
                           f"{cpu / n * 1000:6.2f} ms CPU per tick, {cpu / n / nodes * 1000:6.2f} "
                           f"ms per node tick, {size:,.0f} bytes per node tick "
                           f"(load {load:.1f} before)", flush=True)
+                    if spy is not None and spy.exists():
+                        print("\n".join(profile_lines(spy, n, nodes)), flush=True)
     print(f"\n{'placement':12}{'nodes':>6}{'CPU ms/tick':>13}{'ms/node tick':>14}"
           f"{'bytes/node tick':>17}")
     per_tick: dict[tuple[str, int], float] = {}
@@ -142,13 +200,14 @@ def main() -> None:
         size = statistics.median(s for _, _, s in rows)
         print(f"{name:12}{nodes:>6}{per_tick[(name, nodes)]:>13.2f}"
               f"{per_tick[(name, nodes)] / nodes:>14.2f}{size:>17,.0f}")
-    for name in ("local", "ray"):
+    for name, _, _ in placements:
         slope = (per_tick[(name, 3)] - per_tick[(name, 1)]) / 2
         print(f"{name}: marginal coordinator CPU per node tick (1 -> 3 nodes) {slope:.2f} ms; "
               f"100 nodes x 3 targets at 1 tick/s: {slope * 300 / 1000:.2f} core(s) "
               f"+ the fixed {per_tick[(name, 1)] - slope:.2f} ms per target tick")
     print(f"ratio Ray / local per node tick at 3 nodes: "
-          f"{per_tick[('ray', 3)] / per_tick[('local', 3)]:.2f}")
+          f"{per_tick[('ray', 3)] / per_tick[('local', 3)]:.2f}; Ray with the poll as it is / "
+          f"as it was: {per_tick[('ray', 3)] / per_tick[('ray-poll1s', 3)]:.2f}")
 
 
 if __name__ == "__main__":

@@ -226,6 +226,27 @@ def ray_start(net: LoopbackNet, args: list[str], env_vars: dict[str, str] | None
     return done.stdout + done.stderr
 
 
+@contextlib.contextmanager
+def extra_node(cluster: RayCluster, resource: str,
+               env_vars: dict[str, str] | None = None) -> Iterator[None]:
+    """One more node of `cluster` (with one of the Ray resource `resource`) while the block
+    runs; then its processes are stopped (the raylet first, on SIGTERM, which tells the head
+    the node is gone) and the cluster is as before."""
+    before = {p.pid for p in cluster.processes()}
+    ray_start(cluster.net, [f"--address={cluster.gcs}", "--resources=" + json.dumps({resource: 1})],
+              env_vars)
+    started = [p for p in cluster.processes() if p.pid not in before]  # the node's own
+    cluster.nodes += 1
+    try:
+        yield
+    finally:
+        raylets = [p for p in started if p.name() == "raylet"]
+        assert len(raylets) == 1, f"the extra node's raylet: {raylets}"
+        _stop(raylets)
+        _stop([c for p in started if p.is_running() for c in [p, *p.children(recursive=True)]])
+        cluster.nodes -= 1
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[RayCluster]:
     with two_node_cluster() as cluster:

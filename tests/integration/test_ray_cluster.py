@@ -8,9 +8,12 @@ line and exit 2; no actor outlives its run, however the run ends."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import signal
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ import redis
 
 from analysis.sink import ParquetSink
 from loadgen.cluster import LEASE_S, Cluster, ClusterError
+from loadgen.core.audit import unstamp
 from loadgen.core.events import PhaseChange, RunEvent
 from loadgen.core.histogram import HistogramSnapshot, percentiles
 from loadgen.core.target import unique_labels
@@ -34,6 +38,7 @@ from tests.conftest import CliRun, redis_server, run_cli, run_json
 from tests.integration.ray_support import (  # noqa: F401
     NODE_1_SHIFT_MS,
     RayCluster,
+    extra_node,
     free_port,
     on_loopback,
     ray_cluster,
@@ -146,6 +151,23 @@ def test_the_placement_names_both_nodes(spread_run, ray_cluster):  # noqa: F811
     assert all(w["ip"] and w["hostname"] and w["cpus"] == 1 and w["ray_version"] for w in workers)
     assert sorted(w["pid"] for w in workers) == sorted(actors)  # the actors seen while measuring
     assert ray_cluster.no_load_actor_within(5)  # none left once the run is over (ray.kill)
+
+
+def test_each_nodes_latency_is_kept_beside_the_targets(spread_run):
+    """The latency table: the target's rows (node null) and each node's own, which add up to
+    them, kind by kind and tick by tick."""
+    run_dir, summary, _, nodes, _ = spread_run
+    rows = ds.dataset(run_dir / "latency", format="parquet").to_table().to_pydict()
+    counts: dict[tuple[str | None, str, int], int] = {}
+    for node, kind, seq, count in zip(rows["node"], rows["kind"], rows["seq"], rows["count"],
+                                      strict=True):
+        counts[node, kind, seq] = counts.get((node, kind, seq), 0) + count
+    assert {node for node, _, _ in counts} == {None, *nodes}
+    for (node, kind, seq), count in counts.items():
+        if node is None:
+            assert count == sum(counts.get((n, kind, seq), 0) for n in nodes), (kind, seq)
+    e2e = sum(c for (n, k, _), c in counts.items() if n is None and k == "e2e")
+    assert e2e == summary.targets[0].consumed  # one sample per message read
 
 
 def test_every_socket_of_the_nodes_is_on_loopback(ray_cluster):  # noqa: F811
@@ -323,6 +345,45 @@ def test_a_nodes_clock_offset_is_estimated_and_taken_out_of_e2e(
         f"(p50 {p50 / 1e6:.3f} and {same_p50 / 1e6:.3f} ms)")
 
 
+def cluster_run(ray_cluster: RayCluster, redis_port: int, run_dir: Path,  # noqa: F811
+                workload: Workload, on_tick: Callable[[Cluster, Tick], None] = lambda c, t: None,
+                events: list[RunEvent] | None = None, same_node_latency: bool = False,
+                nodes: int = 2, audit: bool = False
+                ) -> tuple[RunSummary, list[Tick], dict[str, Any]]:
+    """A Redis run over `nodes` nodes of the cluster, `on_tick` called on every tick: its
+    summary, ticks and the broker's own account when the load is over: XLEN, entries read,
+    pending and lag of the groups, and each producer's intended times as the stamps read back
+    say (`producer N`)."""
+    cluster, _ = connected(ray_cluster, nodes)
+    cluster.same_node_latency = same_node_latency
+    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
+              out_dir=run_dir, processes=cluster.workers, cluster=cluster,
+              recorder=ParquetSink, audit=audit)
+    ticks: list[Tick] = []
+    broker: dict[str, Any] = {}
+
+    def watch(item: object) -> None:
+        if isinstance(item, Tick):
+            ticks.append(item)
+            on_tick(cluster, item)
+        if isinstance(item, RunEvent) and events is not None:
+            events.append(item)
+        if isinstance(item, PhaseChange) and item.phase is Phase.WRITING and not broker:
+            client = redis.Redis(port=redis_port)
+            ((_topic, layout),) = run.runners[0].describe()["layout"].items()
+            broker["xlen"] = sum(client.xlen(s) for s in layout["streams"])
+            groups = [g for s in layout["streams"] for g in client.xinfo_groups(s)]
+            broker["read"] = sum(g["entries-read"] for g in groups)
+            broker["unread"] = sum(g["lag"] + g["pending"] for g in groups)
+            for stream in layout["streams"]:
+                for _id, fields in client.xrange(stream):
+                    producer, _seq, intended = unstamp(int(fields[b"t"]))
+                    broker.setdefault(f"producer {producer}", []).append(intended)
+
+    run.subscribe(watch)
+    return run_precise(run.execute()), ticks, broker
+
+
 LOSS_RATE = 2000.0
 
 
@@ -334,38 +395,23 @@ def test_a_node_lost_mid_run_is_an_event_and_the_run_goes_on(ray_cluster, redis_
     falls to the remaining producer's share; every message the broker holds is read once."""
     workload = Workload(name="loss", rate=LOSS_RATE, duration_s=6, warmup_s=1, partitions=2,
                         producers=2, consumers=1, message_size=256)
-    cluster, _ = connected(ray_cluster, 2)
-    run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
-              out_dir=tmp_path / "run", processes=cluster.workers, cluster=cluster,
-              recorder=ParquetSink)
-    ticks: list[Tick] = []
     events: list[RunEvent] = []
-    broker: dict[str, Any] = {}
     killed: list[int] = []
 
-    def watch(item: object) -> None:
-        if isinstance(item, Tick):
-            ticks.append(item)
-            if item.phase is Phase.MEASURING and item.seq >= 2 and not killed:
-                victim = cluster.handles[1].where  # share 1: producer 1, no consumer
-                killed.append(item.seq)
-                os.kill(victim["pid"], signal.SIGKILL)
-        if isinstance(item, RunEvent):
-            events.append(item)
-        if isinstance(item, PhaseChange) and item.phase is Phase.WRITING and not broker:
-            client = redis.Redis(port=redis_port)
-            ((_topic, layout),) = run.runners[0].describe()["layout"].items()
-            broker["xlen"] = sum(client.xlen(s) for s in layout["streams"])
-            broker["read"] = sum(g["entries-read"] for s in layout["streams"]
-                                 for g in client.xinfo_groups(s))
+    def kill(cluster: Cluster, tick: Tick) -> None:
+        if tick.phase is Phase.MEASURING and tick.seq >= 2 and not killed:
+            victim = cluster.handles[1].where  # share 1: producer 1, no consumer
+            killed.append(tick.seq)
+            os.kill(victim["pid"], signal.SIGKILL)
 
-    run.subscribe(watch)
-    summary = run_precise(run.execute())
+    summary, ticks, broker = cluster_run(ray_cluster, redis_port, tmp_path / "run", workload,
+                                         kill, events)
     (t,) = summary.targets
     victim = summary.placement["workers"][1] if summary.placement else {}
     (lost,) = [e for e in events if e.kind == "node-lost"]
-    print(f"node-lost: {lost.detail}; ticks (seq, phase, nodes lost, produced): "
-          + ", ".join(f"{k.seq} {k.phase.value} {k.nodes_lost} {k.produced}" for k in ticks))
+    print(f"node-lost: {lost.detail}; ticks (seq, phase, nodes lost, produced, late/counted): "
+          + ", ".join(f"{k.seq} {k.phase.value} {k.nodes_lost} {k.produced} "
+                      f"late {k.nodes_late}/{k.nodes_late_counted}" for k in ticks))
     assert lost.detail.startswith(f"the load actor on {victim['hostname']} (node "
                                   f"{victim['node_id'][:12]}) is gone")
     assert "its 1 producer(s) and 0 consumer(s) stop for the rest of the run" in lost.detail
@@ -378,7 +424,10 @@ def test_a_node_lost_mid_run_is_an_event_and_the_run_goes_on(ray_cluster, redis_
     assert [k.seq for k in after] == list(range(after[0].seq, ticks[-1].seq + 1))
     assert after[0].seq <= killed[0] + 3  # noticed within a few ticks
     # the rate: the remaining producer's share, over the measuring ticks after the loss
-    settled = [k for k in after[1:] if k.phase is Phase.MEASURING]
+    # (a tick a node's answer was late for, and the one that counts it, hold other than one
+    # interval's figures)
+    settled = [k for k in after[1:] if k.phase is Phase.MEASURING
+               and not k.nodes_late and not k.nodes_late_counted]
     assert settled
     # acknowledged per second: the broker's pace too, which a shared 2-core machine moves by a
     # few per cent (972 msg/s once); half the rate, not the whole, is what the loss must leave
@@ -425,3 +474,183 @@ def test_split_roles_put_producers_and_consumers_on_different_nodes(ray_cluster,
         consumed[node] += c
     assert produced == {producer_node: t.produced, consumer_node: 0}
     assert consumed == {producer_node: 0, consumer_node: t.consumed}
+
+
+def test_a_slow_nodes_tick_is_marked_late_and_counted_later(ray_cluster, redis_port,  # noqa: F811
+                                                            tmp_path):
+    """2 producers and 2 consumers over 2 nodes; node 1's load actor is stopped (SIGSTOP) for
+    2 s in the measuring phase. The ticks go on without waiting for it: those it misses say
+    `nodes_late`, the one its answer comes by says `nodes_late_counted` and holds its figures;
+    nothing is lost or invented: the ticks' sums equal the run's totals and the broker's."""
+    workload = Workload(name="late", rate=2000.0, duration_s=7, warmup_s=1, partitions=2,
+                        producers=2, consumers=2, message_size=256)
+    stopped: list[int] = []
+
+    def stop(cluster: Cluster, tick: Tick) -> None:
+        if tick.phase is Phase.MEASURING and tick.seq >= 2 and not stopped:
+            pid = cluster.handles[1].where["pid"]
+            stopped.append(tick.seq)
+            os.kill(pid, signal.SIGSTOP)
+            threading.Timer(2.0, os.kill, (pid, signal.SIGCONT)).start()
+
+    summary, ticks, broker = cluster_run(ray_cluster, redis_port, tmp_path / "run", workload,
+                                         stop)
+    (t,) = summary.targets
+    print("ticks (seq, late, counted, nodes, produced): " + ", ".join(
+        f"{k.seq} {k.nodes_late} {k.nodes_late_counted} {len(k.nodes)} {k.produced}"
+        for k in ticks))
+    late = [k for k in ticks if k.nodes_late]
+    counted = [k for k in ticks if k.nodes_late_counted]
+    # the ticks the stopped node missed: the other node's share alone, marked
+    assert late and all(k.nodes_late == 1 and len(k.nodes) == 1 for k in late)
+    assert len(late) >= 1 and late[0].seq > stopped[0]
+    assert all(k.seq - late[0].seq < 5 for k in late)  # never waited for indefinitely
+    # each run of late ticks ends with the tick that counts the answer, with both nodes' shares
+    late_seqs = {k.seq for k in late}
+    runs = sum(1 for s in late_seqs if s + 1 not in late_seqs)
+    assert len(counted) == runs and all(k.seq - 1 in late_seqs for k in counted)
+    assert all(k.nodes_late_counted == 1 and len(k.nodes) == 2 for k in counted)
+    assert not any(k.nodes_lost for k in ticks)
+    # nothing dropped, nothing made up: the ticks add up to the totals and the broker's count
+    assert sum(k.produced for k in ticks) == t.produced == broker["xlen"] == 2000 * 8
+    assert sum(k.consumed for k in ticks) == t.consumed == broker["read"]
+    assert sum(n.produced for k in ticks for n in k.nodes) == t.produced
+    stored = ds.dataset(tmp_path / "run" / "ticks", format="parquet").to_table().to_pydict()
+    assert sum(stored["nodes_late"]) == len(late) and sum(stored["nodes_late_counted"]) == runs
+    assert sum(stored["produced"]) == t.produced
+
+
+def test_same_node_latency_times_only_the_messages_of_the_consumers_node(ray_cluster,  # noqa: F811
+                                                                         redis_port, tmp_path):
+    """--same-node-latency over 2 nodes, 2 producers and 1 consumer: share 0 runs producer 0
+    and the consumer, share 1 producer 1. Only producer 0's messages are timed, as many as
+    the broker holds from it (their stamps read back), on the consumer's node's own clock (no
+    clock bound, none below zero, whichever node has the 200 ms shift); every message is
+    still read once. On --split-roles it is refused."""
+    with pytest.raises(ClusterError, match="--same-node-latency with --split-roles times "
+                                           "nothing: no node both produces and consumes"):
+        Cluster(ray_cluster.gcs, nodes=2, split_roles=True, same_node_latency=True).connect()
+    workload = Workload(name="swarm", rate=2000.0, duration_s=4, warmup_s=1, partitions=2,
+                        producers=2, consumers=1, message_size=256)
+    summary, ticks, broker = cluster_run(ray_cluster, redis_port, tmp_path / "run", workload,
+                                         same_node_latency=True)
+    (t,) = summary.targets
+    timed = sum(k.e2e_latency.total for k in ticks)
+    from_0, from_1 = len(broker["producer 0"]), len(broker["producer 1"])
+    print(f"timed {timed:,} of {t.consumed:,} read; producers' entries {from_0:,}, {from_1:,}")
+    assert t.produced == broker["xlen"] == broker["read"] == t.consumed == 2000 * 5
+    assert from_0 + from_1 == broker["xlen"]
+    assert timed == from_0 > 0  # producer 1's are read, not timed
+    assert all(k.e2e_clock_bound_ns == 0 and k.e2e_below_zero == 0 for k in ticks)
+    p50 = percentiles(HistogramSnapshot.merge([k.e2e_latency for k in ticks]), [50.0])[0]
+    assert 0 < p50 < 100e6  # not the 200 ms the shifted node's wall clock would add
+    # the nodes: only the consumer's has e2e samples
+    placement = run_json(tmp_path / "run")["cluster_placement"]
+    assert placement["same_node_latency"] is True and summary.placement == placement
+    consumer_node = placement["workers"][0]["node_id"]
+    per_node: dict[str, int] = {}
+    for k in ticks:
+        for n in k.nodes:
+            per_node[n.node] = per_node.get(n.node, 0) + (n.e2e_latency.total if n.e2e_latency else 0)
+    assert per_node == {consumer_node: timed, placement["workers"][1]["node_id"]: 0}
+    assert t.audit is not None and t.audit["acknowledged"] == t.audit["consumed"] == t.produced
+
+
+async def _log_end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+        return [ends[TopicPartition(topic, p)] for p in range(partitions)]
+    finally:
+        await consumer.stop()
+
+
+def test_a_kafka_run_across_two_nodes(ray_cluster, tmp_path):  # noqa: F811
+    """A Kafka broker streambench starts (local runtime, in the cluster's namespace) loaded
+    from both nodes: 2 producers and 2 consumers, one of each per node; the counts equal the
+    partitions' log-end offsets read when the load is over, every message read once."""
+    workload = Workload(name="kafka", rate=2000.0, duration_s=3, warmup_s=1, partitions=2,
+                        producers=2, consumers=2, message_size=256)
+    cluster, _ = connected(ray_cluster, 2)
+    run = Run(workload, unique_labels([resolve_target("kafka:runtime=local")]),
+              out_dir=tmp_path / "run", processes=cluster.workers, cluster=cluster,
+              recorder=ParquetSink, audit=True)
+    ends: list[int] = []
+
+    def watch(item: object) -> None:
+        if isinstance(item, PhaseChange) and item.phase is Phase.WRITING and not ends:
+            desc = run.runners[0].describe()
+            (topic,) = desc["topics"]
+            # the loop's own thread waits: the offsets are read before the broker stops
+            reader = threading.Thread(target=lambda: ends.extend(asyncio.run(
+                _log_end_offsets(desc["endpoints"]["kafka"], topic, 2))))
+            reader.start()
+            reader.join(60)
+
+    run.subscribe(watch)
+    summary = run_precise(run.execute())
+    (t,) = summary.targets
+    print(f"log-end offsets {ends}, produced {t.produced:,}, consumed {t.consumed:,}")
+    assert len({w["node_id"] for w in summary.placement["workers"]}) == 2
+    assert t.send_errors == 0 and t.duplicates == 0 and t.drained
+    assert sum(ends) == t.produced == t.consumed == 2000 * 4 and min(ends) > 0
+    assert t.audit is not None and t.audit["acknowledged"] == t.audit["consumed"] == t.produced
+    assert not any(t.audit[k] for k in ("lost", "unexpected", "duplicated", "reordered", "unseen"))
+
+
+# ---- a third node (these tests come last: the cluster has 3 nodes while they run) ------------
+
+
+@pytest.fixture(scope="module")
+def third_node(ray_cluster: RayCluster, in_cluster_net: None,  # noqa: F811
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A third node, whose Python cannot import aiokafka: a package of that name first on its
+    PYTHONPATH fails to import as a missing one does (the redis client is there)."""
+    shadow = tmp_path_factory.mktemp("no-aiokafka")
+    (shadow / "aiokafka").mkdir()
+    (shadow / "aiokafka" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'aiokafka'\", name='aiokafka')\n")
+    with extra_node(ray_cluster, "sb_node_2", {"PYTHONPATH": str(shadow)}):
+        yield
+
+
+def test_a_node_without_the_platforms_client_is_one_line_and_exit_2(ray_cluster, third_node,  # noqa: F811
+                                                                     tmp_path):
+    """A Kafka run over the 3 nodes: the third cannot import aiokafka, which a task on each
+    node finds before any actor or broker starts."""
+    res = run_cli(["run", "kafka@127.0.0.1:1", "--headless", "--duration", "2", "--cluster",
+                   ray_cluster.gcs, "--nodes", "3", "--out", str(tmp_path / "run")])
+    assert res.returncode == 2, res.stderr
+    (line,) = without_ray_route_warning(res.stderr)
+    assert re.fullmatch(r"streambench: error: kafka: node [0-9a-f]{12} \(\S+\) cannot import its "
+                        r"client, aiokafka \(No module named 'aiokafka'\): install streambench "
+                        r"with the same extras on every node", line), line
+    assert not (tmp_path / "run").exists()
+    assert ray_cluster.no_load_actor_within(5)
+
+
+def test_a_redis_run_across_three_nodes(ray_cluster, redis_port, third_node, tmp_path):  # noqa: F811
+    """3 producers and 3 consumers over the 3 nodes, one of each on every node: the counts are
+    the broker's, every message is read once, each producer kept its share of the rate by the
+    intended times its stamps carry (read back from the broker)."""
+    rate, warmup_s, duration_s = 3000.0, 1, 4
+    workload = Workload(name="three", rate=rate, duration_s=duration_s, warmup_s=warmup_s,
+                        partitions=3, producers=3, consumers=3, message_size=256)
+    summary, ticks, broker = cluster_run(ray_cluster, redis_port, tmp_path / "run", workload,
+                                         nodes=3, audit=True)
+    (t,) = summary.targets
+    assert len({w["node_id"] for w in summary.placement["workers"]}) == 3
+    assert all(len(k.nodes) == 3 for k in ticks if not k.nodes_late)
+    assert t.send_errors == 0 and t.duplicates == 0 and t.drained
+    assert t.produced == broker["xlen"] == broker["read"] == t.consumed == rate * (warmup_s + duration_s)
+    assert broker["unread"] == 0
+    assert t.audit is not None and t.audit["acknowledged"] == t.audit["consumed"] == t.produced
+    assert not any(t.audit[k] for k in ("lost", "unexpected", "duplicated", "reordered", "unseen"))
+    assert sum(k.produced for k in ticks) == t.produced
+    for producer in range(3):  # by the intended times: n slots span n - 1 periods
+        intended = np.sort(np.asarray(broker[f"producer {producer}"], dtype=np.int64))
+        pace = (len(intended) - 1) / ((intended[-1] - intended[0]) / 1e9)
+        assert abs(pace - rate / 3) / (rate / 3) < 0.01, f"producer {producer}: {pace:.1f}/s"

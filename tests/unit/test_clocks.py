@@ -5,6 +5,7 @@ p50, and the figures' way through the run files and back (replay)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 
@@ -86,12 +87,35 @@ def test_the_nodes_ticks_merge_their_clock_figures() -> None:
     a = NodeClock("a", 5 * MS, 300_000, 1)
     b = NodeClock("b", -2 * MS, 700_000, 2)
     na, nb = NodeStat("a", "ha", 10, 0), NodeStat("b", "hb", 0, 10)
-    merged = _merge_ticks([_tick(0), _tick(0, e2e_below_zero=2, e2e_clock_bound_ns=300_000,
-                                         clocks=(a,), nodes=(na,)),
-                           _tick(0, e2e_below_zero=1, e2e_clock_bound_ns=700_000, clocks=(b,),
-                                 nodes=(nb,))])
+    ticks = [_tick(0), _tick(0, e2e_below_zero=2, e2e_clock_bound_ns=300_000, clocks=(a,),
+                             nodes=(na,), e2e_latency=_e2e(1.0)),
+             _tick(0, e2e_below_zero=1, e2e_clock_bound_ns=700_000, clocks=(b,), nodes=(nb,),
+                   e2e_latency=_e2e(3.0, 50))]
+    merged = _merge_ticks(ticks)
     assert (merged.e2e_below_zero, merged.e2e_clock_bound_ns, merged.clocks) == (3, 700_000, (a, b))
-    assert merged.nodes == (na, nb)
+    # each node keeps its own tick's histograms beside the merged ones
+    assert [dataclasses.replace(n, e2e_latency=None, publish_latency=None, publish_delay=None)
+            for n in merged.nodes] == [na, nb]
+    for node, tick in zip(merged.nodes, ticks[1:], strict=True):
+        assert (node.e2e_latency, node.publish_latency, node.publish_delay) == (
+            tick.e2e_latency, tick.publish_latency, tick.publish_delay)
+    assert merged.e2e_latency.total == 150
+
+
+def test_the_nodes_histograms_go_to_the_latency_table_beside_the_targets(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    nodes = (NodeStat("node-a", "ha", 10, 100, e2e_latency=_e2e(1.0)),
+             NodeStat("node-b", "hb", 10, 50, e2e_latency=_e2e(3.0, 50)))
+    merged = HistogramSnapshot.merge([n.e2e_latency for n in nodes if n.e2e_latency])
+    sink = ParquetSink(tmp_path / "run", "r", rotate_s=60.0)
+    sink(_tick(0, e2e_latency=merged, nodes=nodes))
+    sink.close()
+    rows = ds.dataset(tmp_path / "run" / "latency", format="parquet").to_table().to_pylist()
+    e2e = [r for r in rows if r["kind"] == "e2e"]
+    by_node = {n: sum(r["count"] for r in e2e if r["node"] == n) for n in (None, "node-a", "node-b")}
+    assert by_node == {None: 150, "node-a": 100, "node-b": 50}
+    # read back (replay), the target's histogram is the merged one alone
+    (tick,) = _ticks(tmp_path / "run")
+    assert tick.e2e_latency.total == 150
 
 
 def _e2e(ms: float, n: int = 100) -> HistogramSnapshot:
@@ -182,15 +206,20 @@ def test_node_resource_is_name_equals_a_positive_number() -> None:
             _node_resource(bad)
 
 
-def test_node_resource_without_a_cluster_is_one_line_and_exit_2(tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("option", "error"), [
+    (["--node-resource", "streambench=1"], "--nodes, --placement, --node-resource and "
+                                           "--split-roles choose nodes of a --cluster"),
+    (["--same-node-latency"], "--same-node-latency times the messages of a --cluster's nodes: "
+                              "it needs --cluster"),
+])
+def test_a_node_option_without_a_cluster_is_one_line_and_exit_2(tmp_path, option,  # type: ignore[no-untyped-def]
+                                                                 error) -> None:
     from tests.conftest import run_cli
 
-    res = run_cli(["run", "redis@127.0.0.1:1", "--headless", "--duration", "2",
-                   "--node-resource", "streambench=1", "--out", str(tmp_path / "run")])
+    res = run_cli(["run", "redis@127.0.0.1:1", "--headless", "--duration", "2", *option,
+                   "--out", str(tmp_path / "run")])
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == [
-        "streambench: error: --nodes, --placement, --node-resource and --split-roles choose "
-        "nodes of a --cluster"]
+    assert res.stderr.strip().splitlines() == [f"streambench: error: {error}"]
     assert not (tmp_path / "run").exists()
 
 
@@ -207,3 +236,34 @@ def test_a_saturated_node_is_named_in_the_tick_and_the_warning() -> None:
     assert said.kind == "loadgen-saturated"
     assert said.detail == ("worker CPU 95% on node abcdef012345 (host-b): figures describe the "
                            "load generator, not the broker; add --nodes or lower the rate")
+
+
+def test_late_node_ticks_are_said_and_go_through_the_run_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from loadgen.status import status_line
+    from tui.detail import clock_lines
+    from tui.history import TargetHistory
+
+    sink = ParquetSink(tmp_path / "run", "r", rotate_s=60.0)
+    sink(_tick(0, nodes_late=1))
+    sink(_tick(1, nodes_late_counted=1))
+    sink(_tick(2))
+    sink.close()
+    ticks = _ticks(tmp_path / "run")
+    assert [(t.nodes_late, t.nodes_late_counted) for t in ticks] == [(1, 0), (0, 1), (0, 0)]
+    assert "| 1 node(s) late, counted in a later tick" in status_line(ticks[0])
+    assert "| 1 node(s) late before, counted here" in status_line(ticks[1])
+    assert "node(s)" not in status_line(ticks[2])
+    history = TargetHistory("redis")
+    history.add(ticks[0])
+    text = "\n".join(line.plain for line in clock_lines(history))
+    assert "load nodes at the last tick: 1 node(s) late, counted in a later tick" in text
+
+
+def test_the_end_summary_says_same_node_latency() -> None:
+    from tui.bench.endsummary import SAME_NODE_LATENCY, placement_lines
+
+    placement = {"address": "127.0.0.1:6379", "ray_version": "2.60.0", "nodes": 2,
+                 "strategy": "spread", "workers": []}
+    assert SAME_NODE_LATENCY not in placement_lines(placement)
+    lines = placement_lines({**placement, "same_node_latency": True})
+    assert SAME_NODE_LATENCY in lines and "--same-node-latency" in SAME_NODE_LATENCY

@@ -30,6 +30,7 @@ FOREIGN_OPTIONS = {
     "--no-stream": "docker stats", "--smp": "Redpanda", "--variant": "debootstrap",
     "--conf": "spark-submit", "--deploy-mode": "spark-submit", "--tls-port": "redis-server",
     "--pairs": "tests/bench/redis_consume.py", "--pc-processes": "tests/bench/kafka_produce.py",
+    "--profile": "tests/bench/ray_coordinator_cost.py",
     "--snapshot-update": "pytest-textual-snapshot", "--strict": "mkdocs",
     "--head": "ray start", "--address": "ray start", "--port": "ray start",
     "--ray-client-server-port": "ray start", "--node-ip-address": "ray start",

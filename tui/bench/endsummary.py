@@ -236,6 +236,10 @@ def render(summary: Any, end: EndSummary, marks: dict[str, str] | None = None) -
     return "\n".join(lines)
 
 
+SAME_NODE_LATENCY = ("  e2e latency: only the messages produced on the consumer's node, each "
+                     "timed on that node's clock (--same-node-latency)")
+
+
 def placement_lines(placement: dict[str, Any]) -> list[str]:
     """Where a run on a cluster had its load: one line per load actor (run.json's
     cluster_placement)."""
@@ -245,6 +249,8 @@ def placement_lines(placement: dict[str, Any]) -> list[str]:
         lines.append(f"  {_fit(w['target'], NAME - 1)} worker {w['worker']}: node "
                      f"{str(w.get('node_id', ''))[:12]} on {w.get('hostname', '?')} "
                      f"({w.get('ip', '?')}, {w.get('cpus', 0):g} CPU)")
+    if placement.get("same_node_latency"):
+        lines.append(SAME_NODE_LATENCY)
     lines.append("")
     return lines
 

@@ -323,6 +323,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
     run.add_argument("--split-roles", action="store_true",
                      help="--cluster: producers on the first half of the nodes, consumers on "
                           "the others (OMB's default; 2 nodes or more)")
+    run.add_argument("--same-node-latency", action="store_true",
+                     help="--cluster: time only the messages whose producer ran on the "
+                          "consumer's node, on that node's own clock (the swarm topology; "
+                          "stamps each message with its producer, as --audit does)")
     run.add_argument("--node-resource", type=_node_resource, action="append", default=[],
                      metavar="NAME=N",
                      help="--cluster: only nodes with N of the Ray resource NAME free take load "

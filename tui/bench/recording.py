@@ -114,14 +114,17 @@ def _nan(value: float | None) -> float:
 
 def _histograms(run_dir: Path) -> dict[tuple[str, int, str], tuple[np.ndarray, np.ndarray]]:
     """(target, seq, kind) → (bucket indexes, counts), from the latency table."""
-    table = read_table(run_dir, "latency").select(["target", "seq", "kind", "bucket", "count"])
-    if not table.num_rows:
+    table = read_table(run_dir, "latency").select(["target", "seq", "kind", "bucket", "count",
+                                                    "node"])
+    # the target's histograms; a load node's own rows (schema 6) are beside them
+    mine = np.asarray(table["node"].is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if not mine.any():
         return {}
-    targets = table["target"].to_numpy(zero_copy_only=False).astype(str)
-    kinds = table["kind"].to_numpy(zero_copy_only=False).astype(str)
-    seqs = table["seq"].to_numpy()
-    buckets = table["bucket"].to_numpy()
-    counts = table["count"].to_numpy()
+    targets = table["target"].to_numpy(zero_copy_only=False).astype(str)[mine]
+    kinds = table["kind"].to_numpy(zero_copy_only=False).astype(str)[mine]
+    seqs = table["seq"].to_numpy()[mine]
+    buckets = table["bucket"].to_numpy()[mine]
+    counts = table["count"].to_numpy()[mine]
     order = np.lexsort((buckets, kinds, seqs, targets))
     targets, kinds, seqs = targets[order], kinds[order], seqs[order]
     buckets, counts = buckets[order], counts[order]
@@ -291,6 +294,8 @@ def _ticks(run_dir: Path) -> list[Tick]:
             e2e_below_zero=r["e2e_below_zero"] or 0,
             e2e_clock_bound_ns=r["e2e_clock_bound_ns"] or 0,
             nodes_lost=r["nodes_lost"] or 0,
+            nodes_late=r.get("nodes_late") or 0,
+            nodes_late_counted=r.get("nodes_late_counted") or 0,
             nodes=nodes.get((target, seq), ((), ()))[0],
             clocks=nodes.get((target, seq), ((), ()))[1],
             publish_latency=snaps["publish_latency"], publish_delay=snaps["publish_delay"],

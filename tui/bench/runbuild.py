@@ -208,7 +208,7 @@ def with_network_faults(targets: Sequence[Target], workload: Workload, asked: bo
         t.options[PROXIED_OPTION] = asked if t.runtime == "external" else True
 
 
-def connect_cluster(args: argparse.Namespace, targets: int) -> Cluster | None:
+def connect_cluster(args: argparse.Namespace, targets: Sequence[Target]) -> Cluster | None:
     """--cluster: the Ray cluster the load goes to, reached and its nodes placed (one load
     actor per node and target: args.processes becomes their number); None without it. Raises
     ClusterError (one line, exit 2) for a cluster that cannot be used."""
@@ -217,12 +217,17 @@ def connect_cluster(args: argparse.Namespace, targets: int) -> Cluster | None:
                 or getattr(args, "node_resource", None) or getattr(args, "split_roles", False)):
             raise WorkloadError("--nodes, --placement, --node-resource and --split-roles "
                                 "choose nodes of a --cluster")
+        if getattr(args, "same_node_latency", False):
+            raise WorkloadError("--same-node-latency times the messages of a --cluster's "
+                                "nodes: it needs --cluster")
         return None
     from loadgen.cluster import Cluster
 
-    cluster = Cluster(args.cluster, args.nodes, args.placement or "spread", targets,
+    cluster = Cluster(args.cluster, args.nodes, args.placement or "spread", len(targets),
                       dict(getattr(args, "node_resource", None) or []),
-                      bool(getattr(args, "split_roles", False)))
+                      bool(getattr(args, "split_roles", False)),
+                      bool(getattr(args, "same_node_latency", False)),
+                      tuple(sorted({t.platform for t in targets})))
     cluster.connect()
     args.processes = cluster.workers
     return cluster
@@ -250,7 +255,7 @@ def build_run(args: argparse.Namespace,
     with_network_faults(targets, workload, getattr(args, "network_faults", False))
     check_backlog_room(workload, targets)
     check_memory_room(workload, targets, args.min_free_memory)
-    cluster = connect_cluster(args, len(targets))
+    cluster = connect_cluster(args, targets)
     run_args = dict(workload=workload, targets=targets, out_dir=args.out,
                     record_raw=args.record_raw_samples, audit=args.audit,
                     processes=args.processes, argv=["streambench", *argv],
