@@ -19,6 +19,9 @@ import pyarrow as pa
 # target's (a reader before 6 would add those rows into the target's histogram)
 SCHEMA_VERSION = 6
 MIN_READER_VERSION = 6  # the oldest reader that reads what this version writes
+# a run without load nodes (no --cluster) has no per-node latency rows: every change since
+# version 1 is then additive, and run.json says version 1 readers read it
+MIN_READER_WITHOUT_NODES = 1
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 LATENCY_KINDS: tuple[str, ...] = ("e2e", "publish", "delay")

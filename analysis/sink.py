@@ -37,7 +37,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.journal import journal_name, part_name, used_parts
-from analysis.schema import LATENCY_KINDS, MIN_READER_VERSION, SCHEMA_VERSION, SCHEMAS
+from analysis.schema import (
+    LATENCY_KINDS,
+    MIN_READER_VERSION,
+    MIN_READER_WITHOUT_NODES,
+    SCHEMA_VERSION,
+    SCHEMAS,
+)
 from loadgen.core.brokermetrics import unit_of
 from loadgen.core.errors import OutputError
 from loadgen.core.events import PhaseChange, RunEvent, RunMeta
@@ -88,7 +94,8 @@ def write_run_json(run_dir: Path, meta: dict[str, Any]) -> Path:
     """
     run_dir = Path(run_dir)
     _ensure_dir(run_dir, "run directory")
-    versions = {"schema_version": SCHEMA_VERSION, "min_reader_version": MIN_READER_VERSION}
+    needs = MIN_READER_VERSION if meta.get("cluster_placement") else MIN_READER_WITHOUT_NODES
+    versions = {"schema_version": SCHEMA_VERSION, "min_reader_version": needs}
     doc = {**versions, **meta, **versions}  # first in the file, and never taken from meta
     final = run_dir / "run.json"
     tmp = run_dir / ".run.json.inprogress"

@@ -21,6 +21,7 @@ import pytest
 from analysis.compute import compute_report
 from analysis.runs import load_runs, read_table
 from analysis.schema import MIN_READER_VERSION, SCHEMA_VERSION, SCHEMAS
+from analysis.sink import write_run_json
 from loadgen.core.errors import ReportError
 from tests.analysis.synthetic_runs import SyntheticRun
 
@@ -86,12 +87,16 @@ def test_run_needing_a_newer_reader_is_refused(run_b: SyntheticRun, tmp_path: Pa
                    f"this streambench reads version {SCHEMA_VERSION}: upgrade streambench")
 
 
-def test_run_json_says_which_reader_it_needs(run_b: SyntheticRun) -> None:
+def test_run_json_says_which_reader_it_needs(run_b: SyntheticRun, tmp_path: Path) -> None:
     doc = json.loads((run_b.run_dir / "run.json").read_text())
-    assert (doc["schema_version"], doc["min_reader_version"]) == (SCHEMA_VERSION, MIN_READER_VERSION)
     # 2 to 5 only added columns and tables; 6 added the latency table's per-node rows, which
-    # a reader before 6 would count into the target's histograms
+    # a reader before 6 would count into the target's histograms: a run with load nodes needs
+    # reader 6, a run without them (run_b) is read by every reader since 1
     assert (SCHEMA_VERSION, MIN_READER_VERSION) == (6, 6)
+    assert (doc["schema_version"], doc["min_reader_version"]) == (SCHEMA_VERSION, 1)
+    clustered = tmp_path / "clustered"
+    write_run_json(clustered, {**doc, "cluster_placement": {"nodes": [{"node": "n1"}]}})
+    assert json.loads((clustered / "run.json").read_text())["min_reader_version"] == 6
     meta = pq.read_schema(next((run_b.run_dir / "ticks").glob("part-*.parquet"))).metadata
     assert meta[b"streambench.min_reader_version"] == b"6"
 
