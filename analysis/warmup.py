@@ -51,7 +51,8 @@ BUCKETS = ((1000, 1_000_000), (1010, 1_100_000), (1100, 2_000_000))
 def _table(name: str, columns: dict[str, list[Any]]) -> pa.Table:
     schema = SCHEMAS[name]
     rows = len(next(iter(columns.values())))
-    return pa.table({f.name: columns.get(f.name, [None] * rows) for f in schema}, schema=schema)
+    # a column left empty (none of the tiny run's rows has it, e.g. latency's node) is null
+    return pa.table({f.name: columns.get(f.name) or [None] * rows for f in schema}, schema=schema)
 
 
 def write_tiny_run(run_dir: Path) -> Path:

@@ -289,7 +289,10 @@ class RabbitMetrics(Collector):
 
     async def start(self) -> None:
         if self._management is not None:
-            publishers, *_ = await asyncio.to_thread(self._read)
+            try:
+                publishers, *_ = await asyncio.to_thread(self._read)
+            except (OSError, ValueError):  # no management API answering (an existing server
+                return  # without one): the run goes on, each sample's failure said as such
             self._last = time.monotonic()
             for field in _PUBLISHER_RATES.values():
                 self._deltas.delta(field, _total(publishers, field))

@@ -63,7 +63,9 @@ def test_report_of_a_real_run_with_scheduled_changes(spark, tmp_path: Path) -> N
             ([c.strip() for c in ln.strip("|").split("|")] for ln in windows.splitlines()
              if re.match(r"\| (before|during|after) ", ln))}
     assert list(rows) == ["before", "during", "after"], windows
-    p99 = {name: float(cells[5].replace(",", "")) for name, cells in rows.items()}
+    # (after it: n/a when the target was not healthy again before the run's end, which a
+    # loaded machine can make so, and "during" then runs to the end)
+    p99 = {name: float(rows[name][5].replace(",", "")) for name in ("before", "during")}
     assert p99["during"] > max(500.0, 5 * p99["before"]), windows
     assert float(rows["before"][2].replace(",", "")) > 1800, windows
     paused = names[1]

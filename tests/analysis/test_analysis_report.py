@@ -84,9 +84,10 @@ def test_progress_names_steps_and_counts_stages(report: Computed) -> None:
     steps = report.steps
     names = ["reading runs", "per-second series and trends", "events and segments",
              "latency percentiles", "OpenMessaging-Benchmark periods"]
-    # then the broker metrics and the load nodes (none in these runs: those steps may run no
-    # Spark stage)
-    assert [s for s in steps if ":" not in s] == [*names, "broker metrics", "load nodes"]
+    # then the fault windows, the broker metrics and the load nodes (none in these runs: those
+    # steps may run no Spark stage)
+    assert [s for s in steps if ":" not in s] == [*names, "fault windows", "broker metrics",
+                                                  "load nodes"]
     for name in names:
         lines = [s for s in steps if s.startswith(f"{name}: Spark stages ")]
         assert lines, name

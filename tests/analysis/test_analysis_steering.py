@@ -204,8 +204,8 @@ def test_faults_and_segments_in_the_report(steered_report: Steered) -> None:
 def test_progress_names_the_events_step(steered_report: Steered) -> None:
     names = [s for s in steered_report.steps if ":" not in s]
     assert names == ["reading runs", "per-second series and trends", "events and segments",
-                     "latency percentiles", "OpenMessaging-Benchmark periods", "broker metrics",
-                     "load nodes"]
+                     "latency percentiles", "OpenMessaging-Benchmark periods", "fault windows",
+                     "broker metrics", "load nodes"]
     assert any(s.startswith("events and segments: Spark stages ") for s in steered_report.steps)
 
 

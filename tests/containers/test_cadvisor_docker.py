@@ -161,7 +161,12 @@ def test_cpu_agrees_with_the_engines_stats_over_the_same_window(cadvisor_run):
         assert len(window) >= MIN_WINDOW_TICKS, [t.seq for t in window]
         frames = [f for f in cadvisor_run.frames
                   if window[0].time_ns - 2e9 <= f[0] <= window[-1].time_ns + 1e9]
-        ours = statistics.fmean(t.resources.cpu_percent for t in window[1:])
+        # a tick whose interval cAdvisor took no new sample in (its housekeeping late on a
+        # loaded machine) says unknown (NaN), never a made-up figure: most must be known
+        known = [t.resources.cpu_percent for t in window[1:]
+                 if not math.isnan(t.resources.cpu_percent)]
+        assert len(known) >= 0.75 * len(window[1:]), [t.resources for t in window]
+        ours = statistics.fmean(known)
         # a tick's CPU ends at cAdvisor's newest sample, up to a second before the tick
         theirs = _engine_cpu(frames, window[0].time_ns - 500_000_000,
                              window[-1].time_ns - 500_000_000)
@@ -199,11 +204,14 @@ def test_a_container_killed_and_started_again_is_read_again(cadvisor_run):
             if kill + 1_200_000_000 < t.time_ns < kill + 2_500_000_000]
     assert down and all(math.isnan(t.resources.cpu_percent) for t in down), \
         [(t.seq, t.resources) for t in down]
-    assert all(t.resources.memory_bytes > 0 and not math.isnan(t.resources.cpu_percent)
-               for t in after)
+    # read again: known in most ticks after the start (a tick cAdvisor took no new sample in
+    # says unknown)
+    read = [t for t in after if t.resources.memory_bytes > 0 and not math.isnan(t.resources.cpu_percent)]
+    assert len(read) >= 0.75 * len(after), [(t.seq, t.resources) for t in after]
     again = next(t for t in cadvisor_run.ticks if t.time_ns > down[-1].time_ns
                  and t.resources.memory_bytes > 0)
-    assert again.resources.memory_bytes < before[-1].resources.memory_bytes
+    last_known = [t for t in before if t.resources.memory_bytes > 0][-1]
+    assert again.resources.memory_bytes < last_known.resources.memory_bytes
 
 
 def test_the_cadvisor_is_gone_after_the_run(cadvisor_run):

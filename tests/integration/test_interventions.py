@@ -137,19 +137,21 @@ def test_faults_are_refused_for_an_existing_cluster(tmp_path: Path) -> None:
 
 
 def test_kill_and_start_one_of_three_kafka_brokers(tmp_path: Path) -> None:
-    """A real 3-broker KRaft cluster: broker 2 is killed (-9) at 15 s and started at 30 s. The
+    """A real 3-broker KRaft cluster: broker 2 is killed (-9) at 15 s and started at 25 s. The
     run survives, the recovery is measured, and nothing acknowledged is lost."""
     run_dir = tmp_path / "run"
     res = run_cli(["run", "kafka:brokers=3,runtime=local,heap=384M", "--headless", "--rate", "500",
                    "--warmup", "2", "--duration", "45", "--out", str(run_dir), "--track-delivery",
-                   "--at", "15s:kill=kafka-2", "--at", "30s:start=kafka-2"], timeout_s=420)
+                   "--at", "15s:kill=kafka-2", "--at", "25s:start=kafka-2"], timeout_s=420)
     assert res.returncode == 0, res.stderr[-3000:]
     events = _events(run_dir)
     t0 = _measuring_start(events)
     faults = [(e["kind"], round(e["time"].timestamp() - t0)) for e in events
               if e["kind"].startswith("fault-")]
     assert [k for k, _ in faults] == ["fault-kill", "fault-start"]
-    assert abs(faults[0][1] - 15) <= 1 and 30 <= faults[1][1] <= 45  # start waits for the broker
+    # the start waits for the broker to answer: its JVM came back 17 s after the start was
+    # asked at load 13, so it is asked 20 s before the end
+    assert abs(faults[0][1] - 15) <= 1 and 25 <= faults[1][1] <= 45
     # one recovery per fault, or one for both when the cluster was not healthy in between
     outcome = [e for e in events if e["kind"] in ("recovered", "not-recovered")]
     assert 1 <= len(outcome) <= 2 and "kill kafka-2" in outcome[0]["detail"]
