@@ -35,7 +35,11 @@ def rabbit_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_declared_metric_read_and_named(rabbit_run: Path) -> None:
     ticks = by_tick(rabbit_run)
     measuring = [v for v, stale, phase in ticks.values() if phase == "measuring" and not stale]
-    assert measuring and all(set(v) == {m.name for m in METRICS} for v in measuring)
+    # the node's own figures (memory, disk, alarms) come once it has gathered them (its
+    # /api/nodes answers `[[]]` before, early in a run): from then on every tick has them all
+    complete = [set(v) == {m.name for m in METRICS} for v in measuring]
+    assert measuring and True in complete, measuring[:2]
+    assert all(complete[complete.index(True):]) and sum(complete) >= 0.8 * len(complete)
     assert_named(rabbit_run, METRICS, "management API")
 
 
