@@ -248,7 +248,7 @@ def _controller_cut_off(brokers: _Brokers, cut: int) -> bool:
     """Whether the cut-off leader was also the active controller, as the other brokers named
     it throughout the cut. Seen with Kafka 3.9.1 (combined mode, 3 voters): the other two went
     on naming it controller for all 20 s, no new one was elected and nothing was fenced, so the
-    partition kept its leader and ISR, and (acks=all, two runs) nothing was lost; with acks=1
+    partition kept its leader and ISR, and (acks=all, one run) nothing was lost; with acks=1
     nothing is expected lost then either, the leader's log never truncated (not yet seen)."""
     named = [c for _t, asked, _l, _i, c in brokers.isr if asked != cut]
     return bool(named) and all(c == cut for c in named)
