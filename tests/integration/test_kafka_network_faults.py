@@ -274,16 +274,24 @@ def _metrics_while_cut(run_dir: Path, brokers: _Brokers) -> dict[str, float]:
     return most
 
 
+def _nothing_fenced(brokers: _Brokers, cut: int, audit: dict[str, Any], label: str) -> bool:
+    """When the cut leader was also the active controller (nothing fenced): its partition kept
+    its leader and ISR, nothing was lost and the log holds the audit's records; True then."""
+    if not _controller_cut_off(brokers, cut):
+        return False
+    _unchanged(brokers, cut)
+    assert audit["lost"] == 0, audit
+    _held_to_the_log(brokers, audit)
+    print(f"{label}: broker-{cut}, leader and active controller, cut; nothing fenced; "
+          f"audit {_counts(audit)}")
+    return True
+
+
 def test_acks_all_leader_cut_from_its_peers_loses_nothing(tmp_path: Path, toxiproxy: Path,
                                                           nothing_left_running: None) -> None:  # noqa: F811
     _summary, brokers, audit = _drill(tmp_path, "acks=all,topic.min.insync.replicas=2")
     cut = _cut_broker(brokers)
-    if _controller_cut_off(brokers, cut):
-        _unchanged(brokers, cut)
-        assert audit["lost"] == 0, audit
-        _held_to_the_log(brokers, audit)
-        print(f"acks=all: broker-{cut}, leader and active controller, cut; nothing fenced; "
-              f"audit {_counts(audit)}")
+    if _nothing_fenced(brokers, cut, audit, "acks=all"):
         return
     isr = _isr_shrank(brokers, cut)
     # the brokers' own view of it, read through their JMX exporters (not the proxies): the new
@@ -306,12 +314,7 @@ def test_acks_1_leader_cut_from_its_peers_loses_acknowledged_writes(
     leader; back, it truncates its log to the new leader's: those writes are gone."""
     _summary, brokers, audit = _drill(tmp_path, "acks=1,broker.unclean.leader.election.enable=true")
     cut = _cut_broker(brokers)
-    if _controller_cut_off(brokers, cut):  # nothing fenced: its writes replicated after the heal
-        _unchanged(brokers, cut)
-        assert audit["lost"] == 0, audit
-        _held_to_the_log(brokers, audit)
-        print(f"acks=1: broker-{cut}, leader and active controller, cut; nothing fenced; "
-              f"audit {_counts(audit)}")
+    if _nothing_fenced(brokers, cut, audit, "acks=1"):
         return
     isr = _isr_shrank(brokers, cut)
     assert audit["lost"] > 0, audit
