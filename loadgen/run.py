@@ -504,9 +504,11 @@ class Run:
             summary.stopped_early = self.stop_requested
             summary.broker_failures = list(self.broker_failures)
             summary.stopped_for = self.stopped_for
-            summary.placement = self.cluster.placement() if self.cluster is not None else None
             self._set_phase(Phase.WRITING, "writing run files")
             await self._audit()
+            # one snapshot for the summary and run.json: a clock exchange may still land
+            placement = self.cluster.placement() if self.cluster is not None else None
+            summary.placement = placement
             summary.targets = [r.totals for r in self.runners]
             if self._search is not None:
                 for t in summary.targets:
@@ -520,6 +522,7 @@ class Run:
                 "totals": self._totals(),
                 "broker_failures": summary.broker_failures,
                 **({"stopped_for": summary.stopped_for} if summary.stopped_for else {}),
+                **({"cluster_placement": placement} if placement is not None else {}),
             })))
         except BaseException as exc:
             failed = True

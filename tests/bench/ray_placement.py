@@ -1,13 +1,16 @@
-"""Benchmark: the aggregate maximum rate of one Redis target with its load in two local worker
-processes (--processes 2) against two Ray actors on a two-node Ray cluster of this machine
-(--cluster), in alternating pairs in the same run, and the coordinator's CPU in each.
+"""Benchmark: the aggregate maximum rate of one Redis target with its load in N local worker
+processes (--processes N) against N Ray actors on an N-node Ray cluster of this machine
+(--cluster), for N = 1, 2, 3, in alternating pairs in the same run, and the coordinator's CPU
+in each.
 
-Both placements drive the same redis-server with 2 producers and 2 consumers (2 partitions,
+Both placements drive the same redis-server with N producers and N consumers (N partitions,
 1 KiB, as fast as acknowledged). A run's rate is its measuring ticks' produced messages over
 their intervals; its count is checked against the server's own XADD calls (INFO
 commandstats). The coordinator's CPU is this process's user + system time over the run (the
 run loop, the Parquet writer, and with Ray its driver threads), in % of one core. Prints both
-side by side and the ratio Ray / local; the engine's goal is >= 0.9."""
+side by side and the ratio Ray / local per N; the engine's goal is >= 0.9. On a 2-core machine
+that also runs the redis-server and the Ray nodes, 2 and 3 load processes already share the
+cores: the ratio then says what the engine costs when the machine is the limit."""
 
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
 from tests.conftest import redis_server
-from tests.integration.ray_support import two_node_cluster
+from tests.integration.ray_support import ray_start, two_node_cluster
 
 
 def xadd_calls(port: int) -> int:
@@ -44,18 +47,19 @@ def xadd_calls(port: int) -> int:
     return int(m.group(1)) if m else 0
 
 
-def one_run(port: int, gcs: str | None, seconds: float, out: Path) -> tuple[float, float, float]:
+def one_run(port: int, gcs: str | None, nodes: int, seconds: float,
+            out: Path) -> tuple[float, float, float]:
     """(produced msg/s, consumed msg/s, coordinator CPU %) of one max-rate run."""
-    workload = Workload(name="bench-ray", rate=0, message_size=1024, partitions=2, producers=2,
-                        consumers=2, duration_s=seconds, warmup_s=2)
+    workload = Workload(name="bench-ray", rate=0, message_size=1024, partitions=nodes,
+                        producers=nodes, consumers=nodes, duration_s=seconds, warmup_s=2)
     cluster = None
     if gcs is not None:
-        cluster = Cluster(gcs, nodes=2, strategy="spread")
+        cluster = Cluster(gcs, nodes=nodes, strategy="spread")
         cluster.connect()
     me = psutil.Process()
     before_cpu, before_wall, before_xadd = me.cpu_times(), time.monotonic(), xadd_calls(port)
     run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{port}")]), out_dir=out,
-              processes=2, cluster=cluster, recorder=ParquetSink)
+              processes=nodes, cluster=cluster, recorder=ParquetSink)
     summary = run_precise(run.execute())
     cpu, wall = me.cpu_times(), time.monotonic() - before_wall
     coordinator = 100 * ((cpu.user - before_cpu.user) + (cpu.system - before_cpu.system)) / wall
@@ -86,31 +90,48 @@ def one_run(port: int, gcs: str | None, seconds: float, out: Path) -> tuple[floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10, help="measuring phase of each run")
-    parser.add_argument("--pairs", type=int, default=2, help="local/Ray pairs, alternated")
+    parser.add_argument("--pairs", type=int, default=2, help="local/Ray pairs per N, alternated")
+    parser.add_argument("--nodes", default="1,2,3", help="the N to run, comma-separated (1-3)")
     args = parser.parse_args()
-    results: dict[str, list[tuple[float, float, float]]] = {"local": [], "ray": []}
+    try:
+        counts = sorted({int(n) for n in args.nodes.split(",")})
+    except ValueError:
+        counts = []
+    if not counts or not set(counts) <= {1, 2, 3}:
+        raise SystemExit(f"--nodes {args.nodes!r}: a comma-separated list of 1, 2 and 3")
+    results: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
     # the cluster's network namespace holds the nodes, the redis-server and this process's
     # runs: loopback is its only address
     with two_node_cluster() as cluster, cluster.net.entered(), redis_server() as port, \
             tempfile.TemporaryDirectory() as tmp:
+        if 3 in counts:  # a third node of the same cluster (its processes are the cluster's)
+            ray_start(cluster.net, [f"--address={cluster.gcs}", '--resources={"sb_node_2": 1}'])
         for k in range(args.pairs):
-            for name, gcs in (("local", None), ("ray", cluster.gcs)):
-                load = os.getloadavg()[0]
-                r = one_run(port, gcs, args.seconds, Path(tmp) / f"{name}-{k}")
-                results[name].append(r)
-                print(f"pair {k + 1} {name:5}: produced {r[0]:>9,.0f} msg/s, consumed "
-                      f"{r[1]:>9,.0f} msg/s, coordinator CPU {r[2]:5.1f} % "
-                      f"(load {load:.1f} before)", flush=True)
-    print(f"\n{'placement':26}{'produced msg/s':>16}{'consumed msg/s':>16}{'coordinator CPU %':>19}")
-    medians = {}
-    for name, label in (("local", "local, --processes 2"), ("ray", "Ray, 2 nodes × 1 actor")):
-        rows = results[name]
-        medians[name] = [statistics.median(r[i] for r in rows) for i in range(3)]
-        m = medians[name]
-        print(f"{label:26}{m[0]:>16,.0f}{m[1]:>16,.0f}{m[2]:>19.1f}")
-    print(f"ratio Ray / local (medians of {args.pairs} pair(s)): produced "
-          f"{medians['ray'][0] / medians['local'][0]:.2f}, coordinator CPU "
-          f"{medians['ray'][2] / max(medians['local'][2], 1e-9):.2f}")
+            for nodes in counts:
+                for name, gcs in (("local", None), ("ray", cluster.gcs)):
+                    load = os.getloadavg()[0]
+                    r = one_run(port, gcs, nodes, args.seconds,
+                                Path(tmp) / f"{name}-{nodes}-{k}")
+                    results.setdefault((name, nodes), []).append(r)
+                    print(f"pair {k + 1} {name:5} N={nodes}: produced {r[0]:>9,.0f} msg/s, "
+                          f"consumed {r[1]:>9,.0f} msg/s, coordinator CPU {r[2]:5.1f} % "
+                          f"(load {load:.1f} before)", flush=True)
+    print(f"\n{'placement':28}{'produced msg/s':>16}{'per process':>13}{'consumed msg/s':>16}"
+          f"{'coordinator CPU %':>19}")
+    medians: dict[tuple[str, int], list[float]] = {}
+    for nodes in counts:
+        for name, label in (("local", f"local, --processes {nodes}"),
+                            ("ray", f"Ray, {nodes} node(s) x 1 actor")):
+            rows = results[(name, nodes)]
+            m = medians[(name, nodes)] = [statistics.median(r[i] for r in rows) for i in range(3)]
+            print(f"{label:28}{m[0]:>16,.0f}{m[0] / nodes:>13,.0f}{m[1]:>16,.0f}{m[2]:>19.1f}")
+    for nodes in counts:
+        ray, local = medians[("ray", nodes)], medians[("local", nodes)]
+        pairs = [r[0] / lo[0] for r, lo in zip(results[("ray", nodes)], results[("local", nodes)],
+                                                strict=True)]
+        print(f"N={nodes}: ratio Ray / local (medians of {args.pairs} pair(s)): produced "
+              f"{ray[0] / local[0]:.2f} (pair by pair {', '.join(f'{p:.2f}' for p in pairs)}), "
+              f"coordinator CPU {ray[2] / max(local[2], 1e-9):.2f}")
 
 
 if __name__ == "__main__":

@@ -96,8 +96,12 @@ def test_every_message_consumed_once_at_rate(keyed_run):
     # which on a slow host takes a good part of a second)
     owed = RATE * WARMUP_S - sum(ticks["produced"][i] for i in warm)
     measured = sum(ticks["produced"][i] for i in rows)
+    # and the measuring slots' acknowledgements still in flight when it ended come while
+    # draining (nothing new is sent then); on a loaded host that is a good part of a second
+    late = sum(ticks["produced"][i] for i, p in enumerate(ticks["phase"]) if p == "draining")
     due = RATE * sum(ticks["interval_s"][i] for i in rows)
-    assert abs(measured - owed - due) / due < 0.02, (measured, owed, due)
+    assert abs(measured + late - owed - due) / due < 0.02, (measured, late, owed, due)
+    assert late < RATE, late  # under a second of acknowledgements owed at the end
     assert sum(ticks["produced_bytes"][i] for i in rows) == 512 * sum(ticks["produced"][i]
                                                                        for i in rows)
 
