@@ -8,9 +8,10 @@ request arrives (t2) and when it answers (t3), and reads its clock again when th
 (t3 - t2); whatever the split of the delay between the two ways, the true offset is within
 delay / 2 of the estimate. Of a burst of exchanges the one with the least delay is kept (the
 one least disturbed by queueing on either end), and bursts repeat every CLOCK_EVERY_S to follow
-a clock that drifts. Intended send times are on the coordinator's clock; a consumer's node
-takes its receive times back by its offset, so every e2e sample it records carries that
-node's bound."""
+a clock that drifts; once STEADY_AFTER bursts in a row found the offset where the one before
+left it (within the new estimate's bound), every STEADY_EVERY_S, until one finds it moved.
+Intended send times are on the coordinator's clock; a consumer's node takes its receive times
+back by its offset, so every e2e sample it records carries that node's bound."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ from dataclasses import dataclass
 
 from loadgen.core.events import EventKind, RunEvent
 from loadgen.core.histogram import percentiles
-from loadgen.core.ticks import Tick
+from loadgen.core.ticks import NodeClock, Tick
 
 BURST = 8  # exchanges per estimate
 CLOCK_EVERY_S = 5.0  # between bursts, to follow drift
+STEADY_EVERY_S = 30.0  # between bursts while the offset holds still
+STEADY_AFTER = 3  # bursts in a row that found it still
 # an e2e p50 with a clock bound above this fraction of it is warned about
 BOUND_FRACTION = 0.25
 # the test hook: the load actors of a node whose environment sets this run with their wall
@@ -54,6 +57,27 @@ def estimate(burst: list[Exchange]) -> tuple[int, int]:
     rounded up (never below zero: a clock read twice cannot go back, but be safe)."""
     best = min(burst, key=lambda e: e.delay_ns)
     return best.offset_ns, max(0, -(-best.delay_ns // 2))
+
+
+class ClockCadence:
+    """When a node's next clock burst is due: CLOCK_EVERY_S after the last, or STEADY_EVERY_S
+    once STEADY_AFTER bursts in a row found the offset within their bound of the estimate
+    before (its clock holds still against this one); a burst that finds it moved further
+    goes back to CLOCK_EVERY_S. Each burst costs the coordinator BURST calls: spacing them
+    is most of a steady node's calls but its ticks."""
+
+    def __init__(self) -> None:
+        self._last: NodeClock | None = None
+        self._steady = 0
+
+    def next_in(self, clock: NodeClock) -> float:
+        """Seconds from the burst that gave `clock` to the next."""
+        last, self._last = self._last, clock
+        if last is not None and abs(clock.offset_ns - last.offset_ns) <= clock.bound_ns:
+            self._steady += 1
+        else:
+            self._steady = 0
+        return STEADY_EVERY_S if self._steady >= STEADY_AFTER else CLOCK_EVERY_S
 
 
 def shift_wall_clock(shift_ms: float) -> None:

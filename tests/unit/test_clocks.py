@@ -13,7 +13,16 @@ import pyarrow.dataset as ds
 import pytest
 
 from analysis.sink import ParquetSink
-from loadgen.clocks import BoundWatch, Exchange, estimate, shift_wall_clock
+from loadgen.clocks import (
+    CLOCK_EVERY_S,
+    STEADY_AFTER,
+    STEADY_EVERY_S,
+    BoundWatch,
+    ClockCadence,
+    Exchange,
+    estimate,
+    shift_wall_clock,
+)
 from loadgen.core.driver import ReceivedBatch
 from loadgen.core.events import RunEvent
 from loadgen.core.histogram import HistogramSnapshot, percentiles
@@ -52,6 +61,26 @@ def test_the_burst_keeps_its_fastest_exchange_and_the_truth_is_within_its_bound(
         assert offset == fastest.offset_ns
         assert bound == -(-fastest.delay_ns // 2)
         assert abs(offset - true) <= bound
+
+
+def test_bursts_are_spaced_while_the_offset_holds_and_close_again_when_it_moves() -> None:
+    """A node's clock still against this one's (its estimates wander within their bounds):
+    a burst every CLOCK_EVERY_S until STEADY_AFTER in a row found it still, then every
+    STEADY_EVERY_S; one that finds it moved by more than its bound goes back to the short
+    cadence, and the count of still bursts starts again."""
+    assert STEADY_EVERY_S > CLOCK_EVERY_S
+    cadence = ClockCadence()
+
+    def burst(offset_us: int, bound_us: int = 400) -> float:
+        return cadence.next_in(NodeClock("n", offset_us * 1000, bound_us * 1000, 0))
+
+    assert burst(200_000) == CLOCK_EVERY_S  # the first: nothing to compare with
+    still = [burst(200_000 + d) for d in (150, -100, 250)]  # within the bound of the last
+    assert still == [CLOCK_EVERY_S] * (STEADY_AFTER - 1) + [STEADY_EVERY_S]
+    assert burst(200_500) == STEADY_EVERY_S  # 250 us from the last: still
+    assert burst(201_000, bound_us=300) == CLOCK_EVERY_S  # moved 500 us, its bound 300
+    assert [burst(201_000 + d) for d in (10, 20, 30)] == still
+    assert burst(150_000) == CLOCK_EVERY_S  # a clock stepped back
 
 
 def test_a_nodes_receive_times_are_taken_back_by_its_offset() -> None:
