@@ -8,8 +8,9 @@ request arrives (t2) and when it answers (t3), and reads its clock again when th
 (t3 - t2); whatever the split of the delay between the two ways, the true offset is within
 delay / 2 of the estimate. Of a burst of exchanges the one with the least delay is kept (the
 one least disturbed by queueing on either end), and bursts repeat every CLOCK_EVERY_S to follow
-a clock that drifts; once STEADY_AFTER bursts in a row found the offset where the one before
-left it (within the new estimate's bound), every STEADY_EVERY_S, until one finds it moved.
+a clock that drifts; once STEADY_AFTER bursts in a row found the offset holding still (its move
+since the burst before, kept up for STEADY_EVERY_S, within the new estimate's bound), every
+STEADY_EVERY_S, until one finds it moving faster.
 Intended send times are on the coordinator's clock; a consumer's node takes its receive times
 back by its offset, so every e2e sample it records carries that node's bound."""
 
@@ -61,10 +62,11 @@ def estimate(burst: list[Exchange]) -> tuple[int, int]:
 
 class ClockCadence:
     """When a node's next clock burst is due: CLOCK_EVERY_S after the last, or STEADY_EVERY_S
-    once STEADY_AFTER bursts in a row found the offset within their bound of the estimate
-    before (its clock holds still against this one); a burst that finds it moved further
-    goes back to CLOCK_EVERY_S. Each burst costs the coordinator BURST calls: spacing them
-    is most of a steady node's calls but its ticks."""
+    once STEADY_AFTER bursts in a row found its clock holding still against this one: the
+    offset's move since the estimate before, kept up for STEADY_EVERY_S, within the new
+    estimate's bound (so that a clock drifting that fast moves by no more than the bound
+    between spaced bursts). A burst that finds it moving faster goes back to CLOCK_EVERY_S.
+    Each burst costs the coordinator BURST calls, more than a node's ticks at CLOCK_EVERY_S."""
 
     def __init__(self) -> None:
         self._last: NodeClock | None = None
@@ -73,11 +75,18 @@ class ClockCadence:
     def next_in(self, clock: NodeClock) -> float:
         """Seconds from the burst that gave `clock` to the next."""
         last, self._last = self._last, clock
-        if last is not None and abs(clock.offset_ns - last.offset_ns) <= clock.bound_ns:
+        if last is not None and self._drift_ns(last, clock) <= clock.bound_ns:
             self._steady += 1
         else:
             self._steady = 0
         return STEADY_EVERY_S if self._steady >= STEADY_AFTER else CLOCK_EVERY_S
+
+    @staticmethod
+    def _drift_ns(last: NodeClock, clock: NodeClock) -> float:
+        """How far the offset would move over STEADY_EVERY_S at the pace it moved since
+        `last`."""
+        between_ns = max(1, clock.estimated_ns - last.estimated_ns)
+        return abs(clock.offset_ns - last.offset_ns) * STEADY_EVERY_S * 1e9 / between_ns
 
 
 def shift_wall_clock(shift_ms: float) -> None:

@@ -64,23 +64,32 @@ def test_the_burst_keeps_its_fastest_exchange_and_the_truth_is_within_its_bound(
 
 
 def test_bursts_are_spaced_while_the_offset_holds_and_close_again_when_it_moves() -> None:
-    """A node's clock still against this one's (its estimates wander within their bounds):
-    a burst every CLOCK_EVERY_S until STEADY_AFTER in a row found it still, then every
-    STEADY_EVERY_S; one that finds it moved by more than its bound goes back to the short
-    cadence, and the count of still bursts starts again."""
+    """A burst every CLOCK_EVERY_S until STEADY_AFTER in a row found the node's clock holding
+    still (its move since the burst before, kept up for STEADY_EVERY_S, within the bound),
+    then every STEADY_EVERY_S; one that finds it moving faster goes back to the short cadence
+    and the count starts again. A clock that drifts within its bound every CLOCK_EVERY_S but
+    not every STEADY_EVERY_S is not taken for still."""
     assert STEADY_EVERY_S > CLOCK_EVERY_S
     cadence = ClockCadence()
+    now = [0.0]  # seconds
 
-    def burst(offset_us: int, bound_us: int = 400) -> float:
-        return cadence.next_in(NodeClock("n", offset_us * 1000, bound_us * 1000, 0))
+    def burst(offset_us: float, after_s: float, bound_us: int = 400) -> float:
+        now[0] += after_s
+        return cadence.next_in(NodeClock("n", round(offset_us * 1000), bound_us * 1000,
+                                         round(now[0] * 1e9)))
 
-    assert burst(200_000) == CLOCK_EVERY_S  # the first: nothing to compare with
-    still = [burst(200_000 + d) for d in (150, -100, 250)]  # within the bound of the last
+    per_5s = 400 * CLOCK_EVERY_S / STEADY_EVERY_S  # us in 5 s: the bound in 30 s
+    assert burst(200_000, 0) == CLOCK_EVERY_S  # the first: nothing to compare with
+    # estimates wandering by less than that: still, spaced after STEADY_AFTER of them
+    still = [burst(200_000 + d, CLOCK_EVERY_S) for d in (30, -20, 40)]
     assert still == [CLOCK_EVERY_S] * (STEADY_AFTER - 1) + [STEADY_EVERY_S]
-    assert burst(200_500) == STEADY_EVERY_S  # 250 us from the last: still
-    assert burst(201_000, bound_us=300) == CLOCK_EVERY_S  # moved 500 us, its bound 300
-    assert [burst(201_000 + d) for d in (10, 20, 30)] == still
-    assert burst(150_000) == CLOCK_EVERY_S  # a clock stepped back
+    assert burst(200_300, STEADY_EVERY_S) == STEADY_EVERY_S  # 260 us in 30 s: still
+    assert burst(200_800, STEADY_EVERY_S) == CLOCK_EVERY_S  # 500 us in 30 s: moving
+    assert [burst(200_800 + d, CLOCK_EVERY_S) for d in (10, 20, 30)] == still
+    assert burst(150_000, STEADY_EVERY_S) == CLOCK_EVERY_S  # a clock stepped back
+    # drifting 300 us every 5 s (within a bound of 400 us each time, but 1.8 ms in 30 s)
+    assert per_5s < 300 < 400
+    assert [burst(150_000 + 300 * k, CLOCK_EVERY_S) for k in range(1, 6)] == [CLOCK_EVERY_S] * 5
 
 
 def test_a_nodes_receive_times_are_taken_back_by_its_offset() -> None:
