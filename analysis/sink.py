@@ -72,6 +72,19 @@ _DERIVED: dict[str, dict[str, tuple[str, Callable[[Any], Any]]]] = {
     "latency": {"value_ns": ("bucket", _bucket_values)}}
 
 
+# columns written with Parquet's delta encoding instead of a dictionary: a latency row's
+# bucket index, value and count, which are sorted or small and seldom repeat within a file
+_DELTA: dict[str, tuple[str, ...]] = {"latency": ("bucket", "value_ns", "count")}
+
+
+def _encodings(table: str) -> dict[str, Any]:
+    delta = _DELTA.get(table)
+    if not delta:
+        return {}
+    return {"use_dictionary": [n for n in SCHEMAS[table].names if n not in delta],
+            "column_encoding": dict.fromkeys(delta, "DELTA_BINARY_PACKED")}
+
+
 def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
@@ -660,7 +673,7 @@ class ParquetSink:
             table_data = pa.Table.from_batches(journal.batches, schema=SCHEMAS[table])
             journal.batches = []
             pq.write_table(table_data, tmp, compression="zstd" if table_data.num_rows >=
-                           SMALL_FILE_ROWS else "snappy")
+                           SMALL_FILE_ROWS else "snappy", **_encodings(table))
             os.replace(tmp, final)
             written = True
             # The rows are on disk: drop them. After a burst (a slow disk, a loaded host) hand

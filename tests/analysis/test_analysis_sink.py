@@ -211,6 +211,26 @@ def test_small_files_are_snappy_and_large_ones_zstd(tmp_path: Path) -> None:
     assert _read(tmp_path / "run" / "latency")["count"].to_pylist() == [1] * SMALL_FILE_ROWS
 
 
+def test_latency_buckets_are_delta_encoded_and_read_back_as_written(tmp_path: Path) -> None:
+    """A latency row's bucket, value and count are written with Parquet's delta encoding (no
+    dictionary: they seldom repeat), the key columns with a dictionary as in every table."""
+    sink = ParquetSink(tmp_path / "run", "r", rotate_s=60.0)
+    sink(_tick(0, e2e_latency=_wide(3000)))
+    sink.close()
+    (latency,) = _visible(tmp_path / "run" / "latency")
+    meta = pq.read_metadata(latency).row_group(0)
+    encodings = {meta.column(i).path_in_schema: set(meta.column(i).encodings)
+                 for i in range(meta.num_columns)}
+    for name in ("bucket", "value_ns", "count"):
+        assert "DELTA_BINARY_PACKED" in encodings[name]
+        assert "RLE_DICTIONARY" not in encodings[name]
+    assert "RLE_DICTIONARY" in encodings["target"] and "RLE_DICTIONARY" in encodings["seq"]
+    table = _read(tmp_path / "run" / "latency")
+    assert table["bucket"].to_pylist() == list(range(3000))
+    assert table["value_ns"].to_pylist() == bucket_value(np.arange(3000)).tolist()
+    assert table["count"].to_pylist() == [1] * 3000
+
+
 def test_a_long_table_is_written_before_its_time(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A table that reaches ROTATE_ROWS rows is written at once (memory stays bounded at high

@@ -5,11 +5,14 @@ Feeds TICKS seconds of TARGETS targets through a real ParquetSink (each tick wit
 histograms of a few hundred buckets, lag of PARTITIONS partitions, two consumers and twenty
 broker counters, as a local Redis run at a few thousand msg/s has them), one second of the run
 every `--every` seconds of wall time (the sink's clock advances a second a round, so it rotates
-as in a run). The ticks are built before the clock starts. Prints the CPU seconds of the
-calling thread and of the writer thread per minute of the run, and the run's files. Not a
-test: it prints figures.
+as in a run). With `--nodes N` each target's load ran on N load nodes of a Ray cluster: its
+tick carries each node's counts, clock and own three histograms (the target's are their
+merge), which the sink writes as the `nodes` table's rows and the latency rows with a `node`.
+The ticks are built before the clock starts. Prints the CPU seconds of the calling thread and
+of the writer thread per minute of the run, and the run's files. Not a test: it prints figures.
 
     python tests/bench/sink_cpu.py [--targets 3] [--ticks 300] [--partitions 100] [--every 0.05]
+                                   [--nodes 0]
 """
 
 from __future__ import annotations
@@ -28,8 +31,16 @@ sys.path.insert(0, str(REPO))
 
 from analysis.sink import ParquetSink  # noqa: E402
 from loadgen.core.events import PhaseChange  # noqa: E402
-from loadgen.core.histogram import Histogram  # noqa: E402
-from loadgen.core.ticks import ConsumerStat, LagSnapshot, Phase, Resources, Tick  # noqa: E402
+from loadgen.core.histogram import Histogram, HistogramSnapshot  # noqa: E402
+from loadgen.core.ticks import (  # noqa: E402
+    ConsumerStat,
+    LagSnapshot,
+    NodeClock,
+    NodeStat,
+    Phase,
+    Resources,
+    Tick,
+)
 
 T0_NS = 1_767_225_600_000_000_000
 
@@ -42,18 +53,31 @@ class Clock:
         return self.now
 
 
-def ticks(targets: int, seconds: int, partitions: int) -> list[list[Tick]]:
+def node_id(k: int) -> str:
+    return f"{k:056x}"  # as long as a Ray node id
+
+
+def ticks(targets: int, seconds: int, partitions: int, nodes: int = 0) -> list[list[Tick]]:
     rng = np.random.default_rng(3)
     hist = Histogram()
     out = []
     for seq in range(seconds):
         row = []
         for t in range(targets):
-            snaps = []
-            for median in (2e6, 1e6, 3e3):
-                hist.record_many(np.rint(rng.lognormal(np.log(median), 0.3, 3000)).astype(
-                    np.int64).tolist())
-                snaps.append(hist.snapshot_and_reset())
+            shares = []  # each node's (or the one process's) three histograms
+            for _ in range(max(1, nodes)):
+                share = []
+                for median in (2e6, 1e6, 3e3):
+                    hist.record_many(np.rint(rng.lognormal(np.log(median), 0.3,
+                                                           3000 // max(1, nodes))).astype(
+                        np.int64).tolist())
+                    share.append(hist.snapshot_and_reset())
+                shares.append(share)
+            snaps = [HistogramSnapshot.merge([s[i] for s in shares]) for i in range(3)]
+            node_stats = tuple(
+                NodeStat(node_id(k), f"host-{k}", 3000 // nodes, 3000 // nodes, 30.0, 0.5,
+                         80 << 20, "", *shares[k]) for k in range(nodes))
+            clocks = tuple(NodeClock(node_id(k), 12_345 * k, 400_000, T0_NS) for k in range(nodes))
             lag = {p: int(v) for p, v in enumerate(rng.integers(0, 50, partitions))}
             row.append(Tick(
                 target=f"redis-{t}", seq=seq, time_ns=T0_NS + seq * 10**9, interval_s=1.0,
@@ -66,6 +90,7 @@ def ticks(targets: int, seconds: int, partitions: int) -> list[list[Tick]]:
                 consumers=tuple(ConsumerStat(0, "streambench-sub-0", i, 1500) for i in range(2)),
                 broker={f"counter_{i}": float(seq * i) for i in range(20)},
                 produced_total=3000 * seq, consumed_total=3000 * seq,
+                nodes=node_stats, clocks=clocks,
             ))
         out.append(row)
     return out
@@ -81,8 +106,10 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=300)
     parser.add_argument("--partitions", type=int, default=100)
     parser.add_argument("--every", type=float, default=0.05)
+    parser.add_argument("--nodes", type=int, default=0,
+                        help="load nodes per target (a Ray cluster's); 0: the local placement")
     args = parser.parse_args()
-    rounds = ticks(args.targets, args.ticks, args.partitions)
+    rounds = ticks(args.targets, args.ticks, args.partitions, args.nodes)
     with tempfile.TemporaryDirectory() as tmp:
         clock = Clock()
         sink = ParquetSink(Path(tmp) / "run", "bench", clock=clock)
@@ -112,7 +139,8 @@ def main() -> None:
         n_files = sum(1 for p in files if p.suffix == ".parquet")
         size = sum(p.stat().st_size for p in files if p.is_file())
     per_min = 60 / args.ticks
-    print(f"{args.targets} targets x {args.ticks} ticks ({args.partitions} partitions) in "
+    print(f"{args.targets} targets x {args.ticks} ticks ({args.partitions} partitions, "
+          f"{args.nodes} load nodes) in "
           f"{wall:.1f} s wall: calling thread {calling * per_min * 1000:.1f} ms, writer thread "
           f"{writer_s * per_min * 1000:.1f} ms of CPU per minute of the run "
           f"({(calling + writer_s) * per_min / 60 * 100:.3f} % of a core); "
