@@ -8,15 +8,16 @@ request arrives (t2) and when it answers (t3), and reads its clock again when th
 (t3 - t2); whatever the split of the delay between the two ways, the true offset is within
 delay / 2 of the estimate. Of a burst of exchanges the one with the least delay is kept (the
 one least disturbed by queueing on either end), and bursts repeat every CLOCK_EVERY_S to follow
-a clock that drifts; once STEADY_AFTER bursts in a row found the offset holding still (its move
-since the burst before, kept up for STEADY_EVERY_S, within the new estimate's bound), every
-STEADY_EVERY_S, until one finds it moving faster.
+a clock that drifts; while the last bursts find the offset holding still (no step beyond an
+estimate's bound, no drift that would take it further over STEADY_EVERY_S: ClockCadence),
+every STEADY_EVERY_S.
 Intended send times are on the coordinator's clock; a consumer's node takes its receive times
 back by its offset, so every e2e sample it records carries that node's bound."""
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,31 +63,37 @@ def estimate(burst: list[Exchange]) -> tuple[int, int]:
 
 class ClockCadence:
     """When a node's next clock burst is due: CLOCK_EVERY_S after the last, or STEADY_EVERY_S
-    once STEADY_AFTER bursts in a row found its clock holding still against this one: the
-    offset's move since the estimate before, kept up for STEADY_EVERY_S, within the new
-    estimate's bound (so that a clock drifting that fast moves by no more than the bound
-    between spaced bursts). A burst that finds it moving faster goes back to CLOCK_EVERY_S.
-    Each burst costs the coordinator BURST calls, more than a node's ticks at CLOCK_EVERY_S."""
+    while its clock holds still against this one. Still means: no step (no estimate beyond
+    its bound from the one before) over the last STEADY_AFTER + 1 bursts, and their drift
+    (the least-squares slope of their offsets over time) would move the offset by no more
+    than the newest estimate's bound over STEADY_EVERY_S, so that spaced bursts miss no more
+    than that. The slope is taken over several bursts because each estimate wanders within
+    its bound: between two bursts 5 s apart that wander looks like a drift six times its size
+    over 30 s. A burst that finds the clock moving goes back to CLOCK_EVERY_S. Each burst
+    costs the coordinator BURST calls, more than a node's ticks at CLOCK_EVERY_S."""
 
     def __init__(self) -> None:
-        self._last: NodeClock | None = None
-        self._steady = 0
+        self._seen: deque[NodeClock] = deque(maxlen=STEADY_AFTER + 1)  # since the last step
 
     def next_in(self, clock: NodeClock) -> float:
         """Seconds from the burst that gave `clock` to the next."""
-        last, self._last = self._last, clock
-        if last is not None and self._drift_ns(last, clock) <= clock.bound_ns:
-            self._steady += 1
-        else:
-            self._steady = 0
-        return STEADY_EVERY_S if self._steady >= STEADY_AFTER else CLOCK_EVERY_S
+        if self._seen and abs(clock.offset_ns - self._seen[-1].offset_ns) > clock.bound_ns:
+            self._seen.clear()  # a step: start again
+        self._seen.append(clock)
+        if len(self._seen) < STEADY_AFTER + 1:
+            return CLOCK_EVERY_S
+        drift = abs(_slope(self._seen)) * STEADY_EVERY_S * 1e9
+        return STEADY_EVERY_S if drift <= clock.bound_ns else CLOCK_EVERY_S
 
-    @staticmethod
-    def _drift_ns(last: NodeClock, clock: NodeClock) -> float:
-        """How far the offset would move over STEADY_EVERY_S at the pace it moved since
-        `last`."""
-        between_ns = max(1, clock.estimated_ns - last.estimated_ns)
-        return abs(clock.offset_ns - last.offset_ns) * STEADY_EVERY_S * 1e9 / between_ns
+
+def _slope(clocks: deque[NodeClock]) -> float:
+    """Least-squares slope of the offsets over the estimates' times (ns per ns)."""
+    t0 = clocks[0].estimated_ns
+    xs = [c.estimated_ns - t0 for c in clocks]
+    ys = [c.offset_ns for c in clocks]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
 
 
 def shift_wall_clock(shift_ms: float) -> None:
