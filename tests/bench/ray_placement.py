@@ -67,6 +67,18 @@ def one_run(port: int, gcs: str | None, seconds: float, out: Path) -> tuple[floa
     ticks = ds.dataset(out / "ticks", format="parquet").to_table().to_pydict()
     rows = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
     interval = sum(ticks["interval_s"][i] for i in rows)
+    if not interval:
+        # the run loop woke late and merged the measuring seconds into a warm-up tick
+        # (coordinator-late), or a stop (memory-low) ended the load in the warm-up
+        events = ds.dataset(out / "events", format="parquet").to_table().to_pydict()
+        why = "; ".join(f"{k}: {d}" for k, d in zip(events["kind"], events["detail"], strict=True)
+                        if k in ("coordinator-late", "memory-low"))
+        raise SystemExit(f"the {'Ray' if gcs else 'local'} run has no measuring tick to take "
+                         f"a rate from ({why or 'no tick was cut in its measuring phase'}): "
+                         "a longer --seconds gives the measuring phase more ticks")
+    late = sum(1 for i in rows if ticks["nodes_late"][i] or ticks["nodes_late_counted"][i])
+    if late:  # a late node's counts fall in a later tick: a short phase gains or loses them
+        print(f"  {late} of {len(rows)} measuring ticks had a load node's tick late", flush=True)
     return (sum(ticks["produced"][i] for i in rows) / interval,
             sum(ticks["consumed"][i] for i in rows) / interval, coordinator)
 
