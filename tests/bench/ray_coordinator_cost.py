@@ -225,13 +225,16 @@ def one_run(port: int, gcs: str | None, nodes: int, seconds: float, warmup: floa
     cpu = end - start
     # replies of the load processes or actors (not the stack's own process, which ticks too)
     sizes = [len(pickle.dumps(r, protocol=5)) for r in REPLIES]
-    return (cpu, len(ticks), statistics.median(sizes) if sizes else float("nan"),
-            by_thread(marks["threads"], marks["threads_end"], len(ticks)))
+    threads = by_thread(marks["threads"], marks["threads_end"], len(ticks))
+    if cluster is not None:  # the clock bursts each node had over the whole run
+        bursts = [len(h.clocks) for h in cluster.handles]
+        print(f"  clock bursts per node over the run: {bursts}", flush=True)
+    return cpu, len(ticks), statistics.median(sizes) if sizes else float("nan"), threads
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=10, help="measuring phase of each run")
+    parser.add_argument("--seconds", type=float, default=20, help="measuring phase of each run")
     parser.add_argument("--warmup", type=float, default=20,
                         help="warm-up of each run: the clock bursts are spaced after it")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of the nine runs")
