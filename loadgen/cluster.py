@@ -28,7 +28,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from loadgen.clocks import BURST, WALL_SHIFT_ENV, ClockCadence, Exchange, estimate, shift_wall_clock
+from loadgen.clocks import (
+    BURST,
+    CLOCK_EVERY_S,
+    WALL_SHIFT_ENV,
+    ClockCadence,
+    Exchange,
+    estimate,
+    shift_wall_clock,
+)
 from loadgen.core.errors import NodeLost, StackError, StreambenchError
 from loadgen.core.target import Target
 from loadgen.core.ticks import NodeClock
@@ -135,16 +143,19 @@ def missing_clients(modules: dict[str, list[str]]) -> tuple[str, str, dict[str, 
 class Replies:
     """Ray replies handed to the event loop in batches. The answers asked for in one turn of
     the loop (every node's tick, of every target) are waited for together by one `ray.wait`
-    in a thread of its own and handed over in one wake-up of the loop, not one each: awaiting
-    each reply on its own wakes the loop once a node. What is not in after WAIT_SLICE_S is
-    handed over as it comes, in the slices after (a late node does not hold the others)."""
+    in a thread and handed over in one wake-up of the loop, not one each: awaiting each reply
+    on its own wakes the loop, and Ray's I/O thread, once a node. What is not in after
+    WAIT_SLICE_S (a late node) is left to Ray's own future of it, so that no thread waits on
+    a stalled node; clock bursts run in threads of their own, each exchange given at most
+    BURST_TIMEOUT_S."""
 
     WAIT_SLICE_S = 0.2  # under the ticks' wait for late nodes (worker.NODE_TICK_WAIT_S)
+    BURST_TIMEOUT_S = 10.0
 
     def __init__(self) -> None:
         self._batch: list[tuple[Any, asyncio.Future[Any]]] = []
-        self._threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ray-replies")
-        self._closed = False
+        self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ray-replies")
+        self._bursts = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ray-clock")
 
     def get(self, ref: Any) -> asyncio.Future[Any]:
         """The future of the reply of `ref` (an ObjectRef)."""
@@ -161,22 +172,35 @@ class Replies:
 
     def _wait(self, loop: asyncio.AbstractEventLoop,
               batch: list[tuple[Any, asyncio.Future[Any]]]) -> None:
-        """In a thread: wait for the batch's replies, handing over what is in by slices."""
+        """In a thread: wait for the batch's replies for WAIT_SLICE_S, hand over those in,
+        and chain the others to Ray's futures of them."""
         import ray
 
         pending = dict(batch)
-        while pending and not self._closed and not loop.is_closed():
-            ready, _ = ray.wait(list(pending), num_returns=len(pending),
-                                timeout=self.WAIT_SLICE_S)
-            answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
-            for ref in ready:
-                fut = pending.pop(ref)
-                try:
-                    answers.append((fut, ray.get(ref), None))
-                except Exception as exc:  # the actor is gone: its caller says so
-                    answers.append((fut, None, exc))
-            if answers and not loop.is_closed():
-                loop.call_soon_threadsafe(self._resolve, answers)
+        ready, late = ray.wait(list(pending), num_returns=len(pending),
+                               timeout=self.WAIT_SLICE_S)
+        answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        for ref in ready:
+            fut = pending.pop(ref)
+            try:
+                answers.append((fut, ray.get(ref), None))
+            except Exception as exc:  # the actor is gone: its caller says so
+                answers.append((fut, None, exc))
+        if loop.is_closed():
+            return
+        if answers:
+            loop.call_soon_threadsafe(self._resolve, answers)
+        for ref in late:
+            ref.future().add_done_callback(partial(self._late, loop, pending[ref]))
+
+    def _late(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any],
+              done: Any) -> None:
+        """A late reply, in whichever thread Ray completes its future."""
+        if done.cancelled():
+            return
+        answer = (fut, None, done.exception()) if done.exception() else (fut, done.result(), None)
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(self._resolve, [answer])
 
     @staticmethod
     def _resolve(answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
@@ -188,14 +212,13 @@ class Replies:
             else:
                 fut.set_result(value)
 
-    def run(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
-        """`fn` (blocking Ray calls) in one of the threads."""
-        return asyncio.wrap_future(self._threads.submit(fn))
+    def burst(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """`fn` (a clock burst: blocking Ray calls) in one of the burst threads."""
+        return asyncio.wrap_future(self._bursts.submit(fn))
 
     def close(self) -> None:
-        """Stop waiting: a reply not in by now is not handed over."""
-        self._closed = True
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        for threads in (self._threads, self._bursts):
+            threads.shutdown(wait=False, cancel_futures=True)
 
 
 class LoadActor:
@@ -383,13 +406,13 @@ class LoadActorHandle:
         burst = []
         for _ in range(BURST):
             t1 = time.time_ns()
-            t2, t3 = ray.get(self._actor.wall.remote())
+            t2, t3 = ray.get(self._actor.wall.remote(), timeout=Replies.BURST_TIMEOUT_S)
             burst.append(Exchange(t1, t2, t3, time.time_ns()))
         return burst
 
     async def _wall_clock(self) -> NodeClock:
         """The node's wall clock against this one's, from a burst of exchanges."""
-        offset, bound = estimate(await self.cluster.replies.run(self._burst))
+        offset, bound = estimate(await self.cluster.replies.burst(self._burst))
         clock = NodeClock(self.where["node_id"], offset, bound, time.time_ns())
         self.clocks.append(clock)
         return clock
@@ -413,6 +436,9 @@ class LoadActorHandle:
             try:
                 clock = await self._wall_clock()
                 await self._set_clock(clock)
+            except TimeoutError:  # Ray's GetTimeoutError: a stalled node, tried again later
+                wait_s = CLOCK_EVERY_S
+                continue
             except Exception:
                 return  # the actor is gone: the next request says so
             wait_s = cadence.next_in(clock)
