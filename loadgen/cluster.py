@@ -22,12 +22,21 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from loadgen.clocks import BURST, CLOCK_EVERY_S, WALL_SHIFT_ENV, Exchange, estimate, shift_wall_clock
+from loadgen.clocks import (
+    BURST,
+    CLOCK_EVERY_S,
+    WALL_SHIFT_ENV,
+    ClockCadence,
+    Exchange,
+    estimate,
+    shift_wall_clock,
+)
 from loadgen.core.errors import NodeLost, StackError, StreambenchError
 from loadgen.core.target import Target
 from loadgen.core.ticks import NodeClock
@@ -129,6 +138,87 @@ def missing_clients(modules: dict[str, list[str]]) -> tuple[str, str, dict[str, 
                 missing[platform] = f"{exc.name or name} ({exc})"
                 break
     return ray.get_runtime_context().get_node_id(), socket.gethostname(), missing
+
+
+class Replies:
+    """Ray replies handed to the event loop in batches. The answers asked for in one turn of
+    the loop (every node's tick, of every target) are waited for together by one `ray.wait`
+    in a thread and handed over in one wake-up of the loop, not one each: awaiting each reply
+    on its own wakes the loop, and Ray's I/O thread, once a node. What is not in after
+    WAIT_SLICE_S (a late node) is left to Ray's own future of it, so that no thread waits on
+    a stalled node; clock bursts run in threads of their own, each exchange given at most
+    BURST_TIMEOUT_S."""
+
+    WAIT_SLICE_S = 0.2  # under the ticks' wait for late nodes (worker.NODE_TICK_WAIT_S)
+    BURST_TIMEOUT_S = 10.0
+
+    def __init__(self) -> None:
+        self._batch: list[tuple[Any, asyncio.Future[Any]]] = []
+        self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ray-replies")
+        self._bursts = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ray-clock")
+
+    def get(self, ref: Any) -> asyncio.Future[Any]:
+        """The future of the reply of `ref` (an ObjectRef)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._batch.append((ref, fut))
+        if len(self._batch) == 1:
+            loop.call_soon(self._send, loop)
+        return fut
+
+    def _send(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch, self._batch = self._batch, []
+        self._threads.submit(self._wait, loop, batch)
+
+    def _wait(self, loop: asyncio.AbstractEventLoop,
+              batch: list[tuple[Any, asyncio.Future[Any]]]) -> None:
+        """In a thread: wait for the batch's replies for WAIT_SLICE_S, hand over those in,
+        and chain the others to Ray's futures of them."""
+        import ray
+
+        pending = dict(batch)
+        ready, late = ray.wait(list(pending), num_returns=len(pending),
+                               timeout=self.WAIT_SLICE_S)
+        answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        for ref in ready:
+            fut = pending.pop(ref)
+            try:
+                answers.append((fut, ray.get(ref), None))
+            except Exception as exc:  # the actor is gone: its caller says so
+                answers.append((fut, None, exc))
+        if loop.is_closed():
+            return
+        if answers:
+            loop.call_soon_threadsafe(self._resolve, answers)
+        for ref in late:
+            ref.future().add_done_callback(partial(self._late, loop, pending[ref]))
+
+    def _late(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any],
+              done: Any) -> None:
+        """A late reply, in whichever thread Ray completes its future."""
+        if done.cancelled():
+            return
+        answer = (fut, None, done.exception()) if done.exception() else (fut, done.result(), None)
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(self._resolve, [answer])
+
+    @staticmethod
+    def _resolve(answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+        for fut, value, exc in answers:
+            if fut.done():  # its caller gave up on it
+                continue
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(value)
+
+    def burst(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """`fn` (a clock burst: blocking Ray calls) in one of the burst threads."""
+        return asyncio.wrap_future(self._bursts.submit(fn))
+
+    def close(self) -> None:
+        for threads in (self._threads, self._bursts):
+            threads.shutdown(wait=False, cancel_futures=True)
 
 
 class LoadActor:
@@ -303,38 +393,55 @@ class LoadActorHandle:
         if self._mono_bound_ns:
             self.where["monotonic_bound_ns"] = self._mono_bound_ns
         self._poller = asyncio.create_task(self._poll())
-        await self._set_clock(await self._wall_clock())
-        self._clock_task = asyncio.create_task(self._follow_clock())
+        clock = await self._wall_clock()
+        await self._set_clock(clock)
+        self._clock_task = asyncio.create_task(self._follow_clock(clock))
 
-    async def _wall_clock(self) -> NodeClock:
-        """A burst of clock exchanges: the node's wall clock against this one's."""
+    def _burst(self) -> list[Exchange]:
+        """A burst of clock exchanges, in one of the cluster's reply threads: each reply's
+        t4 is read as it comes, not when the event loop gets to it, and the loop wakes once
+        a burst, not once an exchange."""
+        import ray
+
         burst = []
         for _ in range(BURST):
             t1 = time.time_ns()
-            t2, t3 = await self._actor.wall.remote()
+            t2, t3 = ray.get(self._actor.wall.remote(), timeout=Replies.BURST_TIMEOUT_S)
             burst.append(Exchange(t1, t2, t3, time.time_ns()))
-        offset, bound = estimate(burst)
+        return burst
+
+    async def _wall_clock(self) -> NodeClock:
+        """The node's wall clock against this one's, from a burst of exchanges."""
+        offset, bound = estimate(await self.cluster.replies.burst(self._burst))
         clock = NodeClock(self.where["node_id"], offset, bound, time.time_ns())
         self.clocks.append(clock)
         return clock
 
     async def _set_clock(self, clock: NodeClock) -> None:
-        items, ok, value = await self._actor.call.remote("clock", (clock,))
+        items, ok, value = await self.cluster.replies.get(self._actor.call.remote("clock", (clock,)))
         for item in items:
             self._publish(item)
         if not ok:
             raise value
 
-    async def _follow_clock(self) -> None:
-        """A burst every CLOCK_EVERY_S, its estimate handed to the actor, until closing."""
+    async def _follow_clock(self, first: NodeClock) -> None:
+        """A burst when the cadence says (every few seconds, less often while the node's
+        offset holds still), its estimate handed to the actor, until closing."""
+        cadence = ClockCadence()
+        wait_s = cadence.next_in(first)
         while not self._clock_stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._clock_stop.wait(), CLOCK_EVERY_S)
+                await asyncio.wait_for(self._clock_stop.wait(), wait_s)
                 return
             try:
-                await self._set_clock(await self._wall_clock())
+                clock = await self._wall_clock()
+                await self._set_clock(clock)
+            except TimeoutError:  # Ray's GetTimeoutError: a stalled node, tried again later
+                wait_s = CLOCK_EVERY_S
+                continue
             except Exception:
                 return  # the actor is gone: the next request says so
+            wait_s = cadence.next_in(clock)
 
     async def _poll(self) -> None:
         while not self._closing:
@@ -359,7 +466,8 @@ class LoadActorHandle:
             self._ready = asyncio.create_task(self._prepare())
         try:
             await asyncio.shield(self._ready)
-            items, ok, value = await self._actor.call.remote(op, self._shifted(op, args))
+            items, ok, value = await self.cluster.replies.get(
+                self._actor.call.remote(op, self._shifted(op, args)))
         except StreambenchError:
             raise
         except Exception as exc:
@@ -429,6 +537,8 @@ class Cluster:
     _nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     _actor_class: Any = None
     handles: list[LoadActorHandle] = field(default_factory=list)
+    # the actors' replies, handed to the event loop a batch at a time
+    replies: Replies = field(default_factory=Replies)
 
     @property
     def workers(self) -> int:
@@ -561,6 +671,7 @@ class Cluster:
             import ray
             from ray.util.placement_group import remove_placement_group
 
+            self.replies.close()
             if self._group is not None:
                 remove_placement_group(self._group)
             self._group = None

@@ -13,7 +13,16 @@ import pyarrow.dataset as ds
 import pytest
 
 from analysis.sink import ParquetSink
-from loadgen.clocks import BoundWatch, Exchange, estimate, shift_wall_clock
+from loadgen.clocks import (
+    CLOCK_EVERY_S,
+    STEADY_AFTER,
+    STEADY_EVERY_S,
+    BoundWatch,
+    ClockCadence,
+    Exchange,
+    estimate,
+    shift_wall_clock,
+)
 from loadgen.core.driver import ReceivedBatch
 from loadgen.core.events import RunEvent
 from loadgen.core.histogram import HistogramSnapshot, percentiles
@@ -52,6 +61,39 @@ def test_the_burst_keeps_its_fastest_exchange_and_the_truth_is_within_its_bound(
         assert offset == fastest.offset_ns
         assert bound == -(-fastest.delay_ns // 2)
         assert abs(offset - true) <= bound
+
+
+def test_bursts_are_spaced_while_the_offset_holds_and_close_again_when_it_moves() -> None:
+    """A burst every CLOCK_EVERY_S until the last STEADY_AFTER + 1 bursts found the node's
+    clock holding still (no step beyond the bound, no drift that would take it beyond the
+    bound over STEADY_EVERY_S), then every STEADY_EVERY_S; one that finds it moving goes back
+    to the short cadence. Estimates that wander within their bound are not taken for a
+    drift; a clock that drifts within its bound every CLOCK_EVERY_S, but not every
+    STEADY_EVERY_S, is."""
+    assert STEADY_EVERY_S > CLOCK_EVERY_S and STEADY_AFTER == 3
+    cadence = ClockCadence()
+    now = [0.0]  # seconds
+
+    def burst(offset_us: float, after_s: float, bound_us: int = 400) -> float:
+        now[0] += after_s
+        return cadence.next_in(NodeClock("n", round(offset_us * 1000), bound_us * 1000,
+                                         round(now[0] * 1e9)))
+
+    assert burst(200_000, 0) == CLOCK_EVERY_S  # the first: nothing to compare with
+    # estimates wandering by up to 150 us (as a drift over one 5 s interval, 900 us in
+    # 30 s, but the wander does not go on): still, spaced once four bursts say so
+    still = [burst(200_000 + d, CLOCK_EVERY_S) for d in (150, -100, 60)]
+    assert still == [CLOCK_EVERY_S] * (STEADY_AFTER - 1) + [STEADY_EVERY_S]
+    assert burst(200_100, STEADY_EVERY_S) == STEADY_EVERY_S  # the wander goes on: still
+    assert burst(200_800, STEADY_EVERY_S) == CLOCK_EVERY_S  # 700 us in 30 s: a step
+    assert [burst(200_800 + d, CLOCK_EVERY_S) for d in (-90, 40, -30)] == still
+    assert burst(150_000, STEADY_EVERY_S) == CLOCK_EVERY_S  # a clock stepped back
+    # drifting 100 us every 5 s: within the bound every 5 s, 600 us in 30 s
+    drift = [burst(150_000 + 100 * k, CLOCK_EVERY_S) for k in range(1, 9)]
+    assert drift == [CLOCK_EVERY_S] * 8
+    # drifting 20 us every 5 s (120 us in 30 s): still
+    slow = [burst(151_000 + 20 * k, CLOCK_EVERY_S) for k in range(1, 5)]
+    assert slow[-1] == STEADY_EVERY_S
 
 
 def test_a_nodes_receive_times_are_taken_back_by_its_offset() -> None:
