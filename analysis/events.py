@@ -59,7 +59,7 @@ LOG_KINDS = _values(
     EventKind.SEND_ERROR, EventKind.SEND_RECOVERED, EventKind.RECEIVE_ERROR,
     EventKind.COLLECTOR_ERROR, EventKind.COLLECTOR_RECOVERED, EventKind.RATE_SEARCH,
     EventKind.DRAIN_SKIPPED, EventKind.DRAIN_INCOMPLETE, EventKind.STACK_UP, EventKind.STACK_DOWN,
-    EventKind.PHASE)
+    EventKind.PHASE, EventKind.RELAY_LOST)
 
 
 def is_fault(kind: str) -> bool:

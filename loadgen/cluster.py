@@ -38,11 +38,13 @@ from loadgen.clocks import (
     shift_wall_clock,
 )
 from loadgen.core.errors import NodeLost, StackError, StreambenchError
+from loadgen.core.events import EventKind, RunEvent
 from loadgen.core.target import Target
 from loadgen.core.ticks import NodeClock
 from loadgen.core.workload import Workload
 from loadgen.load import Publish, TargetLoad, TargetTotals
 from loadgen.pacing import run_precise
+from loadgen.tick_relay import RelayGroup, TickRelay, group_size, groups
 from loadgen.worker import (
     HANDLERS,
     ORPHAN_CLOSE_S,
@@ -244,6 +246,9 @@ class LoadActor:
         threading.Thread(target=self._main, args=(make,), name="streambench-load",
                          daemon=True).start()
         self._started.wait()
+        # the lease counts from now: making the load (its client's imports) can take seconds
+        # on a busy node
+        self._heard = time.monotonic()
 
     # ---- the load's thread ----------------------------------------------------------------
 
@@ -323,17 +328,21 @@ class LoadActor:
             asyncio.run_coroutine_threadsafe(self._wait_items(wait_s), self._loop))
 
     def clock(self) -> int:
-        return time.monotonic_ns()
+        now = time.monotonic_ns()
+        self._heard = now / 1e9  # every call of the coordinator's renews the lease
+        return now
 
     async def wall(self) -> tuple[int, int]:
         """This node's wall clock when the request came in and when it is answered (t2, t3
         of a clock exchange: loadgen.clocks)."""
         t2 = time.time_ns()
+        self._heard = time.monotonic()
         return t2, time.time_ns()
 
     def where(self) -> dict[str, Any]:
         import ray
 
+        self._heard = time.monotonic()
         return {"node_id": ray.get_runtime_context().get_node_id(),
                 "hostname": socket.gethostname(), "pid": os.getpid(),
                 "ray_version": ray.__version__, "boot_id": _boot_id()}
@@ -363,10 +372,16 @@ class LoadActorHandle:
         self._clock_task: asyncio.Task[None] | None = None
         self.clocks: list[NodeClock] = []  # every estimate of the node's wall clock, in order
         self.where: dict[str, Any] = {}
+        self.relay: RelayGroup | None = None  # the tick relay of its group (--tick-group)
 
     def spawn(self) -> None:
         if self._actor is None:
             self._actor = self.cluster.create_actor(self.share, self._args)
+            if self.relay is not None:
+                self.relay.member_spawned(self.share, self._actor)
+
+    def _direct(self, op: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
+        return self.cluster.replies.get(self._actor.call.remote(op, self._shifted(op, args)))
 
     async def _prepare(self) -> None:
         import ray
@@ -466,8 +481,11 @@ class LoadActorHandle:
             self._ready = asyncio.create_task(self._prepare())
         try:
             await asyncio.shield(self._ready)
-            items, ok, value = await self.cluster.replies.get(
-                self._actor.call.remote(op, self._shifted(op, args)))
+            if op == "tick" and self.relay is not None:  # with the group's other nodes'
+                reply = self.relay.ask(self.share, args, partial(self._direct, op, args))
+            else:
+                reply = self._direct(op, args)
+            items, ok, value = await reply
         except StreambenchError:
             raise
         except Exception as exc:
@@ -495,6 +513,8 @@ class LoadActorHandle:
         if self._actor is None:
             return None
         self._clock_stop.set()
+        if self.relay is not None:  # no more ticks: the group's late calls end
+            self.relay.cancel()
         if self._clock_task is not None:  # a burst under way takes milliseconds
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._clock_task), 10)
@@ -532,6 +552,8 @@ class Cluster:
     same_node_latency: bool = False
     # the platforms whose clients the nodes run: checked on each node before any actor
     platforms: tuple[str, ...] = ()
+    # nodes whose ticks a relay gathers (--tick-group; 0: none; None: tick_relay.group_size)
+    tick_group: int | None = None
     ray_version: str = ""
     _group: Any = None
     _nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -539,6 +561,7 @@ class Cluster:
     handles: list[LoadActorHandle] = field(default_factory=list)
     # the actors' replies, handed to the event loop a batch at a time
     replies: Replies = field(default_factory=Replies)
+    relays: list[RelayGroup] = field(default_factory=list)
 
     @property
     def workers(self) -> int:
@@ -652,14 +675,42 @@ class Cluster:
                                 (index, target, workload, run_id, record_raw, audit,
                                  (k, self.workers), log_dir, self.split_roles), publish)
                 for k in range(self.workers)]
+        size = self.group_size
+
+        def gone(members: list[int], why: str) -> None:
+            publish(RunEvent(time.time_ns(), target.label, EventKind.RELAY_LOST,
+                             f"the tick relay of workers {', '.join(map(str, members))} is gone "
+                             f"({why}): they are asked for their ticks directly from now on"))
+
+        for members in groups(list(range(self.workers)), size) if size else ():
+            relay = RelayGroup(self._create_relay, self.replies.get, partial(gone, members))
+            relay.expected = len(members)
+            for k in members:
+                made[k].relay = relay
+            self.relays.append(relay)
         self.handles += made
         return made
+
+    @property
+    def group_size(self) -> int:
+        """Nodes a tick relay gathers; 0: none."""
+        return group_size(self.tick_group, self.workers)
+
+    def _create_relay(self, actors: dict[int, Any], share: int) -> Any:
+        """A group's TickRelay, with no CPU of its own, on share's node."""
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        strategy = PlacementGroupSchedulingStrategy(self._group,
+                                                    placement_group_bundle_index=share)
+        relay = ray.remote(num_cpus=0, max_restarts=0)(TickRelay)
+        return relay.options(scheduling_strategy=strategy).remote(actors)
 
     def placement(self) -> dict[str, Any]:
         """run.json's cluster_placement: where every load actor ran."""
         return {"address": self.address, "strategy": self.strategy, "nodes": self.workers,
                 "split_roles": self.split_roles, "same_node_latency": self.same_node_latency,
-                "ray_version": self.ray_version,
+                "ray_version": self.ray_version, "tick_group": self.group_size,
                 "workers": [{"target": h.label, "worker": h.share, **h.where,
                              "clock": [{"time_ns": c.estimated_ns, "offset_ns": c.offset_ns,
                                         "bound_ns": c.bound_ns} for c in h.clocks]}
@@ -672,6 +723,9 @@ class Cluster:
             from ray.util.placement_group import remove_placement_group
 
             self.replies.close()
+            for relay in self.relays:
+                if relay.relay is not None:
+                    ray.kill(relay.relay, no_restart=True)
             if self._group is not None:
                 remove_placement_group(self._group)
             self._group = None

@@ -52,6 +52,7 @@ class EventKind(StrEnum):
     HANGUP = "hangup"  # the terminal hung up: the run stopped early
     CLOCK_BOUND = "clock-bound"  # the nodes' clock bound is coarse against the e2e p50
     NODE_LOST = "node-lost"  # a cluster node's load actor is gone; the run goes on without it
+    RELAY_LOST = "relay-lost"  # a tick relay is gone; its nodes are asked directly (no loss)
     # clients and collectors
     CONSUMER_FAILED = "consumer-failed"
     CONNECTION_LOST = "connection-lost"

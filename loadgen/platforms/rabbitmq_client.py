@@ -29,6 +29,9 @@ from loadgen.platforms.rabbitmq import CONNECT_TIMEOUT_S, RECONNECT_PAUSE_S
 INTENDED_PROPERTY = "t"
 RECEIVE_WAIT_S = 0.1
 BUFFER_LIMIT = 20_000  # messages a consumer holds before its readers wait for receive()
+# a consumer's close: its readers cancelled this many times at most, each waited for this long
+CLOSE_CANCELS = 5
+CLOSE_CANCEL_WAIT_S = 1.0
 NO_OFFSET = 0x13  # the stream protocol's answer to a query for an offset never stored
 
 
@@ -227,9 +230,16 @@ class RabbitConsumer(Consumer):
                 self._stored[partition] = offset
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # a cancel can be lost: asyncio.wait_for in Python 3.11 swallows one that comes as its
+        # wait ends, and rbfly's subscription waits so (consumer.timeout=): cancelled again
+        # until the readers end, for a few seconds at most
+        for _ in range(CLOSE_CANCELS):
+            running = [t for t in self._tasks if not t.done()]
+            if not running:
+                break
+            for task in running:
+                task.cancel()
+            await asyncio.wait(running, timeout=CLOSE_CANCEL_WAIT_S)
         # what was handed over is processed: store it
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._store(force=True), 5.0)

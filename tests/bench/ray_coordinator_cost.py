@@ -13,8 +13,10 @@ from 1 to 3 nodes), from which docs/architecture.md works out 100 nodes x 3 targ
 produced count is checked against the server's XADD calls and its consumed count against its
 produced count.
 
-The Ray runs are made twice side by side: as the coordinator works now (`ray`) and as it did
-before (`ray-before`): each node's reply awaited on its own (a wake-up of the event loop for
+The Ray runs are made three times side by side: with the run's nodes' ticks gathered by one
+tick relay (`ray-relay`, --tick-group N on N nodes: one tick call a second whatever N), each
+node asked directly as the coordinator works now (`ray`), and as it did before
+(`ray-before`): each node's reply awaited on its own (a wake-up of the event loop for
 each), each clock exchange of a burst awaited on the loop, and a burst every
 clocks.CLOCK_EVERY_S whatever the offset does; now the replies asked for together are waited
 for together in a thread, a burst runs in that thread, and bursts are spaced to
@@ -58,6 +60,7 @@ from loadgen.core.workload import Workload
 from loadgen.pacing import run_precise
 from loadgen.platforms import resolve_target
 from loadgen.run import Run
+from loadgen.tick_relay import GROUP_AUTO
 from tests.conftest import redis_server
 from tests.integration.ray_support import ray_start, two_node_cluster
 
@@ -100,6 +103,19 @@ def coordinator_before() -> Iterator[None]:
         yield
     finally:
         Replies.get, LoadActorHandle._wall_clock, clocks_module.STEADY_EVERY_S = saved  # type: ignore[method-assign]
+
+
+RELAYED: list[bool] = [False]  # the run's nodes' ticks gathered by one relay (ray-relay)
+
+
+@contextlib.contextmanager
+def relayed() -> Iterator[None]:
+    """The run's nodes in one tick relay group (--tick-group N on N nodes)."""
+    RELAYED[0] = True
+    try:
+        yield
+    finally:
+        RELAYED[0] = False
 
 
 def keep_replies() -> None:
@@ -187,7 +203,8 @@ def one_run(port: int, gcs: str | None, nodes: int, seconds: float, warmup: floa
                         warmup_s=warmup)
     cluster = None
     if gcs is not None:
-        cluster = Cluster(gcs, nodes=nodes, strategy="spread")
+        cluster = Cluster(gcs, nodes=nodes, strategy="spread",
+                          tick_group=nodes if RELAYED[0] else 0)
         cluster.connect()
     marks: dict[str, Any] = {}
     ticks: list[int] = []
@@ -241,6 +258,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="sample the coordinator with py-spy in the Ray runs on 3 nodes and "
                              "print where its CPU goes")
+    parser.add_argument("--without-before", action="store_true",
+                        help="leave out the Ray runs as the coordinator was (ray-before)")
     args = parser.parse_args()
     keep_replies()
     results: dict[tuple[str, int], list[tuple[float, int, float, dict[str, float]]]] = {}
@@ -253,7 +272,10 @@ def main() -> None:
         # the Ray runs as the coordinator was (ray-before) and as it is, side by side
         placements = (("local", None, contextlib.nullcontext),
                       ("ray-before", cluster.gcs, coordinator_before),
-                      ("ray", cluster.gcs, contextlib.nullcontext))
+                      ("ray", cluster.gcs, contextlib.nullcontext),
+                      ("ray-relay", cluster.gcs, relayed))
+        if args.without_before:
+            placements = tuple(p for p in placements if p[0] != "ray-before")
         for k in range(args.rounds):
             for nodes in (1, 2, 3):
                 for name, gcs, path in placements:
@@ -269,7 +291,7 @@ def main() -> None:
                           f"{cpu / n * 1000:6.2f} ms CPU per tick, {cpu / n / nodes * 1000:6.2f} "
                           f"ms per node tick, {size:,.0f} bytes per node tick "
                           f"(load {load:.1f} before)", flush=True)
-                    if nodes == 3:
+                    if nodes in (1, 3):
                         print("  by thread, ms of CPU per tick: " + ", ".join(
                             f"{group} {ms:.2f}" for group, ms in threads.items() if ms >= 0.05),
                             flush=True)
@@ -289,15 +311,36 @@ def main() -> None:
               f"100 nodes x 3 targets at 1 tick/s: {slope * 300 / 1000:.2f} core(s) "
               f"+ the fixed {per_tick[(name, 1)] - slope:.2f} ms per target tick")
     for name, _, _ in placements:
-        rows = results[(name, 3)]
-        groups = {g for r in rows for g in r[3]}
-        medians = {g: statistics.median(r[3].get(g, 0.0) for r in rows) for g in groups}
+        by_nodes = {}
+        for nodes in (1, 3):
+            rows = results[(name, nodes)]
+            groups = {g for r in rows for g in r[3]}
+            by_nodes[nodes] = {g: statistics.median(r[3].get(g, 0.0) for r in rows)
+                               for g in groups}
+        medians = by_nodes[3]
         print(f"{name}, 3 nodes, by thread (medians, ms of CPU per tick): " + ", ".join(
             f"{g} {ms:.2f}" for g, ms in sorted(medians.items(), key=lambda kv: -kv[1])
             if ms >= 0.05))
+        # where a node more goes: each thread group's slope from 1 to 3 nodes
+        slopes = {g: (medians.get(g, 0.0) - by_nodes[1].get(g, 0.0)) / 2
+                  for g in set(medians) | set(by_nodes[1])}
+        print(f"{name}, by thread, ms of CPU per tick a node more (1 -> 3 nodes): " + ", ".join(
+            f"{g} {ms:+.2f}" for g, ms in sorted(slopes.items(), key=lambda kv: -kv[1])
+            if abs(ms) >= 0.02))
     print(f"ratio Ray / local per node tick at 3 nodes: "
-          f"{per_tick[('ray', 3)] / per_tick[('local', 3)]:.2f}; Ray now / before: "
-          f"{per_tick[('ray', 3)] / per_tick[('ray-before', 3)]:.2f}")
+          f"{per_tick[('ray', 3)] / per_tick[('local', 3)]:.2f}" + (
+              f"; Ray now / before: {per_tick[('ray', 3)] / per_tick[('ray-before', 3)]:.2f}"
+              if ("ray-before", 3) in per_tick else ""))
+    if ("ray-relay", 3) in per_tick:
+        relay = (per_tick[("ray-relay", 3)] - per_tick[("ray-relay", 1)]) / 2
+        direct = (per_tick[("ray", 3)] - per_tick[("ray", 1)]) / 2
+        groups = 3 * -(-100 // GROUP_AUTO)
+        print(f"ray-relay / ray per tick at 3 nodes: "
+              f"{per_tick[('ray-relay', 3)] / per_tick[('ray', 3)]:.2f}; a node more in a "
+              f"relay's group {relay:.2f} ms against {direct:.2f} ms asked directly; 100 nodes "
+              f"x 3 targets in groups of {GROUP_AUTO}: 300 x {relay:.2f} ms + {groups} relay "
+              f"calls at most a direct node's {direct:.2f} ms = "
+              f"{(300 * relay + groups * direct) / 1000:.2f} core(s)")
 
 
 if __name__ == "__main__":

@@ -187,11 +187,12 @@ class RayCluster:
         return list(found.values())
 
     def load_actors(self) -> list[psutil.Process]:
-        """The streambench load actors alive on the cluster's nodes."""
+        """The streambench actors alive on the cluster's nodes: load actors and tick relays."""
         alive = []
         for p in self.processes():
             with contextlib.suppress(psutil.Error):
-                if "LoadActor" in " ".join(p.cmdline()):
+                command = " ".join(p.cmdline())
+                if "LoadActor" in command or "TickRelay" in command:
                     alive.append(p)
         return alive
 

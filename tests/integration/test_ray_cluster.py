@@ -134,9 +134,19 @@ def test_the_rate_is_the_asked_one(spread_run):
     ticks = ds.dataset(run_dir / "ticks", format="parquet").to_table().to_pydict()
     measuring = [i for i, p in enumerate(ticks["phase"]) if p == "measuring"]
     assert len(measuring) == DURATION_S
-    achieved = (sum(ticks["produced"][i] for i in measuring)
-                / sum(ticks["interval_s"][i] for i in measuring))
+    # the measuring ticks' acknowledgements, less those the warm-up's slots still owed when it
+    # began, plus those of its own slots still in flight (or a node's tick late) when it ended,
+    # which come in the draining ticks (nothing new is sent then): on a loaded machine the
+    # window's edges move a few hundred of them (3,938 msg/s in the window alone once)
+    owed = RATE * WARMUP_S - sum(p for p, ph in zip(ticks["produced"], ticks["phase"],
+                                                    strict=True) if ph == "warm-up")
+    late = sum(p for p, ph in zip(ticks["produced"], ticks["phase"], strict=True)
+               if ph == "draining")
+    interval = sum(ticks["interval_s"][i] for i in measuring)
+    achieved = (sum(ticks["produced"][i] for i in measuring) - owed + late) / interval
+    print(f"achieved {achieved:.1f} msg/s ({owed:.0f} owed by the warm-up, {late:,} late)")
     assert abs(achieved - RATE) / RATE < 0.01, f"achieved {achieved:.1f} msg/s"
+    assert late < RATE  # under a second of acknowledgements owed at the end
     assert sum(ticks["produced"]) == summary.targets[0].produced  # every actor's ticks merged
 
 
@@ -348,7 +358,7 @@ def test_a_nodes_clock_offset_is_estimated_and_taken_out_of_e2e(
 def cluster_run(ray_cluster: RayCluster, redis_port: int, run_dir: Path,  # noqa: F811
                 workload: Workload, on_tick: Callable[[Cluster, Tick], None] = lambda c, t: None,
                 events: list[RunEvent] | None = None, same_node_latency: bool = False,
-                nodes: int = 2, audit: bool = False
+                nodes: int = 2, audit: bool = False, tick_group: int | None = None
                 ) -> tuple[RunSummary, list[Tick], dict[str, Any]]:
     """A Redis run over `nodes` nodes of the cluster, `on_tick` called on every tick: its
     summary, ticks and the broker's own account when the load is over: XLEN, entries read,
@@ -356,6 +366,7 @@ def cluster_run(ray_cluster: RayCluster, redis_port: int, run_dir: Path,  # noqa
     say (`producer N`)."""
     cluster, _ = connected(ray_cluster, nodes)
     cluster.same_node_latency = same_node_latency
+    cluster.tick_group = tick_group
     run = Run(workload, unique_labels([resolve_target(f"redis@127.0.0.1:{redis_port}")]),
               out_dir=run_dir, processes=cluster.workers, cluster=cluster,
               recorder=ParquetSink, audit=audit)
@@ -387,12 +398,15 @@ def cluster_run(ray_cluster: RayCluster, redis_port: int, run_dir: Path,  # noqa
 LOSS_RATE = 2000.0
 
 
+@pytest.mark.parametrize("tick_group", [None, 2], ids=["direct", "relayed"])
 def test_a_node_lost_mid_run_is_an_event_and_the_run_goes_on(ray_cluster, redis_port,  # noqa: F811
-                                                              tmp_path):
+                                                              tmp_path, tick_group):
     """2 producers and 1 consumer over 2 nodes: the second node's load actor (its one
     producer) is killed 2 s into the measuring phase. The run goes on with the first node to
     its end; the loss is one event; the ticks after it lack that node and are flagged; the rate
-    falls to the remaining producer's share; every message the broker holds is read once."""
+    falls to the remaining producer's share; every message the broker holds is read once.
+    The same whether the coordinator asks each node for its tick or a relay asks both
+    (--tick-group 2: the relay finds the member gone)."""
     workload = Workload(name="loss", rate=LOSS_RATE, duration_s=6, warmup_s=1, partitions=2,
                         producers=2, consumers=1, message_size=256)
     events: list[RunEvent] = []
@@ -405,7 +419,7 @@ def test_a_node_lost_mid_run_is_an_event_and_the_run_goes_on(ray_cluster, redis_
             os.kill(victim["pid"], signal.SIGKILL)
 
     summary, ticks, broker = cluster_run(ray_cluster, redis_port, tmp_path / "run", workload,
-                                         kill, events)
+                                         kill, events, tick_group=tick_group)
     (t,) = summary.targets
     victim = summary.placement["workers"][1] if summary.placement else {}
     (lost,) = [e for e in events if e.kind == "node-lost"]
@@ -476,12 +490,15 @@ def test_split_roles_put_producers_and_consumers_on_different_nodes(ray_cluster,
     assert consumed == {producer_node: 0, consumer_node: t.consumed}
 
 
+@pytest.mark.parametrize("tick_group", [None, 2], ids=["direct", "relayed"])
 def test_a_slow_nodes_tick_is_marked_late_and_counted_later(ray_cluster, redis_port,  # noqa: F811
-                                                            tmp_path):
+                                                            tmp_path, tick_group):
     """2 producers and 2 consumers over 2 nodes; node 1's load actor is stopped (SIGSTOP) for
     2 s in the measuring phase. The ticks go on without waiting for it: those it misses say
     `nodes_late`, the one its answer comes by says `nodes_late_counted` and holds its figures;
-    nothing is lost or invented: the ticks' sums equal the run's totals and the broker's."""
+    nothing is lost or invented: the ticks' sums equal the run's totals and the broker's. The
+    same with a relay gathering both nodes' ticks (--tick-group 2): it hands over the late
+    answer when it comes."""
     workload = Workload(name="late", rate=2000.0, duration_s=7, warmup_s=1, partitions=2,
                         producers=2, consumers=2, message_size=256)
     stopped: list[int] = []
@@ -494,7 +511,7 @@ def test_a_slow_nodes_tick_is_marked_late_and_counted_later(ray_cluster, redis_p
             threading.Timer(2.0, os.kill, (pid, signal.SIGCONT)).start()
 
     summary, ticks, broker = cluster_run(ray_cluster, redis_port, tmp_path / "run", workload,
-                                         stop)
+                                         stop, tick_group=tick_group)
     (t,) = summary.targets
     print("ticks (seq, late, counted, nodes, produced): " + ", ".join(
         f"{k.seq} {k.nodes_late} {k.nodes_late_counted} {len(k.nodes)} {k.produced}"
@@ -528,6 +545,59 @@ def test_a_slow_nodes_tick_is_marked_late_and_counted_later(ray_cluster, redis_p
     assert sum(stored["nodes_late"]) == sum(k.nodes_late for k in ticks)
     assert sum(stored["nodes_late_counted"]) == runs
     assert sum(stored["produced"]) == t.produced
+
+
+def test_a_relay_gathers_the_ticks_and_one_killed_leaves_its_nodes_asked_directly(
+        ray_cluster, redis_port, tmp_path):  # noqa: F811
+    """--tick-group 2 over 2 nodes: one relay actor gathers both nodes' ticks (the coordinator
+    makes one tick call a second: counted by the relay group's calls), on the first node; its
+    process is killed (SIGKILL) 2 s into the measuring phase. The run goes on with both nodes
+    asked directly: no node is lost, every tick after still holds both nodes' shares (or marks
+    one late), the ticks add up to the totals and the broker's count, every message is read
+    once; nothing is left on the nodes."""
+    workload = Workload(name="relay", rate=2000.0, duration_s=6, warmup_s=1, partitions=2,
+                        producers=2, consumers=2, message_size=256)
+    events: list[RunEvent] = []
+    killed: list[int] = []
+    relays: list[psutil.Process] = []
+    calls: list[int] = []
+
+    groups: list[Any] = []
+
+    def kill(cluster: Cluster, tick: Tick) -> None:
+        groups[:] = cluster.relays
+        calls.append(groups[0].calls)
+        if tick.phase is Phase.MEASURING and tick.seq >= 3 and not killed:
+            relays.extend(p for p in ray_cluster.load_actors()
+                          if "TickRelay" in " ".join(p.cmdline()))
+            killed.append(tick.seq)
+            for p in relays:
+                p.kill()
+
+    summary, ticks, broker = cluster_run(ray_cluster, redis_port, tmp_path / "run", workload,
+                                         kill, events, tick_group=2)
+    (t,) = summary.targets
+    print("ticks (seq, nodes, late, counted, produced): " + ", ".join(
+        f"{k.seq} {len(k.nodes)} {k.nodes_late} {k.nodes_late_counted} {k.produced}"
+        for k in ticks) + f"; relay calls by tick {calls}")
+    assert len(relays) == 1 and killed  # one relay for the group, found and killed
+    assert summary.placement is not None and summary.placement["tick_group"] == 2
+    # before the kill: one relay call a tick (and a late call for a tick a node was late for)
+    before = [c for c, k in zip(calls, ticks, strict=True) if k.seq < killed[0]]
+    assert len(before) - 1 <= before[-1] - before[0] <= len(before) - 1 + sum(
+        1 for k in ticks if k.seq < killed[0] and k.nodes_late)
+    assert len(groups) == 1 and groups[0].gone  # its nodes asked directly since
+    assert not [e for e in events if e.kind == "node-lost"]
+    (gone,) = [e for e in events if e.kind == "relay-lost"]
+    assert gone.detail.startswith("the tick relay of workers 0, 1 is gone (")
+    assert all(len(k.nodes) + k.nodes_late == 2 and not k.nodes_lost for k in ticks)
+    after = [k for k in ticks if k.seq > killed[0] + 2]
+    assert after and all(len(k.nodes) == 2 for k in after if not k.nodes_late)
+    assert sum(k.produced for k in ticks) == t.produced == broker["xlen"] == 2000 * 7
+    assert sum(k.consumed for k in ticks) == t.consumed == broker["read"] == t.produced
+    assert sum(n.produced for k in ticks for n in k.nodes) == t.produced
+    assert t.send_errors == 0 and t.duplicates == 0 and t.drained
+    assert ray_cluster.no_load_actor_within(5)
 
 
 def test_same_node_latency_times_only_the_messages_of_the_consumers_node(ray_cluster,  # noqa: F811

@@ -249,8 +249,11 @@ def test_node_resource_is_name_equals_a_positive_number() -> None:
 
 
 @pytest.mark.parametrize(("option", "error"), [
-    (["--node-resource", "streambench=1"], "--nodes, --placement, --node-resource and "
-                                           "--split-roles choose nodes of a --cluster"),
+    (["--node-resource", "streambench=1"], "--nodes, --placement, --node-resource, "
+                                           "--split-roles and --tick-group choose nodes of a "
+                                           "--cluster"),
+    (["--tick-group", "2"], "--nodes, --placement, --node-resource, --split-roles and "
+                            "--tick-group choose nodes of a --cluster"),
     (["--same-node-latency"], "--same-node-latency times the messages of a --cluster's nodes: "
                               "it needs --cluster"),
 ])

@@ -243,8 +243,10 @@ SAME_NODE_LATENCY = ("  e2e latency: only the messages produced on the consumer'
 def placement_lines(placement: dict[str, Any]) -> list[str]:
     """Where a run on a cluster had its load: one line per load actor (run.json's
     cluster_placement)."""
+    group = placement.get("tick_group") or 0
     lines = [f"load on the Ray cluster {placement['address']} (Ray {placement['ray_version']}, "
-             f"{placement['nodes']} node(s), {placement['strategy']})"]
+             f"{placement['nodes']} node(s), {placement['strategy']}"
+             + (f", ticks relayed by groups of {group}" if group else "") + ")"]
     for w in placement["workers"]:
         lines.append(f"  {_fit(w['target'], NAME - 1)} worker {w['worker']}: node "
                      f"{str(w.get('node_id', ''))[:12]} on {w.get('hostname', '?')} "

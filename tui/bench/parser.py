@@ -327,6 +327,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser) ->
                      help="--cluster: time only the messages whose producer ran on the "
                           "consumer's node, on that node's own clock (the swarm topology; "
                           "stamps each message with its producer, as --audit does)")
+    run.add_argument("--tick-group", type=_non_negative_int, metavar="N",
+                     help="--cluster: a relay actor on every N-th node gathers the ticks of N "
+                          "nodes, so that the coordinator makes one call a group and second, not "
+                          "one a node; 0: none (default: groups of 8 on more than 8 nodes)")
     run.add_argument("--node-resource", type=_node_resource, action="append", default=[],
                      metavar="NAME=N",
                      help="--cluster: only nodes with N of the Ray resource NAME free take load "

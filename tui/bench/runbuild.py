@@ -214,9 +214,10 @@ def connect_cluster(args: argparse.Namespace, targets: Sequence[Target]) -> Clus
     ClusterError (one line, exit 2) for a cluster that cannot be used."""
     if not getattr(args, "cluster", None):
         if (getattr(args, "nodes", None) is not None or getattr(args, "placement", None)
-                or getattr(args, "node_resource", None) or getattr(args, "split_roles", False)):
-            raise WorkloadError("--nodes, --placement, --node-resource and --split-roles "
-                                "choose nodes of a --cluster")
+                or getattr(args, "node_resource", None) or getattr(args, "split_roles", False)
+                or getattr(args, "tick_group", None) is not None):
+            raise WorkloadError("--nodes, --placement, --node-resource, --split-roles and "
+                                "--tick-group choose nodes of a --cluster")
         if getattr(args, "same_node_latency", False):
             raise WorkloadError("--same-node-latency times the messages of a --cluster's "
                                 "nodes: it needs --cluster")
@@ -227,7 +228,8 @@ def connect_cluster(args: argparse.Namespace, targets: Sequence[Target]) -> Clus
                       dict(getattr(args, "node_resource", None) or []),
                       bool(getattr(args, "split_roles", False)),
                       bool(getattr(args, "same_node_latency", False)),
-                      tuple(sorted({t.platform for t in targets})))
+                      tuple(sorted({t.platform for t in targets})),
+                      getattr(args, "tick_group", None))
     cluster.connect()
     args.processes = cluster.workers
     return cluster
