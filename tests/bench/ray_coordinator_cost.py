@@ -65,6 +65,8 @@ from tests.conftest import redis_server
 from tests.integration.ray_support import ray_start, two_node_cluster
 
 RATE_PER_NODE = 1000.0
+# --total-rate: the same rate on any number of nodes (the machine's load then the same too)
+TOTAL_RATE: list[float] = [0.0]
 REPLIES: list[Any] = []  # the last tick replies of a run, measured after it
 
 
@@ -198,7 +200,8 @@ def one_run(port: int, gcs: str | None, nodes: int, seconds: float, warmup: floa
     """(coordinator CPU seconds over the measuring phase, measuring ticks, bytes per node
     tick reply, ms of CPU per tick by thread group) of one run; with `profile`, py-spy
     samples this process over the measuring phase into that file."""
-    workload = Workload(name="bench-coord", rate=RATE_PER_NODE * nodes, message_size=256,
+    rate = TOTAL_RATE[0] or RATE_PER_NODE * nodes
+    workload = Workload(name="bench-coord", rate=rate, message_size=256,
                         partitions=nodes, producers=nodes, consumers=nodes, duration_s=seconds,
                         warmup_s=warmup)
     cluster = None
@@ -258,9 +261,17 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="sample the coordinator with py-spy in the Ray runs on 3 nodes and "
                              "print where its CPU goes")
+    parser.add_argument("--total-rate", type=float, default=0.0,
+                        help="msg/s of the target on any number of nodes (default: 1,000 a "
+                             "node): the machine's load stays the same as nodes are added, so "
+                             "that the slope is the coordinator's own and not the busier "
+                             "machine's")
+    parser.add_argument("--skip-two", action="store_true",
+                        help="runs on 1 and 3 nodes only (the slope needs no more)")
     parser.add_argument("--without-before", action="store_true",
                         help="leave out the Ray runs as the coordinator was (ray-before)")
     args = parser.parse_args()
+    TOTAL_RATE[0] = args.total_rate
     keep_replies()
     results: dict[tuple[str, int], list[tuple[float, int, float, dict[str, float]]]] = {}
     # the cluster's network namespace holds the nodes, the redis-server and this process's
@@ -277,7 +288,7 @@ def main() -> None:
         if args.without_before:
             placements = tuple(p for p in placements if p[0] != "ray-before")
         for k in range(args.rounds):
-            for nodes in (1, 2, 3):
+            for nodes in (1, 3) if args.skip_two else (1, 2, 3):
                 for name, gcs, path in placements:
                     load = os.getloadavg()[0]
                     spy = (Path(tmp) / f"profile-{name}-{k}.txt"
