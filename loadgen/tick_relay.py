@@ -106,8 +106,12 @@ class RelayGroup:
     def member_spawned(self, share: int, actor: Any) -> None:
         """A member's actor is made; the relay is made once they all are."""
         self._members[share] = actor
-        if self.relay is None and len(self._members) == self.expected:
-            self.relay = self._create(dict(self._members), min(self._members))
+        if self.relay is None and not self.gone and len(self._members) == self.expected:
+            try:
+                self.relay = self._create(dict(self._members), min(self._members))
+            except Exception as exc:  # no relay: its members are asked directly
+                self.gone = True
+                self._gone(type(exc).__name__)
 
     def ask(self, share: int, args: tuple[Any, ...],
             direct: Callable[[], asyncio.Future[Any]]) -> asyncio.Future[Any]:
@@ -117,7 +121,7 @@ class RelayGroup:
         fut: asyncio.Future[Any] = loop.create_future()
         rid = self._next_rid = self._next_rid + 1
         self._waiting[rid] = (share, fut, direct)
-        if self.gone or self.relay is None:
+        if self.gone or self.closed or self.relay is None:
             self._fall_back(rid)
             return fut
         self._asks.append((share, rid))

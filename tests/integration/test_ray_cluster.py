@@ -348,11 +348,22 @@ def test_a_nodes_clock_offset_is_estimated_and_taken_out_of_e2e(
     # the correction moves the whole distribution: its error shows in every percentile, a stall
     # of the shared machine in one of the two runs only in its upper ones (a same-node run once
     # had a p50 of 20.2 ms against 0.05 ms across nodes, its p10 unmoved), so the shift is read
-    # at p10
+    # at p10, in each run's calmest measuring second (a CI run's same-node run had a p10 of
+    # 4.9 ms and a p50 of 22 ms over the whole run, against 0.5 and 8.6 ms across nodes);
+    # the 200 ms shift, not taken out, would be in every second's every sample
     p10, same_p10 = float(np.percentile(raw, 10)), float(np.percentile(same_raw, 10))
-    assert abs(p10 - same_p10) <= 500_000, (
-        f"e2e p10 {p10 / 1e6:.3f} ms across nodes, {same_p10 / 1e6:.3f} ms on one node "
-        f"(p50 {p50 / 1e6:.3f} and {same_p50 / 1e6:.3f} ms)")
+
+    def calm_p10(run: list[Tick]) -> float:
+        return min(float(percentiles(k.e2e_latency, [10.0])[0]) for k in run
+                   if k.phase is Phase.MEASURING and k.e2e_latency.total)
+
+    calm, same_calm = calm_p10(ticks), calm_p10(same_ticks)
+    print(f"e2e p10 over the run {p10 / 1e6:.3f} ms across nodes, {same_p10 / 1e6:.3f} ms on "
+          f"one node; in the calmest second {calm / 1e6:.3f} and {same_calm / 1e6:.3f} ms")
+    assert abs(calm - same_calm) <= 500_000, (
+        f"e2e p10 {calm / 1e6:.3f} ms across nodes, {same_calm / 1e6:.3f} ms on one node in "
+        f"the calmest seconds (p50 over the runs {p50 / 1e6:.3f} and {same_p50 / 1e6:.3f} ms)")
+    assert 0 <= p10 < 50e6  # over the whole run too, far from the 200 ms shift
 
 
 def cluster_run(ray_cluster: RayCluster, redis_port: int, run_dir: Path,  # noqa: F811
