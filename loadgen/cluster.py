@@ -683,8 +683,8 @@ class Cluster:
                              f"({why}): they are asked for their ticks directly from now on"))
 
         for members in groups(list(range(self.workers)), size) if size else ():
-            relay = RelayGroup(self._create_relay, self.replies.get, partial(gone, members))
-            relay.expected = len(members)
+            relay = RelayGroup(len(members), self._create_relay, self.replies.get,
+                               partial(gone, members))
             for k in members:
                 made[k].relay = relay
             self.relays.append(relay)

@@ -39,8 +39,7 @@ class TickRelay:
 
     def __init__(self, actors: dict[int, Any]) -> None:
         self._actors = actors  # share -> the member's LoadActor handle
-        # request id -> (share, the answer to come)
-        self._pending: dict[int, tuple[int, asyncio.Future[Any]]] = {}
+        self._pending: dict[int, asyncio.Future[Any]] = {}  # request id -> the answer to come
 
     async def tick(self, asks: list[tuple[int, int]], args: tuple[Any, ...],
                    wait_s: float = RELAY_WAIT_S) -> list[tuple[int, bool, Any]]:
@@ -49,8 +48,7 @@ class TickRelay:
         asked = []
         for share, rid in asks:
             ref = self._actors[share].call.remote("tick", args)
-            self._pending[rid] = (share, asyncio.wrap_future(ref.future()))
-            asked.append(self._pending[rid][1])
+            asked.append(self._pending.setdefault(rid, asyncio.wrap_future(ref.future())))
         if asked:  # a member late before is not waited for again: it comes when it comes
             await asyncio.wait(asked, timeout=wait_s)
         return self._take()
@@ -58,14 +56,14 @@ class TickRelay:
     async def late(self, wait_s: float = LATE_WAIT_S) -> list[tuple[int, bool, Any]]:
         """The late answers in by the first that comes (or `wait_s`)."""
         if self._pending:
-            await asyncio.wait([f for _, f in self._pending.values()], timeout=wait_s,
+            await asyncio.wait(list(self._pending.values()), timeout=wait_s,
                                return_when=asyncio.FIRST_COMPLETED)
         return self._take()
 
     def _take(self) -> list[tuple[int, bool, Any]]:
         """The answers in, each taken once."""
         out: list[tuple[int, bool, Any]] = []
-        for rid, (_share, fut) in list(self._pending.items()):
+        for rid, fut in list(self._pending.items()):
             if not fut.done():
                 continue
             del self._pending[rid]
@@ -81,24 +79,24 @@ class RelayGroup:
     """The coordinator's end of one relay: the tick requests of its members made in one turn
     of the event loop go in one call; the answers resolve each member's request."""
 
-    def __init__(self, create: Callable[[dict[int, Any], int], Any],
+    def __init__(self, members: int, create: Callable[[dict[int, Any], int], Any],
                  get: Callable[[Any], asyncio.Future[Any]],
                  gone: Callable[[str], None] = lambda _why: None) -> None:
-        """`create(actors, share)` makes the relay actor on share's node; `get(ref)` is the
-        future of a Ray reply (Replies.get); `gone(why)` is told once if the relay is gone."""
+        """`members`: how many nodes the group has; `create(actors, share)` makes the relay
+        actor on share's node; `get(ref)` is the future of a Ray reply (Replies.get);
+        `gone(why)` is told once if the relay is gone."""
         self._create = create
         self._get = get
         self._gone = gone
         self._members: dict[int, Any] = {}  # share -> the member's actor, once spawned
-        self.expected = 0
+        self.expected = members
         self.relay: Any = None
         self.gone = False  # the relay itself is gone: its members are asked directly
         self._next_rid = 0
         self._asks: list[tuple[int, int]] = []
         self._args: tuple[Any, ...] | None = None
-        # request id -> (share, the member's future, its direct call to fall back on)
-        self._waiting: dict[int, tuple[int, asyncio.Future[Any],
-                                       Callable[[], asyncio.Future[Any]]]] = {}
+        # request id -> (the member's future, its direct call to fall back on)
+        self._waiting: dict[int, tuple[asyncio.Future[Any], Callable[[], asyncio.Future[Any]]]] = {}
         self._late_asked = False
         self.closed = False
         self.calls = 0  # relay calls made (tick and late)
@@ -120,7 +118,7 @@ class RelayGroup:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         rid = self._next_rid = self._next_rid + 1
-        self._waiting[rid] = (share, fut, direct)
+        self._waiting[rid] = (fut, direct)
         if self.gone or self.closed or self.relay is None:
             self._fall_back(rid)
             return fut
@@ -142,9 +140,7 @@ class RelayGroup:
         self._get(self.relay.tick.remote(asks, self._args)).add_done_callback(self._answered)
 
     def _answered(self, reply: asyncio.Future[Any]) -> None:
-        if reply.cancelled():
-            return
-        if self.closed:
+        if reply.cancelled() or self.closed:
             return
         if reply.exception() is not None:  # the relay is gone: its members asked directly
             if not self.gone:
@@ -155,28 +151,27 @@ class RelayGroup:
             return
         for rid, ok, value in reply.result():
             waiting = self._waiting.pop(rid, None)
-            if waiting is None or waiting[1].done():
+            if waiting is None or waiting[0].done():
                 continue
             if ok:
-                waiting[1].set_result(value)
+                waiting[0].set_result(value)
             else:
-                waiting[1].set_exception(MemberGone(value))
-        if self._waiting and not self._late_asked and not self.closed:
+                waiting[0].set_exception(MemberGone(value))
+        if self._waiting and not self._late_asked:
             self._late_asked = True
             self.calls += 1
             self._get(self.relay.late.remote()).add_done_callback(self._late_answered)
 
     def _late_answered(self, reply: asyncio.Future[Any]) -> None:
         self._late_asked = False
-        if not self.closed:
-            self._answered(reply)
+        self._answered(reply)
 
     def _fall_back(self, rid: int) -> None:
         """Request `rid` asked of its member directly; its future takes that answer."""
         waiting = self._waiting.pop(rid, None)
-        if waiting is None or waiting[1].done():
+        if waiting is None or waiting[0].done():
             return
-        _share, fut, direct = waiting
+        fut, direct = waiting
         answer = direct()
 
         def take(done: asyncio.Future[Any]) -> None:
@@ -194,7 +189,7 @@ class RelayGroup:
     def cancel(self) -> None:
         """Every request still waiting given up (the run is closing)."""
         self.closed = True
-        for _share, fut, _direct in self._waiting.values():
+        for fut, _direct in self._waiting.values():
             fut.cancel()
         self._waiting.clear()
 
