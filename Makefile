@@ -55,8 +55,8 @@ lint: $(VENV)/.installed-dev
 TEST_PROCESSES ?= 3
 test: setup-test lint docs
 	$(BIN)/python -m compileall -q loadgen collectors compose analysis tui tests
-	$(BIN)/python -m pytest -q -ra --durations=30 -n $(TEST_PROCESSES) --dist loadgroup -m "not serial"
-	$(BIN)/python -m pytest -q -ra --durations=10 -m serial
+	$(BIN)/python -m pytest -q -raR --durations=30 -n $(TEST_PROCESSES) --dist loadgroup -m "not serial"
+	$(BIN)/python -m pytest -q -raR --durations=10 -m serial
 
 # The documentation site, as strict as CI builds it: a broken link or anchor fails (a few seconds).
 docs: $(VENV)/.installed-dev

@@ -5,7 +5,13 @@ subprocess, process and port checks).
 Markers are applied here, not by hand: a test that asks for a Spark fixture is `spark`, and every
 test under tests/integration and tests/containers (which start real brokers or containers) is
 `integration`. So `pytest -m "not spark and not integration"` is the fast loop: no JVM, no
-broker, no container."""
+broker, no container.
+
+An `integration` test that fails runs once more (pytest-rerunfailures, 3 s later): its figures
+ride on the timing of a machine its brokers, JVMs and load generators share with the tests
+beside it, and a stall of a few seconds there can move them; a test that fails twice fails the
+run, and `make test` lists every rerun with its first failure (`-rR`). A fixture of a wider
+scope than the test (a module's run) is not made again, so a rerun there reads the same run."""
 
 from __future__ import annotations
 
@@ -39,6 +45,7 @@ TESTS = Path(__file__).resolve().parent
 BROKER_FOLDERS = ("integration", "containers", "platforms")
 # fixtures that start a Spark session or a Spark cluster (directly or through what they build)
 SPARK_FIXTURES = frozenset({"spark", "report", "built", "standalone_cluster"})
+RERUNS, RERUN_DELAY_S = 1, 3  # an integration test that fails: once more, 3 s later
 
 
 def _folder(item: pytest.Item) -> str:
@@ -70,8 +77,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.spark)
         if _folder(item) in BROKER_FOLDERS and item.get_closest_marker("integration") is None:
             item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("integration") is not None \
+                and item.get_closest_marker("flaky") is None:
+            item.add_marker(pytest.mark.flaky(reruns=RERUNS, reruns_delay=RERUN_DELAY_S))
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(_group(item, fixtures)))
+
+
+_reruns: list[tuple[str, list[str]]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """A failure followed by a rerun: kept, with its error lines, for the run's summary."""
+    if report.outcome == "rerun":
+        lines = [line for line in report.longreprtext.splitlines() if line.startswith("E ")]
+        _reruns.append((report.nodeid, lines[:6] or report.longreprtext.splitlines()[-3:]))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Each test run again after a failure, and why it failed the first time."""
+    if not _reruns:
+        return
+    terminalreporter.section(f"{len(_reruns)} failure(s) run again")
+    for nodeid, lines in _reruns:
+        terminalreporter.write_line(f"{nodeid}:")
+        for line in lines:
+            terminalreporter.write_line(f"    {line[:300]}")
 
 
 # Go programs that take minutes to build with an empty Go module cache, by the tests that need

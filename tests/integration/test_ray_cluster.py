@@ -290,8 +290,9 @@ def _clock_run(ray_cluster: RayCluster, redis_port: int, run_dir: Path,  # noqa:
 def test_a_nodes_clock_offset_is_estimated_and_taken_out_of_e2e(
         ray_cluster, redis_port, tmp_path):  # noqa: F811
     """Node 1's load actors read a wall clock 200 ms ahead (the test hook): the estimates
-    find it within their bound, every tick carries both nodes' estimates, and the e2e p50
-    across the two nodes is the one of a run with everything on node 0."""
+    find it within their bound, every tick carries both nodes' estimates, and the e2e samples
+    across the two nodes are none below zero by more than the estimates' bounds and none
+    near the 200 ms shift."""
     cross, ticks, raw, names = _clock_run(ray_cluster, redis_port, tmp_path / "cross", 2, {})
     same, same_ticks, same_raw, _ = _clock_run(ray_cluster, redis_port, tmp_path / "same", 1,
                                                {"sb_node_0": 1})
@@ -328,8 +329,7 @@ def test_a_nodes_clock_offset_is_estimated_and_taken_out_of_e2e(
 
     # e2e: node 1 consumed a good share of the messages, and far fewer samples than that are
     # 150 ms or more (stalls of a loaded machine give some; the shift would give that share);
-    # the p50 is the same-node run's (numpy on the raw samples, checked against the merged
-    # histograms of the ticks)
+    # the raw samples' p50 (numpy) is the merged histograms' of the ticks
     assert len(raw) == sum(t.e2e_latency.total for t in measuring) > SKEW_RATE * 4
     slow = sum(1 for v in raw if v >= 150_000_000) / len(raw)
     print(f"node 1 consumed {node_1_share:.2f} of the messages; {slow:.3f} of the samples "
@@ -345,25 +345,21 @@ def test_a_nodes_clock_offset_is_estimated_and_taken_out_of_e2e(
           f"clock bounds {min(bounds) / 1e6:.3f}-{max(bounds) / 1e6:.3f} ms; offsets "
           + ", ".join(f"{names[w['node_id']]} {c['offset_ns'] / 1e6:+.3f}"
                       for w in workers for c in w["clock"]))
-    # the correction moves the whole distribution: its error shows in every percentile, a stall
-    # of the shared machine in one of the two runs only in its upper ones (a same-node run once
-    # had a p50 of 20.2 ms against 0.05 ms across nodes, its p10 unmoved), so the shift is read
-    # at p10, in each run's calmest measuring second (a CI run's same-node run had a p10 of
-    # 4.9 ms and a p50 of 22 ms over the whole run, against 0.5 and 8.6 ms across nodes);
-    # the 200 ms shift, not taken out, would be in every second's every sample
+    # what the correction leaves is bounded: a message is consumed after it is produced, and
+    # each node's estimate is within its bound of the truth (above), so no sample is below
+    # zero by more than the two nodes' bounds together; the 200 ms shift left in, or taken out
+    # the wrong way, would put the cross-node half of the samples 200 ms (or 400 ms) below or
+    # above. Read on the samples' extremes and low percentiles, which a busy machine does not
+    # lower (the run with everything on node 0 has been slower throughout on a CI run: one
+    # process produces and consumes there, its calmest second's p10 3.6 ms against 0.04 ms
+    # across nodes), so the two runs' distributions are not compared
+    worst = 2 * max(bounds)
     p10, same_p10 = float(np.percentile(raw, 10)), float(np.percentile(same_raw, 10))
-
-    def calm_p10(run: list[Tick]) -> float:
-        return min(float(percentiles(k.e2e_latency, [10.0])[0]) for k in run
-                   if k.phase is Phase.MEASURING and k.e2e_latency.total)
-
-    calm, same_calm = calm_p10(ticks), calm_p10(same_ticks)
-    print(f"e2e p10 over the run {p10 / 1e6:.3f} ms across nodes, {same_p10 / 1e6:.3f} ms on "
-          f"one node; in the calmest second {calm / 1e6:.3f} and {same_calm / 1e6:.3f} ms")
-    assert abs(calm - same_calm) <= 500_000, (
-        f"e2e p10 {calm / 1e6:.3f} ms across nodes, {same_calm / 1e6:.3f} ms on one node in "
-        f"the calmest seconds (p50 over the runs {p50 / 1e6:.3f} and {same_p50 / 1e6:.3f} ms)")
-    assert 0 <= p10 < 50e6  # over the whole run too, far from the 200 ms shift
+    print(f"e2e lowest sample {min(raw) / 1e6:+.3f} ms across nodes ({min(same_raw) / 1e6:+.3f} ms "
+          f"on one node), allowed down to {-worst / 1e6:.3f} ms; p10 {p10 / 1e6:.3f} and "
+          f"{same_p10 / 1e6:.3f} ms")
+    assert -worst <= min(raw) < 50e6
+    assert 0 <= p10 < 50e6
 
 
 def cluster_run(ray_cluster: RayCluster, redis_port: int, run_dir: Path,  # noqa: F811
