@@ -359,7 +359,7 @@ def test_a_nodes_clock_offset_is_estimated_and_taken_out_of_e2e(
           f"on one node), allowed down to {-worst / 1e6:.3f} ms; p10 {p10 / 1e6:.3f} and "
           f"{same_p10 / 1e6:.3f} ms")
     assert -worst <= min(raw) < 50e6
-    assert 0 <= p10 < 50e6
+    assert -worst <= p10 < 50e6
 
 
 def cluster_run(ray_cluster: RayCluster, redis_port: int, run_dir: Path,  # noqa: F811
