@@ -9,9 +9,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
+from matplotlib.transforms import offset_copy
 
 from analysis.compute import (
     LATENCY_TITLES,
@@ -24,13 +27,43 @@ from analysis.schema import LATENCY_KINDS
 
 WIDTH_IN = 9.0
 PANEL_IN = 3.2
+BOX_IN = 0.24  # a box-plot panel's height grows by this much a target past a dozen
 DPI = 100
 _NINES_TICKS = (1.0, 10.0, 100.0, 1e3, 1e4, 1e5)
 _NINES_LABELS = ("0 %", "90 %", "99 %", "99.9 %", "99.99 %", "99.999 %")
 
 
-def _figure(panels: int) -> tuple[Figure, list[Axes]]:
-    fig = Figure(figsize=(WIDTH_IN, PANEL_IN * panels), dpi=DPI, layout="constrained")
+# a legend of up to this many entries sits inside its panel, where it hides the least; a
+# longer one (a report of many runs) goes under the panel in columns, and the figure grows by
+# its height, so that the panel keeps its own
+LEGEND_INSIDE_MAX = 6
+LEGEND_COLUMN_CHARS = 46  # labels up to this long go two to a row, longer ones one
+TREND_CHARS = 28  # what a trend adds to a label: ", trend +0.0374 MB/s/min"
+LEGEND_ROW_IN = 0.21  # one row of a legend in the small font
+LEGEND_GAP_IN = 0.55  # from the panel's lower edge to the legend: the ticks and the axis label
+
+
+def _headings(data: ReportData) -> list[str]:
+    return [t.heading for t in data.targets]
+
+
+def _legend_below(entries: int) -> bool:
+    return entries > LEGEND_INSIDE_MAX
+
+
+def _columns(longest: int) -> int:
+    return 2 if longest <= LEGEND_COLUMN_CHARS else 1
+
+
+def _figure(panels: int, labels: Sequence[str] = (), extra_chars: int = 0,
+            panel_in: float = PANEL_IN) -> tuple[Figure, list[Axes]]:
+    """`panels` panels one above the other, each with a legend entry for each of `labels`
+    (each made up to `extra_chars` longer)."""
+    entries = len(labels)
+    longest = max((len(x) for x in labels), default=0) + extra_chars
+    extra = (LEGEND_GAP_IN + math.ceil(entries / _columns(longest)) * LEGEND_ROW_IN
+             if _legend_below(entries) else 0.0)
+    fig = Figure(figsize=(WIDTH_IN, (panel_in + extra) * panels), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(panels, 1, squeeze=False)[:, 0]
     return fig, list(axes)
@@ -43,7 +76,8 @@ def _png(fig: Figure) -> bytes:
 
 
 def _colour(i: int) -> str:
-    return f"C{i % 10}"
+    """Matplotlib's ten colours, then their light shades: twenty targets told apart."""
+    return to_hex(colormaps["tab20"]((2 * i + (i // 10) % 2) % 20))
 
 
 def _no_data(ax: Axes, text: str) -> None:
@@ -59,8 +93,17 @@ def _wide(values: Sequence[float]) -> bool:
 
 
 def _legend(ax: Axes) -> None:
-    if ax.get_legend_handles_labels()[0]:
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    if not _legend_below(len(handles)):
         ax.legend(fontsize="small", loc="best")
+        return
+    # its top edge a fixed distance under the panel, whatever the panel's height
+    under = offset_copy(ax.transAxes, fig=ax.get_figure(root=True), y=-LEGEND_GAP_IN,
+                        units="inches")
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, 0.0),
+              bbox_transform=under, ncol=_columns(max(len(x) for x in labels)), frameon=False)
 
 
 def _segment_lines(ax: Axes, targets: Sequence[TargetReport]) -> None:
@@ -74,21 +117,27 @@ def _segment_lines(ax: Axes, targets: Sequence[TargetReport]) -> None:
 
 def _time_panel(ax: Axes, targets: Sequence[TargetReport], series: str, trend: bool) -> bool:
     """One per-second series of every target against minutes; False when none has it."""
-    drawn = False
+    drawn = trends = False
     for i, t in enumerate(targets):
         y = t.timeline.values.get(series)
         if y is None or series not in t.series:
             continue
         x = t.timeline.minutes
-        ax.plot(x, y, color=_colour(i), lw=0.9, label=t.heading)
         tr = t.series[series].trend
-        if trend and math.isfinite(tr.slope) and len(x):
+        fitted = trend and math.isfinite(tr.slope) and len(x) > 0
+        # one legend entry a target: its trend's slope beside its name
+        label = (f"{t.heading}, trend {tr.slope:+.3g} {SERIES_BY_NAME[series].unit}/min"
+                 if fitted else t.heading)
+        ax.plot(x, y, color=_colour(i), lw=0.9, label=label)
+        if fitted:
             xs = np.array([x.min(), x.max()])
-            ax.plot(xs, tr.intercept + tr.slope * xs, color=_colour(i), lw=1.6, ls="--",
-                    label=f"{t.heading} trend {tr.slope:+.3g} {SERIES_BY_NAME[series].unit}/min")
+            ax.plot(xs, tr.intercept + tr.slope * xs, color=_colour(i), lw=1.6, ls="--")
+            trends = True
         drawn = True
     if drawn:
         _segment_lines(ax, targets)
+    if trends:
+        ax.set_title("dashed: least-squares trend", fontsize="small", loc="right")
     s = SERIES_BY_NAME[series]
     ax.set_ylabel(f"{s.title} ({s.unit})")
     ax.set_xlabel("minutes since the load started")
@@ -97,7 +146,7 @@ def _time_panel(ax: Axes, targets: Sequence[TargetReport], series: str, trend: b
 
 
 def throughput_chart(data: ReportData) -> Figure:
-    fig, axes = _figure(2)
+    fig, axes = _figure(2, _headings(data), TREND_CHARS)
     for ax, series in zip(axes, ("produce_mb_s", "consume_mb_s"), strict=True):
         if not _time_panel(ax, data.targets, series, trend=True):
             _no_data(ax, f"no {SERIES_BY_NAME[series].title} measured")
@@ -106,19 +155,23 @@ def throughput_chart(data: ReportData) -> Figure:
 
 
 def latency_over_time_chart(data: ReportData) -> Figure:
-    fig, axes = _figure(len(LATENCY_KINDS))
+    fig, axes = _figure(len(LATENCY_KINDS), _headings(data))
     for ax, kind in zip(axes, LATENCY_KINDS, strict=True):
         seen: list[float] = []
         for i, t in enumerate(data.targets):
             x = t.timeline.minutes
+            labelled = False  # one legend entry a target, its colour; the line style is the stat
             for stat, style in (("p50", "-"), ("p99", "--")):
                 y = t.timeline.values[f"{kind}_{stat}"]
                 if np.isfinite(y).any():
-                    ax.plot(x, y, color=_colour(i), lw=0.9, ls=style, label=f"{t.heading} {stat}")
+                    ax.plot(x, y, color=_colour(i), lw=0.9, ls=style,
+                            label="_nolegend_" if labelled else t.heading)
+                    labelled = True
                     seen += list(y)
         if not seen:
             _no_data(ax, f"no {LATENCY_TITLES[kind].lower()} samples")
             continue
+        ax.set_title("solid: p50 of each second, dashed: p99", fontsize="small", loc="right")
         if _wide(seen):
             ax.set_yscale("log")
         _segment_lines(ax, data.targets)
@@ -131,7 +184,7 @@ def latency_over_time_chart(data: ReportData) -> Figure:
 
 def percentile_chart(data: ReportData) -> Figure:
     """Latency against percentile with x = 1 / (1 − q): each "nine" takes the same width."""
-    fig, axes = _figure(len(LATENCY_KINDS))
+    fig, axes = _figure(len(LATENCY_KINDS), _headings(data))
     x = 1.0 / (1.0 - np.array(NINES_PERCENTILES) / 100.0)
     for ax, kind in zip(axes, LATENCY_KINDS, strict=True):
         seen: list[float] = []
@@ -158,7 +211,8 @@ def percentile_chart(data: ReportData) -> Figure:
 
 def boxplot_chart(data: ReportData) -> Figure:
     """Box p25–p75, median p50, whiskers p1 and p99, mean marked: all from the histograms."""
-    fig, axes = _figure(len(LATENCY_KINDS))
+    fig, axes = _figure(len(LATENCY_KINDS),
+                        panel_in=max(PANEL_IN, 0.3 + BOX_IN * len(data.targets)))
     for ax, kind in zip(axes, LATENCY_KINDS, strict=True):
         boxes: list[dict[str, Any]] = []
         colours: list[str] = []
@@ -191,7 +245,7 @@ def boxplot_chart(data: ReportData) -> Figure:
 
 
 def lag_chart(data: ReportData) -> Figure:
-    fig, (ax,) = _figure(1)
+    fig, (ax,) = _figure(1, _headings(data))
     if not _time_panel(ax, data.targets, "lag", trend=False):
         _no_data(ax, "no consumer lag was measured")
     _legend(ax)
@@ -199,7 +253,7 @@ def lag_chart(data: ReportData) -> Figure:
 
 
 def resources_chart(data: ReportData) -> Figure:
-    fig, axes = _figure(2)
+    fig, axes = _figure(2, _headings(data))
     for ax, series in zip(axes, ("cpu_percent", "memory_mb"), strict=True):
         if not _time_panel(ax, data.targets, series, trend=False):
             _no_data(ax, f"no {SERIES_BY_NAME[series].title} was measured")

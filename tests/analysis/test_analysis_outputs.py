@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +16,9 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from matplotlib import image as mpimg
+from matplotlib.lines import Line2D
 
-from analysis.charts import CHARTS
+from analysis.charts import CHARTS, PANEL_IN
 from analysis.compute import NINES_PERCENTILES, OMB_PERCENTILES, TargetReport
 from analysis.report import main, write_outputs
 from analysis.schema import LATENCY_KINDS
@@ -31,6 +34,38 @@ OMB_FILES = ["run-a--alpha.json", "run-a--beta.json", "run-b--alpha.json"]
 def _target(report: Computed, name: str) -> TargetReport:
     (t,) = [t for t in report.data.targets if t.target == name]
     return t
+
+
+@pytest.mark.parametrize("chart", list(CHARTS))
+def test_many_targets_keep_their_panels_and_colours(report: Computed, chart: str) -> None:
+    """A report of 13 targets with a run's id in each name (as a comparison of many runs has
+    them): every panel keeps its height, every legend is clear of every panel and inside the
+    picture, and no two targets share a colour (a legend of 26 entries once covered the
+    panel under it, and the 11th target took the 1st one's colour)."""
+    base = report.data.targets
+    many = [dataclasses.replace(base[i % len(base)], label=f"redis (20261207T2145{i:02d}Z-8b1929)")
+            for i in range(13)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warns when a layout leaves a panel no room
+        fig = CHARTS[chart](dataclasses.replace(report.data, targets=many))
+        fig.canvas.draw()
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    picture = fig.bbox
+    for ax in axes:
+        box = ax.get_window_extent()
+        assert box.height >= 0.8 * PANEL_IN * fig.dpi, (chart, box.height / fig.dpi)
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        where = legend.get_window_extent()
+        assert picture.x0 - 1 <= where.x0 and where.x1 <= picture.x1 + 1, (chart, where)
+        assert picture.y0 - 1 <= where.y0 and where.y1 <= picture.y1 + 1, (chart, where)
+        assert not any(where.overlaps(other.get_window_extent()) for other in axes
+                       if other is not ax), chart
+        colours = [h.get_color() for h in legend.legend_handles if isinstance(h, Line2D)]
+        assert len(colours) == len(many) and len(set(colours)) == len(many), (chart, colours)
+    # the box plot names its targets on its axis; every other chart has a legend
+    assert chart == "latency_boxplot" or any(ax.get_legend() is not None for ax in axes)
 
 
 def test_every_file_is_written(built: Built) -> None:

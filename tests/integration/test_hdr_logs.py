@@ -42,6 +42,9 @@ def hdr_classpath() -> str:
     return classpath(jars)
 
 
+SPAN_MARGIN_S = 0.010  # around the measuring ticks' starts, for the readers' -start/-end
+
+
 @pytest.fixture(scope="module")
 def hdr_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run at 2,000 msg/s on a local redis-server, stopped with SIGTERM in its measuring
@@ -128,7 +131,11 @@ def test_the_java_tools_read_every_sample_and_streambenchs_buckets(
     totals = run_json(hdr_run)["totals"][0]
     start_ms = tick_times_us(ticks[0])[0] // 1000
     offsets = [(tick_times_us(t)[1] - start_ms * 1000) / 1e6 for t in measuring]
-    span = (offsets[0] - 0.0005, offsets[-1] + 0.0005)
+    # the readers take an interval whose start, as the log writes it (to the millisecond),
+    # lies in the span: a margin of a whole 10 ms (the ticks are a second apart), never the
+    # half millisecond of the rounding itself, which the span's own digits and the readers'
+    # (start + base − start) arithmetic could tip either way (a CI run lost the last tick so)
+    span = (offsets[0] - SPAN_MARGIN_S, offsets[-1] + SPAN_MARGIN_S)
     for tag, attr in SERIES:
         rows = log_processor(hdr_classpath, log, tag, tmp_path / f"{tag}.csv")
         # the whole run: every sample of the latency table, each tick's on its own row
@@ -162,7 +169,8 @@ def test_the_python_reader_reads_the_same(hdr_run: Path) -> None:
     start_ms = tick_times_us(ticks[0])[0] // 1000
     first = (tick_times_us(measuring[0])[1] - start_ms * 1000) / 1e6
     last = (tick_times_us(measuring[-1])[1] - start_ms * 1000) / 1e6
-    for span, chosen in (((0.0, math.inf), ticks), ((first - 0.0005, last + 0.0005), measuring)):
+    for span, chosen in (((0.0, math.inf), ticks),
+                         ((first - SPAN_MARGIN_S, last + SPAN_MARGIN_S), measuring)):
         reader = HistogramLogReader(str(log), HdrHistogram(1, MAX_VALUE, 3))
         assert reader.get_start_time_sec() == 0.0  # read from the header at the first interval
         sums = {tag: HdrHistogram(1, MAX_VALUE, 3) for tag, _ in SERIES}
