@@ -234,14 +234,15 @@ def _partition_checked(label: str, events: list[dict], cut: float, healed: float
                        ticks: list[dict]) -> None:
     """The flow stops within a tick of the cut: nothing moves in the ticks that begin a tick or
     more after it and end before the heal (a NATS client may still hand over a message it had
-    read before the cut); it is back within 3 s of the heal, and the recovery event says so."""
+    read before the cut); it is back within 6 s of the heal (a fresh-clone run's Pulsar took
+    over 3 s once, beside two other test processes), and the recovery event says so."""
     # ticks and schedule share their second boundaries, give or take a few ms each way
     later = _between(ticks, cut + ticks[0]["interval_s"] - 0.2, healed + 0.05)
     inside = [t for t in ticks if t["seq"] in later]
     assert inside and all(t["consumed"] == 0 and t["produced"] == 0 for t in inside), [
         (t["seq"], t["produced"], t["consumed"]) for t in inside]
-    back = [t for t in ticks if healed < t["time"].timestamp() <= healed + 3 and t["consumed"] > 0]
-    assert back, "nothing consumed within 3 s of the heal"
+    back = [t for t in ticks if healed < t["time"].timestamp() <= healed + 6 and t["consumed"] > 0]
+    assert back, "nothing consumed within 6 s of the heal"
     recovered = [e for e in events if e["kind"] == "recovered" and e["time"].timestamp() > healed]
     assert recovered and f"after heal {label}" in recovered[0]["detail"], [
         (e["kind"], e["detail"]) for e in events if e["kind"] in ("recovered", "not-recovered")]

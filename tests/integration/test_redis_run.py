@@ -372,7 +372,15 @@ def test_report_percentiles_equal_numpy_over_raw_samples(fixed_rate_run, spark, 
             exact = np.percentile(values, p) / 1e6
             # within the histogram's resolution: 0.1 % relative, or one exact-range step (1 ns)
             assert abs(ours - exact) <= max(exact * 1e-3, 1e-6), (kind, p, ours, exact)
-    assert target.throughput.produce_msg_s == pytest.approx(RATE, rel=0.02)
+    # the report's rate is the measuring ticks' acknowledged messages over their seconds (the
+    # ticks table through numpy); the generator's own pace is test_rate_within_two_percent's:
+    # acknowledgements in the window carry the warm-up's stragglers too (a CI run: 2,063 msg/s)
+    ticks = _table(run_dir, "ticks").to_pydict()
+    window = np.array([(n, s) for n, s, p in zip(ticks["produced"], ticks["interval_s"],
+                                                  ticks["phase"], strict=True) if p == "measuring"])
+    acked = window[:, 0].sum() / window[:, 1].sum()
+    assert target.throughput.produce_msg_s == pytest.approx(acked, rel=1e-9)
+    assert acked == pytest.approx(RATE, rel=0.10)
 
 
 def test_each_subscription_reads_every_message_once(tmp_path: Path) -> None:
