@@ -159,6 +159,9 @@ def first_line(exc: BaseException) -> str:
 # -- progress -------------------------------------------------------------------------------
 
 
+FINISH_WAIT_S = 3.0  # the longest a step's last progress line waits for its last stage
+
+
 class JobProgress:
     """Names the steps of the report job and tells how far Spark has got with each.
 
@@ -214,7 +217,15 @@ class JobProgress:
         if group is None:
             return
         with contextlib.suppress(Py4JError):
-            self._show(group, self._figures(group), final=True)
+            # the step's jobs have returned, but the status tracker hears of their last stage
+            # through Spark's listener bus, which a busy machine delays (a step once ended on
+            # "stages 3/4"): it is given a moment to catch up
+            deadline = time.monotonic() + FINISH_WAIT_S
+            figures = self._figures(group)
+            while figures[0] < figures[1] and time.monotonic() < deadline:
+                time.sleep(0.05)
+                figures = self._figures(group)
+            self._show(group, figures, final=True)
 
     def _poll(self) -> None:
         while not self._stop.wait(self._interval):

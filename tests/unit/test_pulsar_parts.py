@@ -70,6 +70,14 @@ def test_backlog_per_partition_sums_own_subscriptions():
     }}
     assert partition_index("persistent://public/default/my-partition-x-partition-12") == 12
     assert backlog(stats, {"a", "b"}, 3) == {0: 7, 1: 0, 2: 0}
+    # entries that are none of the topic's partitions are left out, not a failed sample
+    assert partition_index("persistent://public/default/t") is None
+    assert partition_index("persistent://public/default/t-partition-x") is None
+    odd = {"partitions": {**stats["partitions"],
+                          "persistent://public/default/t": {"subscriptions": {"a": {"msgBacklog": 9}}},
+                          "persistent://public/default/t-partition-7": {
+                              "subscriptions": {"a": {"msgBacklog": 9}}}}}
+    assert backlog(odd, {"a", "b"}, 3) == {0: 7, 1: 0, 2: 0}
 
 
 def test_receiver_queue_follows_the_message_size():
